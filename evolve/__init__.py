@@ -1,0 +1,1 @@
+"""evolve: evolutionary program search driven by language-model policies, with vector scores."""

@@ -1,0 +1,96 @@
+"""The `evolve` command line: run (or resume) an evolution, list runs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+DEFAULT_CONFIG = "evolve.toml"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="evolve", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="run an evolution from a config file, or resume one")
+    run.add_argument("--config", "-c", default=None, help=f"TOML config (default: ./{DEFAULT_CONFIG} if present)")
+    run.add_argument("--problem", help="problem name in programs/ or a problem folder")
+    run.add_argument("--iterations", type=int, help="iteration budget (policy calls)")
+    run.add_argument("--seed", type=int, help="run seed")
+    run.add_argument("--db", help="SQLite file or SQLAlchemy URL")
+    run.add_argument("--resume", type=int, metavar="RUN_ID", help="continue a killed or interrupted run")
+    run.add_argument("--plain", action="store_true", help="plain line output instead of the live panel")
+
+    runs = commands.add_parser("runs", help="list the runs in a store")
+    runs.add_argument("--db", default=None, help="SQLite file or SQLAlchemy URL (default: from config)")
+    runs.add_argument("--config", "-c", default=None)
+    return parser
+
+
+def _load(args: argparse.Namespace, console: Console):  # -> RunConfig
+    from evolve.config import load_config
+
+    path = args.config or (DEFAULT_CONFIG if Path(DEFAULT_CONFIG).exists() else None)
+    overrides = {
+        "run.problem": getattr(args, "problem", None),
+        "run.iterations": getattr(args, "iterations", None),
+        "run.seed": getattr(args, "seed", None),
+        "run.db": getattr(args, "db", None),
+    }
+    return load_config(path, overrides)
+
+
+def _cmd_run(args: argparse.Namespace, console: Console) -> int:
+    config = _load(args, console)
+    from evolve.runner import run_evolution
+
+    outcome = run_evolution(config, resume=args.resume, console=console, live=False if args.plain else None)
+    return 0 if outcome.status == "finished" else 130
+
+
+def _cmd_runs(args: argparse.Namespace, console: Console) -> int:
+    from evolve.store import ProgramStore
+
+    config = _load(args, console)
+    store = ProgramStore(config.run.db)
+    table = Table(title=f"runs in {config.run.db}")
+    for column in ("id", "name", "problem", "policy", "seed", "status", "iterations", "programs", "best"):
+        table.add_column(column)
+    for run in store.list_runs():
+        best = store.best_programs(run.id, 1)
+        table.add_row(
+            str(run.id), run.name, run.problem, run.policy, str(run.seed), run.status,
+            f"{len(store.completed_iterations(run.id))}/{run.iterations_target}",
+            str(store.count_programs(run.id)), f"{best[0].scalar:.4f}" if best else "-",
+        )
+    console.print(table)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from evolve.config import ConfigError
+
+    args = _parser().parse_args(argv)
+    console = Console()
+    handlers = {"run": _cmd_run, "runs": _cmd_runs}
+    try:
+        return handlers[args.command](args, console)
+    except ConfigError as exc:
+        console.print(f"[red]config error:[/] {exc}", highlight=False)
+        return 2
+    except Exception as exc:  # user-facing errors from the engine's own error types
+        from evolve.errors import user_facing
+
+        message = user_facing(exc)
+        if message is None:
+            raise
+        console.print(f"[red]error:[/] {message}", highlight=False)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

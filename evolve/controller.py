@@ -1,0 +1,264 @@
+"""The asyncio evolution loop: select, prompt, generate, edit, evaluate, commit, for N iterations."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from evolve.config import RunConfig, SelectionConfig
+from evolve.edits import EditError, apply_diff, apply_rewrite, split_answers
+from evolve.evaluation import evaluate_program
+from evolve.policies.base import Policy
+from evolve.problems import Problem
+from evolve.prompts import build_prompt
+from evolve.records import Completion, Evaluation, MutationRequest, Program
+from evolve.selection import Selector
+from evolve.store import AttemptRecord, ChildRecord, ProgramStore
+
+
+class SeedProgramError(RuntimeError):
+    """The problem's initial program does not evaluate, so there is nothing to evolve from."""
+
+
+@dataclass
+class RunStats:
+    """Live counters for the progress display; derived from what the controller committed."""
+
+    iterations_target: int
+    iterations_done: int = 0
+    policy_calls: int = 0
+    children: int = 0
+    iterations_with_child: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+    best: Program | None = None
+    first_solved: Program | None = None
+    completion_tokens: int = 0
+    generation_s: float = 0.0
+    started_at: float = field(default_factory=time.monotonic)
+    recent: list[str] = field(default_factory=list)
+
+    def note(self, line: str) -> None:
+        self.recent.append(line)
+        del self.recent[:-8]
+
+    def consider(self, program: Program) -> None:
+        if self.best is None or program.scalar > self.best.scalar:
+            self.best = program
+        if program.solved and self.first_solved is None:
+            self.first_solved = program
+
+
+def request_seed(run_seed: int, iteration: int, attempt: int = 0) -> int:
+    """A sampling seed per request, from the run's seed and the request's place in the run."""
+    digest = hashlib.blake2b(f"{run_seed}:{iteration}:{attempt}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & 0x7FFF_FFFF
+
+
+def code_key(code: str) -> str:
+    return hashlib.sha1(code.strip().encode()).hexdigest()
+
+
+class Controller:
+    """Runs (or resumes) one run to its iteration budget; every iteration is committed on its own."""
+
+    def __init__(
+        self,
+        config: RunConfig,
+        problem: Problem,
+        store: ProgramStore,
+        policy: Policy,
+        run_id: int,
+        on_update: Callable[[RunStats], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.problem = problem
+        self.store = store
+        self.policy = policy
+        self.run_id = run_id
+        self.on_update = on_update or (lambda stats: None)
+        self.selector = Selector(selection_for(config, problem), problem.objectives, config.run.seed)
+        self.stats = RunStats(iterations_target=config.run.iterations)
+        self._seen_code: set[str] = set()
+        self._eval_slots = asyncio.Semaphore(config.run.eval_workers)
+
+    async def run(self) -> RunStats:
+        programs = self.store.programs(self.run_id)
+        if not programs:
+            programs = [await self._seed()]
+        for program in programs:
+            self._admit(program)
+        done = self.store.completed_iterations(self.run_id)
+        self.stats.iterations_done = len(done)
+        pending: asyncio.Queue[int] = asyncio.Queue()
+        for iteration in range(1, self.config.run.iterations + 1):
+            if iteration not in done:
+                pending.put_nowait(iteration)
+        self.on_update(self.stats)
+        workers = [asyncio.create_task(self._worker(pending)) for _ in range(self.config.run.concurrency)]
+        try:
+            await asyncio.gather(*workers)
+        finally:
+            for worker in workers:
+                worker.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+        return self.stats
+
+    async def _seed(self) -> Program:
+        evaluation = await self._evaluate(self.problem.initial_code)
+        if not evaluation.ok:
+            raise SeedProgramError(
+                f"{self.problem.path / 'initial.py'}: the initial program fails its evaluation "
+                f"({evaluation.failure}: {evaluation.detail})"
+            )
+        child = self._child_record(self.problem.initial_code, None, 0, "", evaluation)
+        (program,) = self.store.record_iteration(self.run_id, 0, [child])
+        return program
+
+    def _admit(self, program: Program) -> None:
+        self._seen_code.add(code_key(program.code))
+        self.stats.consider(program)
+        if program.iteration == 0:  # the seed starts every island
+            for island in range(self.config.selection.islands):
+                self.selector.add(dataclasses.replace(program, island=island))
+        else:
+            self.selector.add(program)
+
+    async def _worker(self, pending: asyncio.Queue[int]) -> None:
+        while True:
+            try:
+                iteration = pending.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            await self._iterate(iteration)
+
+    async def _iterate(self, iteration: int) -> None:
+        island, parent, inspirations = self.selector.sample(iteration)
+        request = MutationRequest(
+            iteration=iteration,
+            island=island,
+            parent=parent,
+            inspirations=inspirations,
+            problem_description=self.problem.description,
+            objective_names=self.problem.objectives,
+        )
+        policy_config = self.config.policy
+        prompt = build_prompt(request, policy_config.edit_format, policy_config.answers, policy_config.max_new_tokens)
+        prompt_text = render_prompt_text(prompt.messages, prompt.prefill)
+        started = time.monotonic()
+        try:
+            completion = await self.policy.generate(prompt, request_seed(self.config.run.seed, iteration))
+        except Exception as exc:  # any backend failure is a recorded attempt, never a crash
+            reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+            self._commit(iteration, [AttemptRecord("policy_error", reason, prompt=prompt_text)], island)
+            return
+        completion = dataclasses.replace(completion, latency_s=completion.latency_s or time.monotonic() - started)
+        self.stats.policy_calls += 1
+        self.stats.completion_tokens += completion.completion_tokens
+        self.stats.generation_s += completion.latency_s
+        records = await self._children(iteration, island, parent, prompt.prefill, completion)
+        call = AttemptRecord(
+            "policy_call",
+            completion.finish_reason or None,
+            prompt=prompt_text,
+            completion=completion.text,
+            latency_s=completion.latency_s,
+            prompt_tokens=completion.prompt_tokens,
+            completion_tokens=completion.completion_tokens,
+        )
+        self._commit(iteration, [call, *records], island)
+
+    async def _children(
+        self, iteration: int, island: int, parent: Program, prefill: str, completion: Completion
+    ) -> list[AttemptRecord | ChildRecord]:
+        records: list[AttemptRecord | ChildRecord] = []
+        candidates: list[tuple[str, str]] = []
+        keys_in_this_call: set[str] = set()
+        for answer in split_answers(completion.text, self.config.policy.answers):
+            try:
+                if self.config.policy.edit_format == "diff":
+                    code = apply_diff(parent.code, answer)
+                else:
+                    code = apply_rewrite(parent.code, answer, prefill)
+            except EditError as exc:
+                kind = "duplicate" if exc.reason == "no change" else "edit_failed"
+                records.append(AttemptRecord(kind, exc.reason, completion=answer))
+                continue
+            key = code_key(code)
+            if key in self._seen_code or key in keys_in_this_call:
+                records.append(AttemptRecord("duplicate", "same code as an earlier program", child_code=code))
+                continue
+            keys_in_this_call.add(key)
+            candidates.append((answer, code))
+        evaluations = await asyncio.gather(*(self._evaluate(code) for _, code in candidates))
+        for (answer, code), evaluation in zip(candidates, evaluations, strict=True):
+            if evaluation.ok:
+                records.append(self._child_record(code, parent.id, island, answer, evaluation))
+            else:
+                reason = f"{evaluation.failure}: {evaluation.detail}"[:300]
+                records.append(AttemptRecord("eval_failed", reason, completion=answer, child_code=code))
+        return records
+
+    async def _evaluate(self, code: str) -> Evaluation:
+        async with self._eval_slots:
+            return await evaluate_program(self.problem, code)
+
+    def _child_record(
+        self, code: str, parent_id: int | None, island: int, edit: str, evaluation: Evaluation
+    ) -> ChildRecord:
+        return ChildRecord(
+            code=code,
+            parent_id=parent_id,
+            island=island,
+            policy=self.config.policy.name if parent_id is not None else "",
+            edit=edit,
+            scores=evaluation.scores,
+            scalar=self.problem.scalar(evaluation.scores),
+            solved=self.problem.is_solved(evaluation.scores),
+            artifacts=evaluation.artifacts,
+        )
+
+    def _commit(self, iteration: int, records: list[AttemptRecord | ChildRecord], island: int) -> None:
+        programs = self.store.record_iteration(self.run_id, iteration, records)
+        for program in programs:
+            self._admit(program)
+        self.selector.maybe_migrate(iteration)
+        outcome_kinds = [r.kind for r in records if isinstance(r, AttemptRecord) and r.kind != "policy_call"]
+        self.stats.outcomes.update(outcome_kinds)
+        self.stats.outcomes.update(["child"] * len(programs))
+        self.stats.children += len(programs)
+        self.stats.iterations_with_child += bool(programs)
+        self.stats.iterations_done += 1
+        self.stats.note(describe_iteration(iteration, island, programs, records))
+        self.on_update(self.stats)
+
+
+def selection_for(config: RunConfig, problem: Problem) -> SelectionConfig:
+    """The run's selection settings, with the MAP-Elites features the problem declares, if any."""
+    if not problem.features:
+        return config.selection
+    grid = config.selection.map_elites.model_copy(update={"features": tuple(problem.features)})
+    return config.selection.model_copy(update={"map_elites": grid})
+
+
+def render_prompt_text(messages: list[dict[str, str]], prefill: str) -> str:
+    """The prompt as stored for replay and RL export: role-tagged messages plus the prefill."""
+    parts = [f"<{m['role']}>\n{m['content']}" for m in messages]
+    return "\n".join(parts) + f"\n<assistant>\n{prefill}"
+
+
+def describe_iteration(
+    iteration: int, island: int, programs: list[Program], records: list[AttemptRecord | ChildRecord]
+) -> str:
+    if programs:
+        best = max(programs, key=lambda p: p.scalar)
+        solved = " SOLVED" if best.solved else ""
+        return f"it {iteration:>4} island {island}: child #{best.id} scalar {best.scalar:.4f}{solved}"
+    failures = [r for r in records if isinstance(r, AttemptRecord) and r.kind != "policy_call"]
+    if failures:
+        return f"it {iteration:>4} island {island}: {failures[0].kind}: {failures[0].reason or ''}"[:120]
+    return f"it {iteration:>4} island {island}: no answer"

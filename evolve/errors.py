@@ -1,0 +1,26 @@
+"""Which exceptions are the user's to fix, worded as one line, rather than the engine's bugs."""
+
+from __future__ import annotations
+
+import importlib
+
+# (module, class) pairs: errors whose message is already a complete line for the user.
+_USER_ERRORS = (
+    ("evolve.problems", "ProblemError"),
+    ("evolve.runner", "RunError"),
+    ("evolve.controller", "SeedProgramError"),
+    ("evolve.store", "StoreError"),
+    ("evolve.policies.model_files", "ModelFileError"),
+)
+
+
+def user_facing(exc: BaseException) -> str | None:
+    """The one-line message for an error the user can fix, or None for anything else."""
+    for module_name, class_name in _USER_ERRORS:
+        try:
+            error_type = getattr(importlib.import_module(module_name), class_name)
+        except (ImportError, AttributeError):
+            continue
+        if isinstance(exc, error_type):
+            return str(exc)
+    return None

@@ -1,0 +1,75 @@
+"""Plain records that flow through the engine: programs, evaluations, attempts, mutation requests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+FailureKind = Literal[
+    "timeout",  # the candidate ran past its wall-clock or CPU limit
+    "memory",  # the candidate ran past its memory cap
+    "crash",  # the candidate raised, exited, or died on a signal
+    "bad_output",  # the candidate's output was missing, too large, or not what the evaluator needs
+    "evaluator_error",  # the trusted evaluator itself raised or returned something invalid
+]
+
+AttemptKind = Literal[
+    "child",  # an answer became a child program that was evaluated and stored
+    "policy_error",  # the policy call failed (server down, model error)
+    "edit_failed",  # the completion could not be turned into a program
+    "duplicate",  # the child's code equals its parent's or another answer's
+    "eval_failed",  # the child was built but its evaluation failed
+]
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What the trusted evaluator said about one program."""
+
+    ok: bool
+    scores: dict[str, float] = field(default_factory=dict)  # objective name -> value
+    failure: FailureKind | None = None
+    detail: str = ""  # the reason or feedback text, short
+    artifacts: dict[str, str] = field(default_factory=dict)  # e.g. stderr, feedback for the next prompt
+    wall_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Program:
+    """A scored program in the store. Only programs whose evaluation succeeded are Programs."""
+
+    id: int
+    run_id: int
+    code: str
+    parent_id: int | None
+    island: int
+    iteration: int  # 0 for the seed program
+    policy: str  # policy name, "" for the seed
+    edit: str  # the answer text that produced it from its parent ("" for the seed)
+    scores: dict[str, float]
+    scalar: float  # the problem's reduction of `scores`, used for ranking
+    solved: bool
+    artifacts: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MutationRequest:
+    """Everything the prompt builder needs for one iteration."""
+
+    iteration: int
+    island: int
+    parent: Program
+    inspirations: tuple[Program, ...]
+    problem_description: str
+    objective_names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One policy reply."""
+
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+    finish_reason: str = ""

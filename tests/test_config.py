@@ -1,0 +1,86 @@
+"""Config parsing: every mistake is one clear line naming the file, the key and what is allowed."""
+
+from pathlib import Path
+
+import pytest
+
+from evolve.cli import main
+from evolve.config import ConfigError, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "evolve.toml"
+    path.write_text(text)
+    return path
+
+
+def test_shipped_default_config_is_valid() -> None:
+    config = load_config(ROOT / "evolve.toml")
+    assert config.policy.backend == "hf"
+    assert (ROOT / "programs" / config.run.problem).is_dir()
+
+
+def test_unknown_key_names_file_key_and_allowed_keys(tmp_path: Path) -> None:
+    path = write(tmp_path, "[run]\niteratons = 5\n")
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    message = str(error.value)
+    assert str(path) in message
+    assert "run.iteratons" in message
+    assert "iterations" in message and "seed" in message
+    assert "\n" not in message
+
+
+def test_unknown_nested_key_lists_that_sections_keys(tmp_path: Path) -> None:
+    path = write(tmp_path, "[selection.map_elites]\nbinz = 3\n")
+    with pytest.raises(ConfigError, match=r"selection\.map_elites\.binz.*allowed here: features, bins"):
+        load_config(path)
+
+
+def test_unknown_section_is_rejected(tmp_path: Path) -> None:
+    path = write(tmp_path, "[sandbx]\ntimeout = 3\n")
+    with pytest.raises(ConfigError, match=r"unknown key 'sandbx'.*run, policy, selection"):
+        load_config(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("[run]\niterations = 0\n", "run.iterations"),
+        ("[run]\niterations = 'many'\n", "run.iterations"),
+        ("[policy]\nbackend = 'tensorflow'\n", "policy.backend"),
+        ("[policy]\nedit_format = 'patch'\n", "policy.edit_format"),
+        ("[selection]\nexploration_ratio = 0.6\nexploitation_ratio = 0.6\n", "selection"),
+    ],
+)
+def test_invalid_values_name_the_key(tmp_path: Path, text: str, key: str) -> None:
+    with pytest.raises(ConfigError, match=rf"invalid value for '{key}'"):
+        load_config(write(tmp_path, text))
+
+
+def test_broken_toml_is_one_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(write(tmp_path, "[run\nseed = 1\n"))
+
+
+def test_missing_file_is_one_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="file not found"):
+        load_config(tmp_path / "nope.toml")
+
+
+def test_command_line_overrides_win(tmp_path: Path) -> None:
+    path = write(tmp_path, "[run]\niterations = 5\nseed = 1\n")
+    config = load_config(path, {"run.iterations": 9, "run.seed": None, "run.db": "x.db"})
+    assert (config.run.iterations, config.run.seed, config.run.db) == (9, 1, "x.db")
+
+
+def test_cli_reports_config_error_and_runs_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, "[run]\nproblem = 'symbolic_regression'\nbogus = 1\n")
+    db = tmp_path / "store.db"
+    code = main(["run", "--config", str(path), "--db", str(db)])
+    out = capsys.readouterr().out
+    assert code == 2
+    assert "config error" in out and "run.bogus" in out
+    assert not db.exists()
