@@ -1,0 +1,5 @@
+import numpy as np
+
+
+def solve(x):
+    return np.arange(x) * 2.0

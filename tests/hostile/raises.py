@@ -1,0 +1,2 @@
+def solve(x):
+    raise ValueError("the candidate gave up")

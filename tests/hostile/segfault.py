@@ -1,0 +1,5 @@
+import ctypes
+
+
+def solve(x):
+    return ctypes.string_at(0)

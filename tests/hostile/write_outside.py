@@ -1,0 +1,4 @@
+def solve(target):
+    with open(target, "w") as handle:
+        handle.write("pwned")
+    return "wrote"
