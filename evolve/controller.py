@@ -92,10 +92,11 @@ class Controller:
             programs = [await self._seed()]
         for program in programs:
             self._admit(program)
+        budget = range(1, self.config.run.iterations + 1)
         done = self.store.completed_iterations(self.run_id)
-        self.stats.iterations_done = len(done)
+        self.stats.iterations_done = sum(1 for iteration in budget if iteration in done)
         pending: asyncio.Queue[int] = asyncio.Queue()
-        for iteration in range(1, self.config.run.iterations + 1):
+        for iteration in budget:
             if iteration not in done:
                 pending.put_nowait(iteration)
         self.on_update(self.stats)
