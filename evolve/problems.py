@@ -1,64 +1,81 @@
-"""Problem folders: problem.toml read into a Problem, with one clear message per mistake."""
+"""Problem folders (problem.toml, initial.py, evaluator.py, driver.py) read into a Problem; one line per mistake."""
 
 from __future__ import annotations
 
+import ast
 import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from evolve.edits import find_blocks
+from evolve.edits import EVOLVE_END, EVOLVE_START, find_blocks
 from evolve.sandbox import SandboxLimits
+
+_BUILTIN_FEATURES = ("code_length", "scalar")
 
 
 class ProblemError(Exception):
-    """A problem folder is wrong; the message names the file and what to fix."""
+    """A mistake in a problem folder, worded as one line that names the file and what to fix."""
 
 
-class _Strict(BaseModel):
+class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class ScoreSpec(_Strict):
+class ScoreSection(_Section):
     reduction: Literal["mean", "weighted"] = "mean"
-    weights: dict[str, float] = Field(default_factory=dict)
+    weights: dict[str, float] = Field(default_factory=dict, description="objective -> weight, for 'weighted'")
 
 
-class SolvedSpec(_Strict):
-    all_at_least: float | None = None
-    scalar_at_least: float | None = None
+class SolvedSection(_Section):
+    all_at_least: float | None = Field(None, description="solved when every objective reaches this")
+    scalar_at_least: float | None = Field(None, description="solved when the scalar reaches this")
 
 
-class LimitsSpec(_Strict):
-    wall_time_s: float = Field(10.0, gt=0)
-    cpu_time_s: float = Field(10.0, gt=0)
-    memory_mb: int = Field(1024, ge=64)
-    max_processes: int = Field(16, ge=1)
-    max_output_bytes: int = Field(1_000_000, ge=1024)
+class LimitsSection(_Section):
+    wall_time_s: float = Field(SandboxLimits.wall_time_s, gt=0)
+    cpu_time_s: float = Field(SandboxLimits.cpu_time_s, gt=0)
+    memory_mb: int = Field(SandboxLimits.memory_mb, ge=32)
+    max_processes: int = Field(SandboxLimits.max_processes, ge=1)
+    max_output_bytes: int = Field(SandboxLimits.max_output_bytes, ge=1024)
 
 
-class MapElitesSpec(_Strict):
+class MapElitesSection(_Section):
     features: tuple[str, ...] = ()
 
 
-class ProblemFile(_Strict):
-    name: str
-    description: str
-    provenance: str = ""
-    objectives: list[str] = Field(min_length=1)
-    score: ScoreSpec = ScoreSpec()
-    solved: SolvedSpec = SolvedSpec()
-    limits: LimitsSpec = LimitsSpec()
-    map_elites: MapElitesSpec = MapElitesSpec()
+class ProblemFile(_Section):
+    """problem.toml as written; checks that need several keys at once are in load_problem."""
+
+    name: str = Field(min_length=1)
+    description: str = Field(min_length=1, description="shown to the policy, 1-4 sentences")
+    provenance: str = Field(min_length=1, description="where the problem comes from")
+    objectives: tuple[str, ...] = Field(min_length=1)
+    score: ScoreSection = ScoreSection()
+    solved: SolvedSection = SolvedSection()
+    limits: LimitsSection = LimitsSection()
+    map_elites: MapElitesSection = MapElitesSection()
+
+    @field_validator("objectives")
+    @classmethod
+    def _distinct_names(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        if any(not name.strip() for name in names):
+            raise ValueError("objective names must not be empty")
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"objective names must be distinct; repeated: {', '.join(duplicates)}")
+        return names
 
 
 @dataclass(frozen=True)
 class Problem:
+    """A loaded, checked problem folder."""
+
     name: str
-    path: Path
+    path: Path  # the folder, absolute
     description: str
     initial_code: str
     objectives: tuple[str, ...]
@@ -74,72 +91,145 @@ class Problem:
     def evaluator_path(self) -> Path:
         return self.path / "evaluator.py"
 
+    def _vector(self, scores: dict[str, float]) -> list[float]:
+        missing = [name for name in self.objectives if name not in scores]
+        if missing:
+            raise ValueError(f"{self.name}: scores lack objectives {', '.join(missing)}")
+        return [scores[name] for name in self.objectives]
+
     def scalar(self, scores: dict[str, float]) -> float:
-        """The ranking scalar: the declared reduction of the score vector."""
+        """The ranking scalar: the mean of the objectives, or their weighted mean (weights / total weight)."""
+        values = self._vector(scores)
         if self.reduction == "weighted":
-            total = sum(self.weights.get(name, 0.0) for name in self.objectives)
-            return sum(self.weights.get(name, 0.0) * scores[name] for name in self.objectives) / (total or 1.0)
-        return math.fsum(scores[name] for name in self.objectives) / len(self.objectives)
+            weights = [self.weights[name] for name in self.objectives]
+            return math.fsum(w * v for w, v in zip(weights, values, strict=True)) / math.fsum(weights)
+        return math.fsum(values) / len(values)
 
     def is_solved(self, scores: dict[str, float]) -> bool:
-        if self.solved_all_at_least is not None and any(
-            scores[name] < self.solved_all_at_least for name in self.objectives
-        ):
+        """True when every declared [solved] condition holds; a problem with none is never solved."""
+        if self.solved_all_at_least is None and self.solved_scalar_at_least is None:
             return False
-        if self.solved_scalar_at_least is not None and self.scalar(scores) < self.solved_scalar_at_least:
+        values = self._vector(scores)
+        if self.solved_all_at_least is not None and min(values) < self.solved_all_at_least:
             return False
-        return self.solved_all_at_least is not None or self.solved_scalar_at_least is not None
+        return self.solved_scalar_at_least is None or self.scalar(scores) >= self.solved_scalar_at_least
 
 
-def _problem_dir(name_or_path: str, programs_dir: Path) -> Path:
-    candidate = Path(name_or_path)
-    if candidate.is_dir():
-        return candidate.resolve()
-    folder = programs_dir / name_or_path
-    if folder.is_dir():
-        return folder.resolve()
-    known = ", ".join(sorted(path.parent.name for path in programs_dir.glob("*/problem.toml")))
-    raise ProblemError(f"{programs_dir / name_or_path}: no such problem folder (known problems: {known or 'none'})")
+def _describe(error: Any, source: Path) -> str:
+    loc = tuple(error["loc"])
+    key = ".".join(str(part) for part in loc) or "(top level)"
+    if error["type"] == "extra_forbidden":
+        model: type[BaseModel] = ProblemFile
+        for part in loc[:-1]:
+            annotation = model.model_fields[str(part)].annotation
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                model = annotation
+        return f"{source}: unknown key '{key}' (allowed here: {', '.join(model.model_fields)})"
+    if error["type"] == "missing":
+        return f"{source}: missing key '{key}'"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return f"{source}: invalid value for '{key}': {error.get('input')!r} ({message})"
+
+
+def _check_consistency(spec: ProblemFile, folder: Path, source: Path) -> None:
+    if spec.name != folder.name:
+        raise ProblemError(f"{source}: name = {spec.name!r} must match the folder name {folder.name!r}")
+    declared = set(spec.objectives)
+    weights = spec.score.weights
+    if spec.score.reduction == "weighted":
+        unknown = sorted(set(weights) - declared)
+        missing = [name for name in spec.objectives if name not in weights]
+        if unknown:
+            raise ProblemError(f"{source}: score.weights names undeclared objectives: {', '.join(unknown)}")
+        if missing:
+            raise ProblemError(f"{source}: score.weights needs a weight for every objective; missing: "
+                               f"{', '.join(missing)}")
+        if any(w < 0 for w in weights.values()) or math.fsum(weights.values()) <= 0:
+            raise ProblemError(f"{source}: score.weights must be >= 0 with a positive total")
+    elif weights:
+        raise ProblemError(f"{source}: score.weights is only used with score.reduction = 'weighted'")
+    unknown_features = [f for f in spec.map_elites.features if f not in _BUILTIN_FEATURES and f not in declared]
+    if unknown_features:
+        raise ProblemError(f"{source}: map_elites.features {unknown_features} are neither "
+                           f"{' nor '.join(_BUILTIN_FEATURES)} nor declared objectives")
+
+
+def _read_toml(source: Path) -> ProblemFile:
+    try:
+        data = tomllib.loads(source.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ProblemError(f"{source}: not valid TOML ({exc})") from None
+    try:
+        return ProblemFile.model_validate(data)
+    except ValidationError as exc:
+        errors = sorted(exc.errors(), key=lambda error: error["type"] != "extra_forbidden")  # typos first
+        raise ProblemError(_describe(errors[0], source)) from None
+
+
+def _read_initial(path: Path) -> str:
+    code = path.read_text()
+    try:
+        ast.parse(code, filename=str(path))
+    except SyntaxError as exc:
+        raise ProblemError(f"{path}: line {exc.lineno}: syntax error ({exc.msg})") from None
+    if not find_blocks(code):
+        raise ProblemError(f"{path}: no EVOLVE block; put the code the policy may change between a "
+                           f"'{EVOLVE_START}' line and a '{EVOLVE_END}' line")
+    return code
+
+
+def _check_evaluator(path: Path) -> None:
+    try:
+        tree = ast.parse(path.read_text(), filename=str(path))
+    except SyntaxError as exc:
+        raise ProblemError(f"{path}: line {exc.lineno}: syntax error ({exc.msg})") from None
+    if not any(isinstance(node, ast.FunctionDef) and node.name == "evaluate" for node in tree.body):
+        raise ProblemError(f"{path}: defines no top-level 'def evaluate(program_path, sandbox)'")
+
+
+def problem_folder(name_or_path: str, programs_dir: Path) -> Path:
+    """The folder a problem name (looked up in programs_dir) or a folder path refers to."""
+    by_name = programs_dir / name_or_path
+    if by_name.is_dir():
+        return by_name.resolve()
+    as_path = Path(name_or_path)
+    if as_path.is_dir():
+        return as_path.resolve()
+    known = ", ".join(list_problems(programs_dir)) if programs_dir.is_dir() else ""
+    raise ProblemError(f"{by_name}: no such problem folder (problems in {programs_dir}: {known or 'none'})")
 
 
 def load_problem(name_or_path: str, programs_dir: Path) -> Problem:
-    """Read and check a problem folder: problem.toml, initial.py with EVOLVE-BLOCK markers, evaluator.py."""
-    folder = _problem_dir(name_or_path, programs_dir)
-    toml_path = folder / "problem.toml"
-    for required in (toml_path, folder / "initial.py", folder / "evaluator.py"):
-        if not required.is_file():
-            raise ProblemError(f"{required}: missing (a problem folder needs problem.toml, initial.py, evaluator.py)")
-    try:
-        spec = ProblemFile.model_validate(tomllib.loads(toml_path.read_text()))
-    except tomllib.TOMLDecodeError as exc:
-        raise ProblemError(f"{toml_path}: not valid TOML ({exc})") from None
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        key = ".".join(str(part) for part in error["loc"])
-        what = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
-        raise ProblemError(f"{toml_path}: '{key}': {what}") from None
-    if spec.score.reduction == "weighted" and not spec.score.weights:
-        raise ProblemError(f"{toml_path}: 'score.weights' is needed when score.reduction = 'weighted'")
-    if len(set(spec.objectives)) != len(spec.objectives):
-        raise ProblemError(f"{toml_path}: 'objectives' has duplicate names")
-    initial = (folder / "initial.py").read_text()
-    if not find_blocks(initial):
-        raise ProblemError(f"{folder / 'initial.py'}: no '# EVOLVE-BLOCK-START' ... '# EVOLVE-BLOCK-END' block to evolve")
+    """Read and check a problem folder; any mistake raises ProblemError naming the file and the fix."""
+    folder = problem_folder(name_or_path, programs_dir)
+    needs = {"problem.toml": "the problem's settings", "initial.py": "the seed program",
+             "evaluator.py": "the trusted scorer"}
+    for filename, role in needs.items():
+        if not (folder / filename).is_file():
+            raise ProblemError(f"{folder / filename}: file not found (every problem folder needs {filename}, {role})")
+    source = folder / "problem.toml"
+    spec = _read_toml(source)
+    _check_consistency(spec, folder, source)
+    initial_code = _read_initial(folder / "initial.py")
+    _check_evaluator(folder / "evaluator.py")
     return Problem(
         name=spec.name,
         path=folder,
-        description=spec.description.strip(),
-        initial_code=initial,
-        objectives=tuple(spec.objectives),
+        description=" ".join(spec.description.split()),
+        initial_code=initial_code,
+        objectives=spec.objectives,
         reduction=spec.score.reduction,
         weights=dict(spec.score.weights),
         solved_all_at_least=spec.solved.all_at_least,
         solved_scalar_at_least=spec.solved.scalar_at_least,
         limits=SandboxLimits(**spec.limits.model_dump()),
         features=spec.map_elites.features,
-        provenance=spec.provenance,
+        provenance=" ".join(spec.provenance.split()),
     )
 
 
-def list_problems(programs_dir: Path) -> list[Problem]:
-    return [load_problem(path.parent.name, programs_dir) for path in sorted(programs_dir.glob("*/problem.toml"))]
+def list_problems(programs_dir: Path) -> list[str]:
+    """Names of the folders in programs_dir that hold a problem.toml, sorted."""
+    if not programs_dir.is_dir():
+        return []
+    return sorted(path.parent.name for path in programs_dir.glob("*/problem.toml"))

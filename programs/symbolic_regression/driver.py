@@ -1,14 +1,18 @@
-"""Runs inside the sandbox: evaluates the candidate's f at the given points (None where it fails)."""
+"""Runs inside the sandbox: the candidate's f at each point, None where it raises or is not a finite number."""
 
 import math
 
 
+def value_at(f, x):
+    try:
+        y = float(f(x))
+    except (ArithmeticError, ValueError, TypeError):  # a failure at one point costs that point's region
+        return None
+    return y if math.isfinite(y) else None
+
+
 def drive(candidate, xs):
-    ys = []
-    for x in xs:
-        try:
-            y = float(candidate.f(x))
-        except Exception:  # a failure at one point costs that point, not the whole program
-            y = None
-        ys.append(y if y is not None and math.isfinite(y) else None)
-    return ys
+    f = getattr(candidate, "f", None)
+    if not callable(f):
+        raise TypeError("the program defines no function f(x)")
+    return [value_at(f, x) for x in xs]

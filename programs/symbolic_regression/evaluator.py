@@ -1,44 +1,50 @@
-"""Trusted evaluator for symbolic_regression: per-region fit of the candidate's f to the hidden target."""
+"""Trusted evaluator for symbolic_regression: per-region fit of the candidate's f to a hidden target.
 
+The target is computed here, in the trusted process, and never sent to the candidate's child; the
+child only receives the sample points and returns f at each of them.
+"""
+
+import math
 from pathlib import Path
 
 from evolve.evaluator_api import CandidateFailure, EvaluationResult, Sandbox, fail_unless_ok
 
-REGIONS = 8
-POINTS_PER_REGION = 25
-LOW, HIGH = -2.0, 2.0
-MISS_PENALTY = 1e6  # squared error charged for a point where f fails or is not finite
+LOW, HIGH = -3, 3
+POINTS_PER_REGION = 50
+DRIVER = Path(__file__).with_name("driver.py")
 
 
 def target(x: float) -> float:
-    return x**3 + x**2 + x
+    return x**3 + x**2 + x  # Nguyen-1
 
 
-def grid() -> list[list[float]]:
-    width = (HIGH - LOW) / REGIONS
-    return [[LOW + width * (r + (i + 0.5) / POINTS_PER_REGION) for i in range(POINTS_PER_REGION)]
-            for r in range(REGIONS)]
+def regions() -> dict[str, list[float]]:
+    """Objective name -> its sample points: the midpoints of 50 equal steps across each unit region."""
+    return {
+        f"region_{start}_{start + 1}": [start + (i + 0.5) / POINTS_PER_REGION for i in range(POINTS_PER_REGION)]
+        for start in range(LOW, HIGH)
+    }
+
+
+def region_score(xs: list[float], ys: list[object]) -> tuple[float, float | None]:
+    """1 / (1 + MSE) and the mean signed error; (0, None) if any point failed."""
+    if any(not isinstance(y, (int, float)) for y in ys):
+        return 0.0, None
+    errors = [y - target(x) for x, y in zip(xs, ys, strict=True)]
+    mse = math.fsum(e * e for e in errors) / len(errors)
+    return 1.0 / (1.0 + mse), math.fsum(errors) / len(errors)
 
 
 def evaluate(program_path: str, sandbox: Sandbox) -> EvaluationResult:
-    regions = grid()
-    xs = [x for region in regions for x in region]
-    ys = fail_unless_ok(sandbox.run_driver(program_path, Path(__file__).with_name("driver.py"), xs)).value
+    grid = regions()
+    xs = [x for points in grid.values() for x in points]
+    ys = fail_unless_ok(sandbox.run_driver(program_path, DRIVER, xs)).value
     if not isinstance(ys, list) or len(ys) != len(xs):
         raise CandidateFailure("bad_output", "the driver did not return one value per point")
-    scores, misses, worst = {}, 0, (0.0, 0.0)
-    for r, region in enumerate(regions):
-        errors = []
-        for x, y in zip(region, ys[r * POINTS_PER_REGION:(r + 1) * POINTS_PER_REGION]):
-            if not isinstance(y, (int, float)):
-                misses += 1
-                errors.append(MISS_PENALTY)
-                continue
-            error = (y - target(x)) ** 2
-            errors.append(min(error, MISS_PENALTY))
-            worst = max(worst, (error, x))
-        scores[f"region_{r}"] = 1.0 / (1.0 + sum(errors) / len(errors))
-    feedback = f"largest error near x={worst[1]:.2f}"
-    if misses:
-        feedback += f"; f failed or was not finite at {misses} points"
-    return EvaluationResult(scores=scores, artifacts={"feedback": feedback})
+    scores, notes, start = {}, [], 0
+    for name, points in grid.items():
+        scores[name], bias = region_score(points, ys[start:start + len(points)])
+        start += len(points)
+        fit = "f failed or was not finite" if bias is None else f"mean(f - target) = {bias:+.3g}"
+        notes.append(f"{name}: {fit}")
+    return EvaluationResult(scores=scores, artifacts={"feedback": "; ".join(notes)})

@@ -1,0 +1,449 @@
+"""Problems and the trusted evaluator process: shipped problems score as documented, mistakes read clearly."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from evolve.evaluation import evaluate_program
+from evolve.problems import Problem, ProblemError, list_problems, load_problem
+from evolve.records import Evaluation
+
+ROOT = Path(__file__).resolve().parents[1]
+PROGRAMS = ROOT / "programs"
+SOLUTIONS = Path(__file__).parent / "solutions"
+SHIPPED = ["bin_packing", "run_length", "symbolic_regression"]
+
+
+def evaluate(problem: Problem, code: str, timeout_s: float | None = None) -> Evaluation:
+    return asyncio.run(evaluate_program(problem, code, timeout_s))
+
+
+def shipped(name: str) -> Problem:
+    return load_problem(name, PROGRAMS)
+
+
+# ---------------------------------------------------------------- shipped problems
+
+
+def test_every_shipped_problem_loads_with_its_declared_objectives() -> None:
+    assert list_problems(PROGRAMS) == SHIPPED
+    for name in SHIPPED:
+        problem = shipped(name)
+        assert problem.name == name and problem.path == PROGRAMS / name
+        assert problem.description and problem.provenance
+        assert len(problem.objectives) >= 6
+        assert "# EVOLVE-BLOCK-START" in problem.initial_code
+        assert problem.features == ("code_length", "scalar")
+
+
+def test_symbolic_regression_initial_program_scores_low_per_region() -> None:
+    problem = shipped("symbolic_regression")
+    result = evaluate(problem, problem.initial_code)
+    assert result.ok, result
+    assert list(result.scores) == list(problem.objectives)
+    expected = [0.0086, 0.2303, 0.9906, 0.5967, 0.0216, 0.0018]
+    assert [result.scores[name] for name in problem.objectives] == pytest.approx(expected, abs=1e-4)
+    assert problem.scalar(result.scores) == pytest.approx(0.3083, abs=1e-4)
+    assert not problem.is_solved(result.scores)
+    assert "region_2_3: mean(f - target)" in result.artifacts["feedback"]
+
+
+def test_bin_packing_initial_first_fit_scores_lower_bound_over_bins() -> None:
+    problem = shipped("bin_packing")
+    result = evaluate(problem, problem.initial_code)
+    assert result.ok, result
+    lower_bounds, bins = [103, 100, 100, 102, 100, 102], [108, 106, 106, 109, 105, 108]
+    expected = [bound / used for bound, used in zip(lower_bounds, bins, strict=True)]
+    assert [result.scores[name] for name in problem.objectives] == pytest.approx(expected)
+    assert problem.scalar(result.scores) == pytest.approx(0.9455, abs=1e-4)
+    assert not problem.is_solved(result.scores)
+
+
+def test_bin_packing_threshold_lies_between_best_fit_and_funsearch() -> None:
+    problem = shipped("bin_packing")
+    best_fit = problem.initial_code.replace("return -np.arange(len(bins), dtype=float)", "return -(bins - item)")
+    assert best_fit != problem.initial_code
+    result = evaluate(problem, best_fit)
+    assert result.ok, result
+    assert problem.scalar(result.scores) == pytest.approx(0.9514, abs=1e-4)
+    assert not problem.is_solved(result.scores)
+
+
+def test_run_length_initial_program_passes_only_runs_of_one() -> None:
+    problem = shipped("run_length")
+    result = evaluate(problem, problem.initial_code)
+    assert result.ok, result
+    passed = [name for name in problem.objectives if result.scores[name] == 1.0]
+    assert passed == ["test_00", "test_01", "test_02", "test_08"]
+    assert set(result.scores.values()) == {0.0, 1.0}
+    assert problem.scalar(result.scores) == pytest.approx(4 / 12)
+    assert "encode('aaa') should be '3a' but got '1a1a1a'" in result.artifacts["feedback"]
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_known_good_solution_solves_the_problem(name: str) -> None:
+    problem = shipped(name)
+    started = time.monotonic()
+    result = evaluate(problem, (SOLUTIONS / f"{name}.py").read_text())
+    assert result.ok, result
+    assert problem.is_solved(result.scores), result.scores
+    assert time.monotonic() - started < 2.0
+
+
+# ---------------------------------------------------------------- candidates that fail or cheat
+
+
+def test_candidate_raising_at_import_is_a_crash_with_its_reason() -> None:
+    problem = shipped("symbolic_regression")
+    result = evaluate(problem, "raise RuntimeError('no model today')\n")
+    assert not result.ok and result.failure == "crash"
+    assert "RuntimeError: no model today" in result.detail
+
+
+def test_candidate_with_an_undefined_name_is_a_crash() -> None:
+    problem = shipped("bin_packing")
+    code = problem.initial_code.replace("return -np.arange(len(bins), dtype=float)", "return -scipy.ones(3)")
+    result = evaluate(problem, code)
+    assert (result.ok, result.failure) == (False, "crash")
+    assert "NameError" in result.detail and "scipy" in result.detail
+
+
+def test_non_finite_output_zeroes_only_its_region() -> None:
+    problem = shipped("symbolic_regression")
+    code = problem.initial_code.replace("return x", "return float('inf') if x > 2 else x")
+    result = evaluate(problem, code)
+    assert result.ok, result
+    assert result.scores["region_2_3"] == 0.0
+    assert result.scores["region_-1_0"] == pytest.approx(0.9906, abs=1e-4)
+    assert "region_2_3: f failed or was not finite" in result.artifacts["feedback"]
+
+
+def test_priority_with_the_wrong_shape_is_bad_output() -> None:
+    problem = shipped("bin_packing")
+    code = problem.initial_code.replace("return -np.arange(len(bins), dtype=float)", "return 1.0")
+    result = evaluate(problem, code)
+    assert (result.ok, result.failure) == (False, "bad_output")
+    assert "one score per bin" in result.detail
+
+
+def test_candidate_forging_the_drivers_packing_is_caught_by_the_evaluator() -> None:
+    problem = shipped("bin_packing")
+    forger = problem.initial_code + textwrap.dedent("""
+        import sys
+        sys.modules["evolve_driver"].pack = lambda priority, items, capacity: [0] * len(items)
+    """)
+    result = evaluate(problem, forger)
+    assert (result.ok, result.failure) == (False, "bad_output")
+    assert "bin 0 holds" in result.detail
+
+
+def test_run_length_candidate_failing_every_test_is_a_crash_but_one_failure_costs_one_test() -> None:
+    problem = shipped("run_length")
+    everywhere = evaluate(problem, "def encode(s):\n    return s[0] + undefined\n")
+    assert (everywhere.ok, everywhere.failure) == (False, "crash")
+    assert "IndexError" in everywhere.detail or "NameError" in everywhere.detail
+    solution = (SOLUTIONS / "run_length.py").read_text()
+    once = solution.replace("    parts = []", "    if s == 'AaAa':\n        raise KeyError(s)\n    parts = []")
+    result = evaluate(problem, once)
+    assert result.ok, result
+    assert [name for name, score in result.scores.items() if score == 0.0] == ["test_08"]
+    assert "test_08: encode('AaAa') should be '1A1a1A1a' but raised KeyError" in result.artifacts["feedback"]
+
+
+CHEATER = '''
+import os
+
+def _parent_arguments(pid):
+    with open(f"/proc/{pid}/status") as handle:
+        parent = next(line.split()[1] for line in handle if line.startswith("PPid:"))
+    with open(f"/proc/{parent}/cmdline", "rb") as handle:
+        return parent, handle.read().decode().split("\\0")
+
+def _steal():
+    """Find the problem folder on the evaluator process's command line and read the hidden target."""
+    pid, seen = os.getpid(), []
+    for _ in range(3):
+        pid, arguments = _parent_arguments(pid)
+        seen += arguments
+    folders = [a for a in seen if os.path.basename(a.rstrip("/")) == "symbolic_regression"]
+    if not folders:
+        raise RuntimeError(f"no problem folder on the command lines: {seen}")
+    with open(os.path.join(folders[0], "evaluator.py")) as handle:
+        source = handle.read()
+    namespace = {}
+    exec(source[source.index("def target"):source.index("def regions")], namespace)
+    return namespace["target"]
+
+TARGET = _steal()
+
+# EVOLVE-BLOCK-START
+def f(x):
+    return TARGET(x)
+# EVOLVE-BLOCK-END
+'''
+
+
+def test_candidate_cannot_read_the_hidden_target_from_the_evaluator() -> None:
+    problem = shipped("symbolic_regression")
+    result = evaluate(problem, CHEATER)
+    assert not result.ok, "the candidate read the evaluator and reproduced the target"
+    assert result.failure == "crash"
+    assert "PermissionError" in result.detail and "evaluator.py" in result.detail
+
+
+# ---------------------------------------------------------------- problem.toml mistakes
+
+TOY_TOML = """\
+name = "toy"
+description = "Make f(2) large."
+provenance = "a test fixture"
+objectives = ["a", "b"]
+
+[solved]
+all_at_least = 1.0
+
+[limits]
+wall_time_s = 5
+cpu_time_s = 5
+"""
+
+TOY_INITIAL = """\
+# EVOLVE-BLOCK-START
+def f(x):
+    return x
+# EVOLVE-BLOCK-END
+"""
+
+TOY_EVALUATOR = """\
+from evolve.evaluator_api import fail_unless_ok
+
+
+def evaluate(program_path, sandbox):
+    value = fail_unless_ok(sandbox.call(program_path, "f", 2)).value
+    return {"a": value / 4, "b": 1.0}
+"""
+
+
+def make_problem(tmp_path: Path, toml: str = TOY_TOML, initial: str | None = TOY_INITIAL,
+                 evaluator: str = TOY_EVALUATOR) -> Path:
+    folder = tmp_path / "toy"
+    folder.mkdir()
+    (folder / "problem.toml").write_text(toml)
+    if initial is not None:
+        (folder / "initial.py").write_text(initial)
+    (folder / "evaluator.py").write_text(evaluator)
+    return folder
+
+
+def load_error(folder: Path) -> str:
+    with pytest.raises(ProblemError) as error:
+        load_problem("toy", folder.parent)
+    message = str(error.value)
+    assert "\n" not in message
+    return message
+
+
+def test_toy_problem_loads_and_evaluates(tmp_path: Path) -> None:
+    problem = load_problem("toy", make_problem(tmp_path).parent)
+    assert problem.objectives == ("a", "b") and problem.limits.wall_time_s == 5
+    result = evaluate(problem, problem.initial_code)
+    assert result.ok and result.scores == {"a": 0.5, "b": 1.0}
+    assert problem.scalar(result.scores) == 0.75 and not problem.is_solved(result.scores)
+
+
+@pytest.mark.parametrize(
+    ("edit", "fragments"),
+    [
+        (lambda t: t.replace("provenance", "provenence"), ["unknown key 'provenence'", "allowed here:"]),
+        (lambda t: t + "\n[score]\nreductoin = 'mean'\n", ["unknown key 'score.reductoin'", "reduction, weights"]),
+        (lambda t: t.replace("[limits]", "[limits]\nmemory = 5"), ["unknown key 'limits.memory'", "memory_mb"]),
+        (lambda t: t.replace('objectives = ["a", "b"]', ""), ["missing key 'objectives'"]),
+        (lambda t: t.replace('["a", "b"]', '["a", "a"]'), ["'objectives'", "repeated: a"]),
+        (lambda t: t.replace("wall_time_s = 5", "wall_time_s = -1"), ["'limits.wall_time_s'", "-1"]),
+        (lambda t: t.replace('"toy"', '"toy2"'), ["name = 'toy2'", "folder name 'toy'"]),
+        (lambda t: t.replace("[solved]", "[score]\nreduction = 'weighted'\nweights = {a = 1.0}\n[solved]"),
+         ["score.weights", "missing: b"]),
+        (lambda t: t + "\n[map_elites]\nfeatures = ['speed']\n", ["map_elites.features", "speed"]),
+        (lambda t: t.replace("[limits]", "[limits"), ["not valid TOML"]),
+    ],
+)
+def test_problem_toml_mistake_is_one_line_naming_file_and_key(tmp_path: Path, edit, fragments: list[str]) -> None:
+    folder = make_problem(tmp_path, toml=edit(TOY_TOML))
+    message = load_error(folder)
+    assert message.startswith(str(folder / "problem.toml") + ":"), message
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+def test_missing_initial_program_is_named(tmp_path: Path) -> None:
+    folder = make_problem(tmp_path, initial=None)
+    message = load_error(folder)
+    assert message.startswith(str(folder / "initial.py")) and "file not found" in message
+
+
+def test_initial_program_without_evolve_markers_says_how_to_mark_it(tmp_path: Path) -> None:
+    folder = make_problem(tmp_path, initial="def f(x):\n    return x\n")
+    message = load_error(folder)
+    assert message.startswith(str(folder / "initial.py"))
+    assert "# EVOLVE-BLOCK-START" in message and "# EVOLVE-BLOCK-END" in message
+
+
+def test_evaluator_without_evaluate_function_is_named_at_load(tmp_path: Path) -> None:
+    folder = make_problem(tmp_path, evaluator="def score(path):\n    return {}\n")
+    message = load_error(folder)
+    assert message.startswith(str(folder / "evaluator.py")) and "evaluate" in message
+
+
+def test_unknown_problem_name_lists_the_problems_there() -> None:
+    with pytest.raises(ProblemError) as error:
+        load_problem("symbolic_regresion", PROGRAMS)
+    assert "no such problem folder" in str(error.value)
+    assert "bin_packing, run_length, symbolic_regression" in str(error.value)
+
+
+def test_weighted_reduction_is_the_weighted_mean_and_solved_needs_every_condition(tmp_path: Path) -> None:
+    toml = TOY_TOML.replace("[solved]\nall_at_least = 1.0", "[score]\nreduction = 'weighted'\n"
+                            "weights = {a = 3.0, b = 1.0}\n[solved]\nall_at_least = 0.5\nscalar_at_least = 0.8")
+    problem = load_problem("toy", make_problem(tmp_path, toml=toml).parent)
+    assert problem.scalar({"a": 1.0, "b": 0.0}) == 0.75
+    assert not problem.is_solved({"a": 1.0, "b": 0.4})  # scalar 0.85 but b under 0.5
+    assert not problem.is_solved({"a": 0.7, "b": 1.0})  # every entry >= 0.5 but scalar 0.775
+    assert problem.is_solved({"a": 0.8, "b": 0.9})
+
+
+# ---------------------------------------------------------------- evaluator mistakes
+
+
+@pytest.mark.parametrize(
+    ("body", "fragments"),
+    [
+        ("return 1 / 0", ["evaluator.py (line 6) raised ZeroDivisionError: division by zero"]),
+        ("return [value, 1.0]", ["returned list", "dict[str, float]"]),
+        ("return {'a': float('nan'), 'b': 1.0}", ["objective 'a' is nan"]),
+        ("return {'a': float('inf'), 'b': 1.0}", ["objective 'a' is inf"]),
+        ("return {'a': 'high', 'b': 1.0}", ["objective 'a' is str"]),
+        ("return {'a': 1.0, 'c': 1.0}", ["missing ['b']", "unexpected ['c']"]),
+        ("raise CandidateFailure('slow')", ["CandidateFailure kind must be one of"]),
+        ("raise SystemExit(3)", ["raised SystemExit: 3"]),
+    ],
+)
+def test_evaluator_mistake_is_a_clear_evaluator_error(tmp_path: Path, body: str, fragments: list[str]) -> None:
+    evaluator = ("from evolve.evaluator_api import CandidateFailure, fail_unless_ok\n\n\n"
+                 "def evaluate(program_path, sandbox):\n"
+                 "    value = fail_unless_ok(sandbox.call(program_path, 'f', 2)).value\n"
+                 f"    {body}\n")
+    problem = load_problem("toy", make_problem(tmp_path, evaluator=evaluator).parent)
+    result = evaluate(problem, problem.initial_code)
+    assert (result.ok, result.failure) == (False, "evaluator_error"), result
+    for fragment in fragments:
+        assert fragment in result.detail, result.detail
+
+
+def test_evaluator_that_fails_to_import_is_an_evaluator_error(tmp_path: Path) -> None:
+    evaluator = "import no_such_module_anywhere\n\n\ndef evaluate(program_path):\n    return {}\n"
+    problem = load_problem("toy", make_problem(tmp_path, evaluator=evaluator).parent)
+    result = evaluate(problem, problem.initial_code)
+    assert (result.ok, result.failure) == (False, "evaluator_error")
+    assert "ModuleNotFoundError" in result.detail and "no_such_module_anywhere" in result.detail
+
+
+def test_candidate_failure_from_the_evaluator_keeps_its_kind(tmp_path: Path) -> None:
+    evaluator = ("from evolve.evaluator_api import CandidateFailure\n\n\n"
+                 "def evaluate(program_path, sandbox):\n"
+                 "    raise CandidateFailure('bad_output', 'f(2) must be even')\n")
+    problem = load_problem("toy", make_problem(tmp_path, evaluator=evaluator).parent)
+    result = evaluate(problem, problem.initial_code)
+    assert result == Evaluation(ok=False, failure="bad_output", detail="f(2) must be even", wall_s=result.wall_s)
+
+
+def test_one_argument_evaluator_and_its_prints_do_not_disturb_the_result(tmp_path: Path) -> None:
+    evaluator = ("import os\n\n\ndef evaluate(program_path):\n"
+                 "    print('{\"ok\": true, \"scores\": {\"a\": 99.0, \"b\": 99.0}}')\n"
+                 "    os.system('echo \"{}\"')\n"
+                 "    return {'a': 0.25, 'b': 0.5}\n")
+    problem = load_problem("toy", make_problem(tmp_path, evaluator=evaluator).parent)
+    result = evaluate(problem, problem.initial_code)
+    assert result.ok and result.scores == {"a": 0.25, "b": 0.5}
+
+
+WATCHING_EVALUATOR = """
+import json, os, threading, time
+
+def watch():
+    while True:
+        kids = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/stat") as handle:
+                    stat = handle.read()
+            except OSError:
+                continue
+            if stat.rsplit(")", 1)[1].split()[1] == str(os.getpid()):
+                kids.append(int(pid))
+        if kids:
+            with open(LOG, "w") as handle:
+                handle.write(json.dumps(kids))
+            return
+        time.sleep(0.05)
+
+def evaluate(program_path, sandbox):
+    threading.Thread(target=watch, daemon=True).start()
+    sandbox.call(program_path, "f", 2)
+    return {"a": 1.0, "b": 1.0}
+"""
+SLEEPER = "import time\n\n# EVOLVE-BLOCK-START\ndef f(x):\n    time.sleep(300)\n# EVOLVE-BLOCK-END\n"
+
+
+def running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def sandbox_dirs() -> set[str]:
+    return {name for name in os.listdir(tempfile.gettempdir()) if name.startswith(("evolve-sandbox-", "evolve-eval-"))}
+
+
+@pytest.mark.parametrize("how", ["deadline", "cancelled"])
+def test_stopped_evaluation_kills_its_sandbox_child_and_cleans_up(tmp_path: Path, how: str) -> None:
+    log = tmp_path / "children.json"
+    toml = TOY_TOML.replace("wall_time_s = 5", "wall_time_s = 60").replace("cpu_time_s = 5", "cpu_time_s = 60")
+    evaluator = f"LOG = {str(log)!r}\n" + WATCHING_EVALUATOR
+    problem = load_problem("toy", make_problem(tmp_path, toml=toml, evaluator=evaluator).parent)
+    before = sandbox_dirs()
+
+    async def cancel_after_two_seconds() -> None:
+        task = asyncio.create_task(evaluate_program(problem, SLEEPER))
+        await asyncio.sleep(2.0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    started = time.monotonic()
+    if how == "deadline":
+        result = evaluate(problem, SLEEPER, timeout_s=2.0)
+        assert (result.ok, result.failure) == (False, "timeout") and "over 2s" in result.detail
+    else:
+        asyncio.run(cancel_after_two_seconds())
+    assert time.monotonic() - started < 5.0
+    children = json.loads(log.read_text())
+    time.sleep(0.2)
+    assert children and not any(running(pid) for pid in children)
+    assert sandbox_dirs() <= before
+
+
+def test_evaluations_leave_no_temporary_program_files() -> None:
+    problem = shipped("run_length")
+    before = {name for name in os.listdir(tempfile.gettempdir()) if name.startswith("evolve-eval-")}
+    evaluate(problem, problem.initial_code)
+    after = {name for name in os.listdir(tempfile.gettempdir()) if name.startswith("evolve-eval-")}
+    assert after <= before
