@@ -224,7 +224,7 @@ class Controller:
         )
 
     def _commit(self, iteration: int, records: list[AttemptRecord | ChildRecord], island: int) -> None:
-        programs = self.store.record_iteration(self.run_id, iteration, records)
+        programs = self.store.record_iteration(self.run_id, iteration, records, policy=self.config.policy.name)
         for program in programs:
             self._admit(program)
         self.selector.maybe_migrate(iteration)
