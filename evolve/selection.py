@@ -1,175 +1,189 @@
-"""Parent and inspiration selection: islands with migration, a MAP-Elites grid, an elite archive, lexicase.
+"""Parent and inspiration selection: islands with ring migration, a MAP-Elites grid, an elite archive, lexicase.
 
-Every structure is bounded (island populations, archive, grid cells), so the work per iteration
-does not grow with the number of programs a run has made. The RNG of iteration i is derived from
-(seed, i) alone: given the same policy outputs a run picks the same parents, and a resumed run
-picks as the uninterrupted one would have.
+Every structure is bounded (island populations, archive, occupied grid cells), so the work of
+`add` and `sample` depends on the population and archive sizes, never on how many programs the
+run has made. The RNG of iteration i is derived from (seed, i) alone and `sample` changes no
+state: given the same programs added in the same order, a run picks the same parents, and a
+resumed run picks as the uninterrupted one would have.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
-from dataclasses import dataclass
+from collections.abc import Iterable
 
 from evolve.config import SelectionConfig
+from evolve.map_elites import BUILTIN_FEATURES, MapElitesGrid, rank
 from evolve.records import Program
 
-BUILTIN_FEATURES = ("code_length", "scalar")
+__all__ = ["BUILTIN_FEATURES", "Island", "MapElitesGrid", "Selector", "iteration_rng", "lexicase", "rank"]
 
 
 def iteration_rng(seed: int, iteration: int) -> random.Random:
-    return random.Random(seed * 1_000_003 + iteration * 7_919 + 17)
+    """The RNG for one iteration: a stable hash of (seed, iteration), the same in every process."""
+    digest = hashlib.sha256(f"evolve-selection/{seed}/{iteration}".encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
 
 
-@dataclass
-class _Island:
-    programs: dict[int, Program]
-
-    def best(self) -> Program:
-        return max(self.programs.values(), key=lambda p: (p.scalar, -p.id))
+def objective_value(program: Program, objective: str) -> float:
+    value = program.scores.get(objective, -math.inf)
+    return -math.inf if math.isnan(value) else value
 
 
-class MapElitesGrid:
-    """Keeps the best program per cell of a grid over declared features."""
-
-    def __init__(self, features: tuple[str, ...], objectives: tuple[str, ...], bins: int) -> None:
-        allowed = BUILTIN_FEATURES + tuple(objectives)
-        for feature in features:
-            if feature not in allowed:
-                raise ValueError(f"unknown MAP-Elites feature '{feature}' (allowed: {', '.join(allowed)})")
-        self.features = features
-        self.bins = bins
-        self.cells: dict[tuple[int, ...], Program] = {}
-
-    def _bin(self, feature: str, program: Program) -> int:
-        if feature == "code_length":  # log scale: 64 chars .. ~16k chars over the bins
-            value = (math.log2(max(len(program.code), 64)) - 6) / 8
-        else:
-            value = program.scalar if feature == "scalar" else program.scores[feature]
-            value = 1 - 1 / (1 + max(value, 0.0)) if value > 1 else value  # [0, inf) squashed; [0,1] as is
-        return min(self.bins - 1, max(0, int(value * self.bins)))
-
-    def cell_of(self, program: Program) -> tuple[int, ...]:
-        return tuple(self._bin(feature, program) for feature in self.features)
-
-    def add(self, program: Program) -> None:
-        cell = self.cell_of(program)
-        incumbent = self.cells.get(cell)
-        if incumbent is None or program.scalar > incumbent.scalar:
-            self.cells[cell] = program
-
-
-def lexicase(candidates: list[Program], objectives: tuple[str, ...], rng: random.Random,
+def lexicase(candidates: Iterable[Program], objectives: tuple[str, ...], rng: random.Random,
              epsilon: float = 0.0) -> Program:
-    """Lexicase selection: objectives in random order, keep the best (within epsilon) on each in turn."""
+    """(Epsilon-)lexicase: objectives in random order, keep those within epsilon of the best on each in turn."""
     pool = list(candidates)
     order = list(objectives)
     rng.shuffle(order)
     for objective in order:
         if len(pool) == 1:
             break
-        best = max(program.scores[objective] for program in pool)
-        pool = [program for program in pool if program.scores[objective] >= best - epsilon]
+        best = max(objective_value(program, objective) for program in pool)
+        pool = [program for program in pool if objective_value(program, objective) >= best - epsilon]
     return rng.choice(pool)
 
 
+def unique_bests(programs: Iterable[Program], objectives: tuple[str, ...]) -> set[int]:
+    """Ids of the programs that are strictly the best on at least one objective."""
+    members = list(programs)
+    specialists: set[int] = set()
+    for objective in objectives:
+        values = [objective_value(program, objective) for program in members]
+        best = max(values, default=-math.inf)
+        holders = [program.id for program, value in zip(members, values, strict=True) if value == best]
+        if len(holders) == 1 and best > -math.inf:
+            specialists.add(holders[0])
+    return specialists
+
+
+class Island:
+    """One island's population, keyed by program id."""
+
+    def __init__(self) -> None:
+        self.programs: dict[int, Program] = {}
+
+    def best(self) -> Program:
+        return max(self.programs.values(), key=rank)
+
+    def members(self) -> list[Program]:
+        return sorted(self.programs.values(), key=lambda program: program.id)
+
+
 class Selector:
-    """Holds the run's selection state in memory; rebuilt from the store on resume."""
+    """Holds the run's selection state in memory; the controller rebuilds it from the store on resume."""
 
     def __init__(self, config: SelectionConfig, objectives: tuple[str, ...], seed: int) -> None:
         self.config = config
         self.objectives = tuple(objectives)
         self.seed = seed
-        self.islands = [_Island({}) for _ in range(config.islands)]
+        self.islands = [Island() for _ in range(config.islands)]
         self.grid = MapElitesGrid(config.map_elites.features, self.objectives, config.map_elites.bins)
-        self.archive: dict[int, Program] = {}
+        self.archive: dict[int, Program] = {}  # the archive_size best programs ever added
         self._migrated: set[int] = set()
 
     def empty(self) -> bool:
-        return not any(island.programs for island in self.islands)
+        return not self.archive
 
     def island_sizes(self) -> list[int]:
         return [len(island.programs) for island in self.islands]
 
     def best(self) -> Program | None:
-        bests = [island.best() for island in self.islands if island.programs]
-        return max(bests, key=lambda p: (p.scalar, -p.id)) if bests else None
+        return max(self.archive.values(), key=rank) if self.archive else None
 
     def add(self, program: Program) -> None:
-        island = self.islands[program.island % len(self.islands)]
-        island.programs[program.id] = program
-        if len(island.programs) > self.config.population_size:
-            self._evict(island)
+        """Put a scored program on its island (program.island modulo the island count), the grid and the archive."""
+        self._place(self.islands[program.island % len(self.islands)], program)
         self.grid.add(program)
         self.archive[program.id] = program
         if len(self.archive) > self.config.archive_size:
-            worst = min(self.archive.values(), key=lambda p: (p.scalar, p.id))
-            del self.archive[worst.id]
+            del self.archive[min(self.archive.values(), key=rank).id]
 
-    def _evict(self, island: _Island) -> None:
-        keep = {island.best().id}
-        if self.config.strategy == "lexicase":  # specialists: the best on each objective survive
-            for objective in self.objectives:
-                keep.add(max(island.programs.values(), key=lambda p: (p.scores[objective], p.scalar)).id)
-        removable = [p for p in island.programs.values() if p.id not in keep]
-        if removable:
-            worst = min(removable, key=lambda p: (p.scalar, p.id))
-            del island.programs[worst.id]
+    def _place(self, island: Island, program: Program) -> bool:
+        """Add to an island, evicting one program if over the cap; True when `program` stayed."""
+        island.programs[program.id] = program
+        if len(island.programs) > self.config.population_size:
+            del island.programs[self._eviction_victim(island).id]
+        return program.id in island.programs
+
+    def _eviction_victim(self, island: Island) -> Program:
+        """The worst by scalar, never the island's best; with lexicase, not a unique best on some objective
+        either, unless every program is protected (then the worst non-best goes, so the cap holds)."""
+        members = list(island.programs.values())
+        best_id = island.best().id
+        protected = {best_id}
+        if self.config.strategy == "lexicase":
+            protected |= unique_bests(members, self.objectives)
+        removable = [p for p in members if p.id not in protected] or [p for p in members if p.id != best_id]
+        return min(removable, key=rank)
 
     def sample(self, iteration: int, island: int | None = None) -> tuple[int, Program, tuple[Program, ...]]:
+        """Island (round robin by iteration unless given), parent and inspirations for one iteration."""
         if self.empty():
-            raise ValueError("no programs to select from")
+            raise ValueError("no programs to select from: add the seed program first")
         rng = iteration_rng(self.seed, iteration)
-        if island is None:
-            island = iteration % len(self.islands)
-        while not self.islands[island].programs:
-            island = (island + 1) % len(self.islands)
-        members = sorted(self.islands[island].programs.values(), key=lambda p: p.id)
-        parent = self._parent(members, island, rng)
-        return island, parent, self._inspirations(members, parent, rng)
+        index = (iteration if island is None else island) % len(self.islands)
+        while not self.islands[index].programs:
+            index = (index + 1) % len(self.islands)
+        members = self.islands[index].members()
+        parent = self._parent(index, members, rng)
+        return index, parent, self._inspirations(members, parent, rng)
 
-    def _parent(self, members: list[Program], island: int, rng: random.Random) -> Program:
+    def _parent(self, index: int, members: list[Program], rng: random.Random) -> Program:
         if self.config.strategy == "lexicase":
             return lexicase(members, self.objectives, rng, self.config.lexicase_epsilon)
         draw = rng.random()
         if draw < self.config.exploration_ratio:
             return rng.choice(members)
         if draw < self.config.exploration_ratio + self.config.exploitation_ratio:
-            elites = sorted(self.archive.values(), key=lambda p: p.id)
-            local = [p for p in elites if p.island == island and p.id in self.islands[island].programs]
-            return rng.choice(local or elites or members)
-        cells = sorted(self.grid.cells)
-        return self.grid.cells[rng.choice(cells)] if cells else rng.choice(members)
+            elites = sorted(self.archive.values(), key=lambda program: program.id)
+            local = [program for program in elites if program.id in self.islands[index].programs]
+            return rng.choice(local or elites)
+        return self.grid.draw(rng) or rng.choice(members)
 
     def _inspirations(self, members: list[Program], parent: Program, rng: random.Random) -> tuple[Program, ...]:
+        """The island's best (unless it is the parent), then elites of other grid cells, then island members."""
         count = self.config.inspirations
         if count == 0:
             return ()
         chosen: dict[int, Program] = {}
-        island_best = max(members, key=lambda p: (p.scalar, -p.id))
+        island_best = max(members, key=rank)
         if island_best.id != parent.id:
             chosen[island_best.id] = island_best
-        others = [p for cell, p in sorted(self.grid.cells.items()) if p.id != parent.id and p.id not in chosen]
-        rng.shuffle(others)
-        for program in others:
+        taken_cells = {self.grid.cell_of(parent), self.grid.cell_of(island_best)}
+        # Two extra draws cover the two cells that may be taken; distinct cells hold distinct elites.
+        for elite in self.grid.draw_distinct(rng, count + 2):
             if len(chosen) >= count:
                 break
-            chosen[program.id] = program
-        return tuple(list(chosen.values())[:count])
+            if elite.id != parent.id and elite.id not in chosen and self.grid.cell_of(elite) not in taken_cells:
+                chosen[elite.id] = elite
+        if len(chosen) < count:
+            for program in rng.sample(members, len(members)):
+                if len(chosen) >= count:
+                    break
+                if program.id != parent.id and program.id not in chosen:
+                    chosen[program.id] = program
+        return tuple(chosen.values())
 
     def maybe_migrate(self, iteration: int) -> list[tuple[Program, int]]:
-        """Every migration_interval iterations, copy each island's best to the next island (a ring)."""
-        if len(self.islands) < 2 or iteration % self.config.migration_interval or iteration in self._migrated:
+        """Every migration_interval iterations (once each), copy each island's migration_count best programs to
+        the next island in the ring. Returns the copies that stayed as (program, destination island);
+        a program the destination already holds is not sent again."""
+        interval = self.config.migration_interval
+        if len(self.islands) < 2 or iteration <= 0 or iteration % interval or iteration in self._migrated:
             return []
         self._migrated.add(iteration)
+        planned: list[tuple[Program, int]] = []
+        for index, island in enumerate(self.islands):  # choose all first: a migrant travels one step per migration
+            ranked = sorted(island.programs.values(), key=rank, reverse=True)
+            planned += [(program, (index + 1) % len(self.islands)) for program in ranked[: self.config.migration_count]]
         moves: list[tuple[Program, int]] = []
-        for index, island in enumerate(self.islands):
-            ranked = sorted(island.programs.values(), key=lambda p: (-p.scalar, p.id))
-            moves += [(program, (index + 1) % len(self.islands)) for program in ranked[: self.config.migration_count]]
-        for program, destination in moves:
+        for program, destination in planned:
             target = self.islands[destination]
-            target.programs[program.id] = program
-            if len(target.programs) > self.config.population_size:
-                self._evict(target)
-        return moves
+            if program.id not in target.programs and self._place(target, program):
+                moves.append((program, destination))
+        # A later migrant may have evicted an earlier one from the same destination.
+        return [(program, destination) for program, destination in moves
+                if program.id in self.islands[destination].programs]
