@@ -179,12 +179,12 @@ class Controller:
         records: list[AttemptRecord | ChildRecord] = []
         candidates: list[tuple[str, str]] = []
         keys_in_this_call: set[str] = set()
-        for answer in split_answers(completion.text, self.config.policy.answers):
+        for answer in split_answers(prefill + completion.text, self.config.policy.answers):
             try:
                 if self.config.policy.edit_format == "diff":
                     code = apply_diff(parent.code, answer)
                 else:
-                    code = apply_rewrite(parent.code, answer, prefill)
+                    code = apply_rewrite(parent.code, answer)
             except EditError as exc:
                 kind = "duplicate" if exc.reason == "no change" else "edit_failed"
                 records.append(AttemptRecord(kind, exc.reason, completion=answer))
