@@ -1,24 +1,25 @@
-"""The harness that runs inside the sandbox's child process: confine, import the candidate, call it, report.
+"""The harness run inside the sandbox's child process: read the job, confine itself, import the candidate, report.
 
-argv: result_fd mode program_path target input_path
-  mode "call":   target is a function name; the input file holds a JSON list of arguments.
-  mode "driver": target is a trusted driver file; the input file holds the JSON payload, and
-                 driver.drive(candidate_module, payload) is returned.
-The result is one JSON line on result_fd: {"ok": true, "value": ...} or {"ok": false, "kind": ..., "detail": ...}.
+Started by evolve/sandbox.py as `python -I -S -B _sandbox_child.py RESULT_FD`. The job arrives as one
+JSON object on stdin, written by the parent only after it has put this process into its pids cgroup,
+so nothing of the candidate's runs before the confinement is complete:
+    mode "call"   -> candidate.<target>(*payload)
+    mode "driver" -> driver.drive(candidate_module, payload), target being the trusted driver file
+plus workdir, site_dirs, read_roots, the rlimits and, when the parent asks for it, a uid to drop to.
+The result is one JSON line on RESULT_FD: {"ok": true, "value": ...} or {"ok": false, "kind": ..., "detail": ...}.
+Kept import-light on purpose (os, sys, json, resource, ctypes, no importlib): every evaluation pays its start.
 """
 
 from __future__ import annotations
 
 import ctypes
-import importlib.util
+import errno
 import json
 import os
+import resource
 import sys
-import traceback
-from typing import Any
 
-# Landlock (Linux >= 5.13): writes only in the working directory; reads only of the interpreter,
-# its libraries and the system; no TCP; (ABI >= 6) no signals to processes outside the sandbox.
+# Landlock (Linux >= 5.13). Syscall numbers are the same on every architecture.
 _SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
 _READ = (1 << 0) | (1 << 2) | (1 << 3)  # execute, read_file, read_dir
 _WRITE_BY_ABI = {
@@ -29,6 +30,8 @@ _WRITE_BY_ABI = {
 _FILE_ONLY = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 14)  # rights that apply to a file, not a directory
 _NET = (1 << 0) | (1 << 1)  # bind_tcp, connect_tcp (ABI >= 4)
 _SCOPE = (1 << 0) | (1 << 1)  # abstract unix sockets, signals (ABI >= 6)
+_PR_SET_NO_NEW_PRIVS, _PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 38, 24, 47, 4
+_CAPABILITY_VERSION_3 = 0x20080522
 
 
 class _PathBeneath(ctypes.Structure):
@@ -36,21 +39,16 @@ class _PathBeneath(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
-def readable_roots() -> list[str]:
-    """What the candidate may read: the interpreter, its packages, the system; not the project."""
-    import site
-
-    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages()}
-    roots.update(("/usr", "/lib", "/lib64", "/etc", "/dev", "/proc", "/sys", "/bin", "/sbin"))
-    return sorted(root for root in roots if os.path.exists(root))
-
-
-def confine(workdir: str, read_roots: list[str]) -> int:
-    """Apply Landlock to this process and its children; returns the ABI used, 0 where unsupported."""
-    libc = ctypes.CDLL(None, use_errno=True)
+def landlock_abi(libc: ctypes.CDLL) -> int:
+    """The kernel's Landlock ABI version, 0 where it has none (or it is disabled)."""
     libc.syscall.restype = ctypes.c_long
-    abi = libc.syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
-    if abi <= 0:
+    return max(0, libc.syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))
+
+
+def landlock(libc: ctypes.CDLL, workdir: str, read_roots: list[str]) -> int:
+    """Writes only under workdir, reads only under read_roots; returns the ABI applied, 0 where unsupported."""
+    abi = landlock_abi(libc)
+    if abi == 0:
         return 0
     write = sum(rights for level, rights in _WRITE_BY_ABI.items() if abi >= level)
     handled = _READ | write
@@ -59,8 +57,7 @@ def confine(workdir: str, read_roots: list[str]) -> int:
     ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if ruleset < 0:
         return 0
-    rules = [(workdir, handled), ("/dev/null", (_READ | write) & _FILE_ONLY)]
-    rules += [(root, _READ) for root in read_roots]
+    rules = [(workdir, handled), ("/dev/null", handled & _FILE_ONLY)] + [(root, _READ) for root in read_roots]
     for path, rights in rules:
         try:
             fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
@@ -71,75 +68,148 @@ def confine(workdir: str, read_roots: list[str]) -> int:
         rule = _PathBeneath(rights, fd)
         libc.syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(1), ctypes.byref(rule), ctypes.c_uint32(0))
         os.close(fd)
-    libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS, required by restrict_self
-    if libc.syscall(_SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) < 0:
-        return 0
+    restricted = libc.syscall(_SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
     os.close(ruleset)
-    return abi
+    return abi if restricted == 0 else 0
 
 
-def _plain(value: Any) -> Any:
-    """JSON fallback for numpy scalars and arrays without importing numpy."""
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    if hasattr(value, "item"):
-        return value.item()
-    if isinstance(value, (set, frozenset, tuple)):
-        return list(value)
-    raise TypeError(f"cannot return a value of type {type(value).__name__}")
+def drop_privileges(libc: ctypes.CDLL, uid: int | None) -> None:
+    """Become `uid` when the parent gave one; else, as root, keep uid 0 (to read a private interpreter)
+    but give up every capability, so the candidate cannot raise its rlimits, kill, mount or load modules."""
+    if os.geteuid() != 0:
+        return
+    if uid is not None:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+        return
+    for capability in range(64):  # EINVAL past the kernel's last capability
+        libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0)
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(_CAPABILITY_VERSION_3, 0)
+    if libc.capset(ctypes.byref(header), ctypes.byref((ctypes.c_uint32 * 6)())) != 0:
+        raise OSError(ctypes.get_errno(), "capset failed")
 
 
-def _load_module(name: str, path: str) -> Any:
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
+def set_limits(limits: dict[str, int | None]) -> None:
+    cpu = limits["cpu_s"]
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # SIGXCPU at cpu, SIGKILL a second later
+    resource.setrlimit(resource.RLIMIT_AS, (limits["memory_bytes"], limits["memory_bytes"]))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_bytes"], limits["file_bytes"]))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if limits["nproc"] is not None:
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits["nproc"], limits["nproc"]))
+
+
+def load_module(name: str, path: str) -> object:
+    """Execute a source file as module `name` (no importlib: it costs milliseconds to import)."""
+    module = type(sys)(name)
+    module.__file__ = path
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    with open(path, "rb") as handle:
+        source = handle.read()
+    exec(compile(source, path, "exec"), module.__dict__)
     return module
 
 
-def _last_line(exc: BaseException) -> str:
-    lines = traceback.format_exception_only(type(exc), exc)
-    return lines[-1].strip()[:500] if lines else type(exc).__name__
+def to_json(value: object) -> object:
+    """json.dumps fallback: numpy arrays and scalars (tolist), sets; anything else is not JSON."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, (set, frozenset)):
+        return list(value)
+    raise TypeError(f"cannot send a value of type {type(value).__name__}")
+
+
+def describe(exc: BaseException) -> str:
+    """`Type: last line of the message`, short; the candidate's exception may even fail to print."""
+    try:
+        lines = str(exc).strip().splitlines()
+    except BaseException:  # noqa: BLE001
+        lines = []
+    return (f"{type(exc).__name__}: {lines[-1]}" if lines else type(exc).__name__)[:500]
+
+
+def describe_code(code: object) -> str:
+    return repr(code)[:100] if type(code) in (type(None), int, str) else type(code).__name__
+
+
+def print_traceback(exc: BaseException) -> None:
+    try:
+        import traceback
+
+        traceback.print_exception(exc, limit=-8)
+    except BaseException:  # noqa: BLE001 - the traceback is a courtesy; the report matters
+        pass
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def run(job: dict) -> dict:
+    """Confine this process, then run the candidate; the message to report."""
+    sys.path.extend(job["site_dirs"])
+    set_limits(job["limits"])
+    try:
+        driver = load_module("evolve_driver", job["target"]) if job["mode"] == "driver" else None  # trusted
+    except BaseException as exc:  # noqa: BLE001 - reported, and the candidate is never run
+        print_traceback(exc)
+        return {"ok": False, "kind": "crash", "detail": f"the driver failed to load: {describe(exc)}"}
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    landlock(libc, job["workdir"], job["read_roots"])
+    drop_privileges(libc, job["uid"])  # raises (and the candidate is never run) if it cannot
+    try:
+        candidate = load_module("candidate", job["program"])
+        if driver is None:
+            function = getattr(candidate, job["target"], None)
+            if not callable(function):
+                return {"ok": False, "kind": "crash", "detail": f"the program defines no function '{job['target']}'"}
+            return {"ok": True, "value": function(*job["payload"])}
+        return {"ok": True, "value": driver.drive(candidate, job["payload"])}
+    except MemoryError:
+        return {"ok": False, "kind": "memory", "detail": "MemoryError"}
+    except OSError as exc:
+        print_traceback(exc)
+        return {"ok": False, "kind": "memory" if exc.errno == errno.ENOMEM else "crash", "detail": describe(exc)}
+    except SystemExit as exc:
+        return {"ok": False, "kind": "crash", "detail": f"the program called sys.exit({describe_code(exc.code)})"}
+    except BaseException as exc:  # noqa: BLE001 - any failure of the candidate is its result
+        print_traceback(exc)
+        return {"ok": False, "kind": "crash", "detail": describe(exc)}
 
 
 def main() -> None:
-    result_fd, mode, program_path, target, input_path = sys.argv[1:6]
-    fd = int(result_fd)
-    if sys.path and sys.path[0] == os.path.dirname(os.path.abspath(__file__)):
-        sys.path.pop(0)  # the candidate must not import the engine's modules by their short names
-
-    def report(message: dict[str, Any]) -> None:
-        os.write(fd, (json.dumps(message, default=_plain) + "\n").encode())
-
-    with open(input_path) as handle:
-        payload = json.load(handle)
-    driver = _load_module("evolve_driver", target) if mode == "driver" else None  # trusted: before confine
-    confine(os.getcwd(), readable_roots())
+    result_fd = int(sys.argv[1])
+    os.set_inheritable(result_fd, False)  # programs the candidate starts do not get the result pipe
+    job = json.loads(read_all(0))
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    message = run(job)
     try:
-        candidate = _load_module("candidate", program_path)
-        if driver is None:
-            function = getattr(candidate, target, None)
-            if not callable(function):
-                report({"ok": False, "kind": "crash", "detail": f"the program defines no function '{target}'"})
-                return
-            value = function(*payload)
-        else:
-            value = driver.drive(candidate, payload)
+        line = json.dumps(message, default=to_json)
     except MemoryError:
-        report({"ok": False, "kind": "memory", "detail": "MemoryError"})
-        return
-    except SystemExit as exc:
-        report({"ok": False, "kind": "crash", "detail": f"the program called sys.exit({exc.code!r})"})
-        return
-    except BaseException as exc:  # noqa: BLE001 - any failure of the candidate is its result
-        report({"ok": False, "kind": "crash", "detail": _last_line(exc)})
-        return
-    try:
-        report({"ok": True, "value": value})
-    except (TypeError, ValueError) as exc:
-        report({"ok": False, "kind": "bad_output", "detail": f"result is not JSON: {_last_line(exc)}"})
+        line = json.dumps({"ok": False, "kind": "memory", "detail": "MemoryError while encoding the result"})
+    except BaseException as exc:  # noqa: BLE001 - whatever the value's own methods raise while it is encoded
+        line = json.dumps({"ok": False, "kind": "bad_output", "detail": f"result is not JSON: {describe(exc)}"})
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001 - the candidate may have replaced or closed them
+            pass
+    write_all(result_fd, (line + "\n").encode())
+    os._exit(0)  # no atexit handlers or finalisers of the candidate's after the report
 
 
 if __name__ == "__main__":

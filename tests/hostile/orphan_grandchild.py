@@ -3,5 +3,7 @@ import sys
 
 
 def solve(x):
-    child = subprocess.Popen([sys.executable, "-c", "import os, time; os.setsid(); time.sleep(600)"])
-    return child.pid
+    """A grandchild that leaves the process group (setsid) and sleeps; returns once it has left."""
+    code = "import os, time; os.setsid(); print(os.getpid(), flush=True); time.sleep(600)"
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    return int(child.stdout.readline())
