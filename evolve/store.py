@@ -1,41 +1,84 @@
-"""The program store: SQLAlchemy tables for runs, programs, score vectors and attempts, and their queries.
+"""The program store: runs, programs, score vectors and attempts in SQL tables (SQLAlchemy 2), one commit per write.
 
-The store is the single source of truth. Every iteration's records (its policy call, each child
-with its score, each failure with its reason) commit in one transaction, so a kill at any instant
-loses only the iterations in flight, and a resume sees whole iterations or none.
+Tables
+  runs      one row per run: problem, policy, seed, the full RunConfig as JSON, status, iteration budget.
+  programs  every scored program: parent, island, iteration, the policy and answer text that made it, and
+            the policy call (an attempts row) it came from.
+  scores    one row per program: the score vector as a JSON object (key order kept), the scalar used for
+            ranking (indexed with run_id for top-k), solved, artifacts.
+  attempts  every policy call ('policy_call') and every outcome of an answer (AttemptKind in records.py);
+            outcomes point at their call (call_id), children at their program (program_id).
+
+Durability: every public write is one transaction, committed before the method returns. SQLite runs in WAL
+mode with synchronous=NORMAL, so a commit survives the process being killed at any instant (a power cut may
+lose the last commits, never consistency). `record_iteration` writes one iteration's records atomically: a
+resume sees whole iterations or none, and an iteration is complete once it has a terminal attempt.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal, TypeVar, get_args
 
 from sqlalchemy import (
-    JSON,
-    Boolean,
     DateTime,
-    Float,
+    Dialect,
+    Engine,
     ForeignKey,
     Index,
-    Integer,
     String,
     Text,
+    TypeDecorator,
     create_engine,
     event,
     func,
+    insert,
+    inspect,
+    make_url,
     select,
+    update,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship, sessionmaker
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
-from evolve.records import Program
+from evolve.records import AttemptKind, Program
 
-TERMINAL_KINDS = ("child", "policy_error", "edit_failed", "duplicate", "eval_failed")
+RunStatus = Literal["running", "finished", "failed", "interrupted"]
+RUN_STATUSES: tuple[str, ...] = get_args(RunStatus)
+TERMINAL_KINDS: tuple[str, ...] = get_args(AttemptKind)  # an iteration with one of these is complete
+FAILURE_KINDS: tuple[str, ...] = tuple(kind for kind in TERMINAL_KINDS if kind != "child")
+ATTEMPT_KINDS: tuple[str, ...] = ("policy_call", *TERMINAL_KINDS)
+_Record = TypeVar("_Record", "RunInfo", "AttemptInfo")
 
 
 class StoreError(Exception):
-    """A store problem the user can act on (unknown run, unreachable database)."""
+    """A store problem the user can act on (unknown run, unwritable or locked database), worded as one line."""
+
+
+class UnknownIdError(StoreError, KeyError):
+    """No run or program with that id; a KeyError too, so lookups can be caught either way."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return Exception.__str__(self)
+
+
+class _UtcDateTime(TypeDecorator[datetime]):
+    """Stores naive UTC (SQLite keeps no zone) and reads back aware UTC datetimes."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return value.astimezone(UTC).replace(tzinfo=None) if value is not None else None
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
 
 
 def _now() -> datetime:
@@ -43,72 +86,72 @@ def _now() -> datetime:
 
 
 class Base(DeclarativeBase):
-    pass
+    type_annotation_map = {datetime: _UtcDateTime, str: Text}
 
 
 class RunRow(Base):
     __tablename__ = "runs"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    name: Mapped[str] = mapped_column(String(200))
-    problem: Mapped[str] = mapped_column(String(200), index=True)
-    policy: Mapped[str] = mapped_column(String(200), index=True)
-    seed: Mapped[int] = mapped_column(Integer)
-    config_json: Mapped[str] = mapped_column(Text)
-    status: Mapped[str] = mapped_column(String(20), default="running")
-    iterations_target: Mapped[int] = mapped_column(Integer)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, onupdate=_now)
-
-
-class AttemptRow(Base):
-    __tablename__ = "attempts"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
-    iteration: Mapped[int] = mapped_column(Integer)
-    kind: Mapped[str] = mapped_column(String(20))
-    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
-    policy: Mapped[str] = mapped_column(String(200), default="")
-    prompt: Mapped[str | None] = mapped_column(Text, nullable=True)
-    completion: Mapped[str | None] = mapped_column(Text, nullable=True)
-    child_code: Mapped[str | None] = mapped_column(Text, nullable=True)
-    program_id: Mapped[int | None] = mapped_column(ForeignKey("programs.id"), nullable=True)
-    call_id: Mapped[int | None] = mapped_column(ForeignKey("attempts.id"), nullable=True)
-    latency_s: Mapped[float] = mapped_column(Float, default=0.0)
-    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
-    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
-    __table_args__ = (Index("ix_attempts_run_iteration", "run_id", "iteration"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str]
+    problem: Mapped[str] = mapped_column(String(200))
+    policy: Mapped[str] = mapped_column(String(200))
+    seed: Mapped[int]
+    config_json: Mapped[str]
+    status: Mapped[str] = mapped_column(String(20))
+    iterations_target: Mapped[int]
+    created_at: Mapped[datetime] = mapped_column(default=_now)
+    updated_at: Mapped[datetime] = mapped_column(default=_now, onupdate=_now)
 
 
 class ProgramRow(Base):
     __tablename__ = "programs"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
-    parent_id: Mapped[int | None] = mapped_column(ForeignKey("programs.id"), nullable=True, index=True)
-    island: Mapped[int] = mapped_column(Integer)
-    iteration: Mapped[int] = mapped_column(Integer)
-    policy: Mapped[str] = mapped_column(String(200), default="")
-    code: Mapped[str] = mapped_column(Text)
-    edit: Mapped[str] = mapped_column(Text, default="")
-    completion_id: Mapped[int | None] = mapped_column(ForeignKey("attempts.id"), nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
-    score: Mapped[ScoreRow] = relationship(back_populates="program", lazy="joined", uselist=False)
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("programs.id"))
+    island: Mapped[int]
+    iteration: Mapped[int]
+    policy: Mapped[str] = mapped_column(String(200))
+    code: Mapped[str]
+    edit: Mapped[str]
+    # programs <-> attempts reference each other; use_alter lets other databases add this key after both exist
+    completion_id: Mapped[int | None] = mapped_column(ForeignKey("attempts.id", use_alter=True))
+    created_at: Mapped[datetime] = mapped_column(default=_now)
 
 
 class ScoreRow(Base):
     __tablename__ = "scores"
     program_id: Mapped[int] = mapped_column(ForeignKey("programs.id"), primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"))  # a copy of the program's, for the top-k index
+    vector_json: Mapped[str]  # JSON text, not a JSON column: some databases reorder JSON object keys
+    scalar: Mapped[float]
+    solved: Mapped[bool]
+    artifacts_json: Mapped[str]
+
+
+class AttemptRow(Base):
+    __tablename__ = "attempts"
+    id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"))
-    vector: Mapped[dict[str, float]] = mapped_column(JSON)
-    objectives: Mapped[list[str]] = mapped_column(JSON)  # key order, which JSON objects may not keep
-    scalar: Mapped[float] = mapped_column(Float)
-    solved: Mapped[bool] = mapped_column(Boolean)
-    artifacts: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
-    program: Mapped[ProgramRow] = relationship(back_populates="score")
-    __table_args__ = (
-        Index("ix_scores_run_scalar", "run_id", "scalar"),
-        Index("ix_scores_run_solved", "run_id", "solved"),
-    )
+    iteration: Mapped[int]
+    kind: Mapped[str] = mapped_column(String(20))
+    reason: Mapped[str | None]
+    policy: Mapped[str] = mapped_column(String(200))
+    prompt: Mapped[str | None]
+    completion: Mapped[str | None]
+    child_code: Mapped[str | None]
+    program_id: Mapped[int | None] = mapped_column(ForeignKey("programs.id"))
+    call_id: Mapped[int | None] = mapped_column(ForeignKey("attempts.id"))  # the policy call of this outcome
+    latency_s: Mapped[float]
+    prompt_tokens: Mapped[int]
+    completion_tokens: Mapped[int]
+    created_at: Mapped[datetime] = mapped_column(default=_now)
+
+
+# best first, ties to the older program: matches best_programs' ORDER BY, so SQLite reads k index entries
+Index("ix_scores_run_scalar", ScoreRow.run_id, ScoreRow.scalar.desc(), ScoreRow.program_id)
+Index("ix_scores_run_solved", ScoreRow.run_id, ScoreRow.solved)
+Index("ix_attempts_run_iteration", AttemptRow.run_id, AttemptRow.iteration)
+Index("ix_attempts_run_kind_iteration", AttemptRow.run_id, AttemptRow.kind, AttemptRow.iteration)
 
 
 @dataclass(frozen=True)
@@ -122,191 +165,321 @@ class RunInfo:
     status: str
     iterations_target: int
     created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class AttemptInfo:
+    """One stored attempts row."""
+
+    id: int
+    run_id: int
+    iteration: int
+    kind: str
+    reason: str | None
+    policy: str
+    prompt: str | None
+    completion: str | None
+    child_code: str | None
+    program_id: int | None
+    call_id: int | None
+    latency_s: float
+    prompt_tokens: int
+    completion_tokens: int
+    created_at: datetime
 
 
 @dataclass(frozen=True)
 class AttemptRecord:
-    """One attempt row: a policy call, or an outcome that did not become a stored program."""
+    """An attempt to write: a policy call, or an answer's outcome that did not become a program."""
 
-    kind: str
+    kind: str  # 'policy_call' or an AttemptKind other than 'child' (children are ChildRecords)
     reason: str | None = None
     prompt: str | None = None
     completion: str | None = None
-    child_code: str | None = None
+    child_code: str | None = None  # the built code of a duplicate or a failed evaluation, if any
     latency_s: float = 0.0
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
+    def __post_init__(self) -> None:
+        if self.kind not in ATTEMPT_KINDS or self.kind == "child":
+            allowed = ", ".join(kind for kind in ATTEMPT_KINDS if kind != "child")
+            raise ValueError(f"attempt kind {self.kind!r} is not one of {allowed} (a child is a ChildRecord)")
+
 
 @dataclass(frozen=True)
 class ChildRecord:
-    """A scored program to store, with its 'child' attempt."""
+    """A scored program to write, with its 'child' attempt."""
 
     code: str
     parent_id: int | None
     island: int
-    policy: str
-    edit: str
+    policy: str  # "" for the seed
+    edit: str  # the answer text that produced it
     scores: dict[str, float]
     scalar: float
     solved: bool
     artifacts: dict[str, str] = field(default_factory=dict)
-    kind: str = "child"
+
+    def __post_init__(self) -> None:
+        if math.isnan(self.scalar):
+            raise ValueError("a child's scalar is NaN")
+
+    @property
+    def kind(self) -> str:
+        return "child"
 
 
 def database_url(url_or_path: str) -> str:
+    """A plain path becomes a SQLite URL; anything with '://' is already an SQLAlchemy URL."""
     return url_or_path if "://" in url_or_path else f"sqlite:///{url_or_path}"
 
 
-def _to_program(row: ProgramRow) -> Program:
-    score = row.score
-    order = score.objectives or list(score.vector)
-    return Program(
-        id=row.id, run_id=row.run_id, code=row.code, parent_id=row.parent_id, island=row.island,
-        iteration=row.iteration, policy=row.policy, edit=row.edit,
-        scores={name: float(score.vector[name]) for name in order}, scalar=score.scalar,
-        solved=score.solved, artifacts=dict(score.artifacts or {}),
-    )
-
-
 class ProgramStore:
-    """Synchronous store over any SQLAlchemy URL; SQLite files get WAL mode and a busy timeout."""
+    """Synchronous store over any SQLAlchemy URL; SQLite gets WAL, synchronous=NORMAL and a busy timeout."""
 
     def __init__(self, url_or_path: str) -> None:
         self.url = database_url(url_or_path)
         try:
+            self._where = make_url(self.url).render_as_string(hide_password=True)
             self.engine = create_engine(self.url)
             if self.engine.dialect.name == "sqlite":
                 event.listen(self.engine, "connect", _sqlite_pragmas)
             Base.metadata.create_all(self.engine)
-        except Exception as exc:
-            raise StoreError(f"cannot open the store {url_or_path}: {exc}".splitlines()[0]) from exc
+            stale = _missing_columns(self.engine)
+        except (SQLAlchemyError, ValueError) as exc:
+            raise StoreError(f"cannot open the store {url_or_path}: {_first_line(exc)}") from exc
+        if stale:
+            raise StoreError(f"the store {url_or_path} was written by another version of evolve "
+                             f"(missing {', '.join(stale)}); use a new database file")
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
-    def _session(self) -> Session:
-        return self._sessions()
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def _write(self, what: str) -> Iterator[Session]:
+        """One transaction, committed on leaving the block and rolled back whole on any error."""
+        try:
+            with self._sessions.begin() as session:
+                yield session
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot write {what} to {self._where}: {_first_line(exc)}") from exc
 
     def create_run(self, name: str, problem: str, policy: str, seed: int, config_json: str,
                    iterations_target: int) -> int:
-        with self._session() as session, session.begin():
+        with self._write("a new run") as session:
             row = RunRow(name=name, problem=problem, policy=policy, seed=seed, config_json=config_json,
-                         iterations_target=iterations_target, status="running")
+                         status="running", iterations_target=iterations_target)
             session.add(row)
             session.flush()
             return row.id
 
     def get_run(self, run_id: int) -> RunInfo:
-        with self._session() as session:
+        with self._sessions() as session:
             row = session.get(RunRow, run_id)
             if row is None:
-                raise StoreError(f"no run {run_id} in {self.url}")
-            return _run_info(row)
+                raise UnknownIdError(f"no run {run_id} in {self._where}")
+            return _frozen(RunInfo, row)
 
     def list_runs(self) -> list[RunInfo]:
-        with self._session() as session:
-            return [_run_info(row) for row in session.scalars(select(RunRow).order_by(RunRow.id))]
+        with self._sessions() as session:
+            return [_frozen(RunInfo, row) for row in session.scalars(select(RunRow).order_by(RunRow.id))]
 
-    def set_run_status(self, run_id: int, status: str) -> None:
-        with self._session() as session, session.begin():
-            row = session.get(RunRow, run_id)
-            if row is None:
-                raise StoreError(f"no run {run_id} in {self.url}")
-            row.status = status
+    def set_run_status(self, run_id: int, status: RunStatus) -> None:
+        if status not in RUN_STATUSES:
+            raise ValueError(f"run status {status!r} is not one of {', '.join(RUN_STATUSES)}")
+        with self._write(f"the status of run {run_id}") as session:
+            changed = session.execute(update(RunRow).where(RunRow.id == run_id).values(status=status)).rowcount
+            if not changed:
+                raise UnknownIdError(f"no run {run_id} in {self._where}")
 
-    def record_iteration(self, run_id: int, iteration: int,
-                         records: list[AttemptRecord | ChildRecord], policy: str = "") -> list[Program]:
-        """Write one iteration's records in one transaction; returns the stored children as Programs."""
-        with self._session() as session, session.begin():
-            call_id: int | None = None
-            children: list[ProgramRow] = []
-            for record in records:
-                if isinstance(record, ChildRecord):
-                    program = ProgramRow(run_id=run_id, parent_id=record.parent_id, island=record.island,
-                                         iteration=iteration, policy=record.policy, code=record.code,
-                                         edit=record.edit, completion_id=call_id)
-                    program.score = ScoreRow(run_id=run_id, vector=dict(record.scores),
-                                             objectives=list(record.scores), scalar=record.scalar,
-                                             solved=record.solved, artifacts=dict(record.artifacts))
-                    session.add(program)
-                    session.flush()
-                    session.add(AttemptRow(run_id=run_id, iteration=iteration, kind="child", policy=record.policy,
-                                           program_id=program.id, call_id=call_id, completion=record.edit))
-                    children.append(program)
-                    continue
-                row = AttemptRow(run_id=run_id, iteration=iteration, kind=record.kind, reason=record.reason,
-                                 policy=policy, prompt=record.prompt, completion=record.completion,
-                                 child_code=record.child_code, latency_s=record.latency_s,
-                                 prompt_tokens=record.prompt_tokens, completion_tokens=record.completion_tokens,
-                                 call_id=None if record.kind == "policy_call" else call_id)
-                session.add(row)
-                if record.kind == "policy_call":
-                    session.flush()
-                    call_id = row.id
-            session.flush()
-            return [_to_program(program) for program in children]
+    def add_program(self, run_id: int, code: str, parent_id: int | None, island: int, iteration: int, policy: str,
+                    edit: str, scores: dict[str, float], scalar: float, solved: bool,
+                    artifacts: dict[str, str] | None = None, completion_id: int | None = None) -> Program:
+        """A program and its score row, in one transaction (no attempt row)."""
+        child = ChildRecord(code=code, parent_id=parent_id, island=island, policy=policy, edit=edit,
+                            scores=scores, scalar=scalar, solved=solved, artifacts=artifacts or {})
+        with self._write(f"a program of run {run_id}") as session:
+            (program,) = _insert_programs(session, run_id, iteration, [child], completion_id)
+            return program
 
-    def programs(self, run_id: int) -> list[Program]:
-        with self._session() as session:
-            rows = session.scalars(select(ProgramRow).where(ProgramRow.run_id == run_id).order_by(ProgramRow.id))
-            return [_to_program(row) for row in rows.unique()]
+    def record_attempt(self, run_id: int, iteration: int, kind: str, reason: str | None = None, policy: str = "",
+                       prompt: str | None = None, completion: str | None = None, child_code: str | None = None,
+                       program_id: int | None = None, latency_s: float = 0.0, prompt_tokens: int = 0,
+                       completion_tokens: int = 0, call_id: int | None = None) -> int:
+        """One attempts row of any kind (including 'child' with its program_id); returns its id."""
+        if kind not in ATTEMPT_KINDS:
+            raise ValueError(f"attempt kind {kind!r} is not one of {', '.join(ATTEMPT_KINDS)}")
+        with self._write(f"an attempt of run {run_id}") as session:
+            return _insert_attempt(session, dict(
+                run_id=run_id, iteration=iteration, kind=kind, reason=reason, policy=policy, prompt=prompt,
+                completion=completion, child_code=child_code, program_id=program_id, call_id=call_id,
+                latency_s=latency_s, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens))
+
+    def record_child(self, run_id: int, iteration: int, child: ChildRecord, call_id: int | None = None) -> Program:
+        """A program, its score and its 'child' attempt (linked to the policy call `call_id`), in one transaction."""
+        with self._write(f"a child of run {run_id}") as session:
+            (program,) = _insert_programs(session, run_id, iteration, [child], call_id)
+            _insert_attempt(session, _child_attempt(run_id, iteration, child, program.id, call_id, child.policy))
+            return program
+
+    def record_iteration(self, run_id: int, iteration: int, records: Sequence[AttemptRecord | ChildRecord],
+                         policy: str = "") -> list[Program]:
+        """Write one iteration in one transaction: its policy call (at most one, written first), then every
+        child (program, score, 'child' attempt) and failure in the given order, all linked to the call.
+        Returns the children as Programs, in order. Nothing is written if anything fails."""
+        calls = [r for r in records if isinstance(r, AttemptRecord) and r.kind == "policy_call"]
+        if len(calls) > 1:
+            raise ValueError(f"iteration {iteration} has {len(calls)} policy calls; one iteration is one call")
+        with self._write(f"iteration {iteration} of run {run_id}") as session:
+            call_id = _insert_attempt(session, _attempt(run_id, iteration, calls[0], policy, None)) if calls else None
+            children = [r for r in records if isinstance(r, ChildRecord)]
+            stored = _insert_programs(session, run_id, iteration, children, call_id)
+            next_child = iter(stored)
+            outcomes = [
+                _child_attempt(run_id, iteration, record, next(next_child).id, call_id, policy or record.policy)
+                if isinstance(record, ChildRecord) else _attempt(run_id, iteration, record, policy, call_id)
+                for record in records if record.kind != "policy_call"
+            ]
+            if outcomes:
+                session.execute(insert(AttemptRow), outcomes)
+            session.execute(update(RunRow).where(RunRow.id == run_id).values(updated_at=_now()))
+            return stored
 
     def get_program(self, program_id: int) -> Program:
-        with self._session() as session:
-            row = session.get(ProgramRow, program_id)
-            if row is None:
-                raise StoreError(f"no program {program_id}")
-            return _to_program(row)
+        with self._sessions() as session:
+            found = session.execute(_with_scores().where(ProgramRow.id == program_id)).first()
+            if found is None:
+                raise UnknownIdError(f"no program {program_id} in {self._where}")
+            return _program(*found)
+
+    def programs(self, run_id: int) -> list[Program]:
+        """Every program of the run, oldest first (what a resume rebuilds selection from)."""
+        with self._sessions() as session:
+            rows = session.execute(_with_scores().where(ProgramRow.run_id == run_id).order_by(ProgramRow.id))
+            return [_program(program, score) for program, score in rows]
 
     def best_programs(self, run_id: int, k: int) -> list[Program]:
-        with self._session() as session:
-            ids = session.scalars(select(ScoreRow.program_id).where(ScoreRow.run_id == run_id)
-                                  .order_by(ScoreRow.scalar.desc(), ScoreRow.program_id).limit(k)).all()
-            return [_to_program(session.get(ProgramRow, program_id)) for program_id in ids]
+        """The k programs with the highest scalar, best first; ties go to the older program."""
+        with self._sessions() as session:
+            query = (_with_scores().where(ScoreRow.run_id == run_id)
+                     .order_by(ScoreRow.scalar.desc(), ScoreRow.program_id).limit(k))
+            return [_program(program, score) for program, score in session.execute(query)]
 
     def first_solved(self, run_id: int) -> Program | None:
-        with self._session() as session:
-            row = session.scalars(select(ProgramRow).join(ScoreRow).where(ScoreRow.run_id == run_id,
-                                  ScoreRow.solved.is_(True)).order_by(ProgramRow.iteration, ProgramRow.id)
-                                  .limit(1)).first()
-            return _to_program(row) if row else None
-
-    def completed_iterations(self, run_id: int) -> set[int]:
-        with self._session() as session:
-            rows = session.scalars(select(AttemptRow.iteration).distinct().where(
-                AttemptRow.run_id == run_id, AttemptRow.kind.in_(TERMINAL_KINDS)))
-            return set(rows)
+        """The solved program of the earliest iteration (lowest id among equals), or None."""
+        with self._sessions() as session:
+            query = (_with_scores().where(ScoreRow.run_id == run_id, ScoreRow.solved.is_(True))
+                     .order_by(ProgramRow.iteration, ProgramRow.id).limit(1))
+            found = session.execute(query).first()
+            return _program(*found) if found else None
 
     def count_programs(self, run_id: int) -> int:
-        with self._session() as session:
-            return session.scalar(select(func.count()).select_from(ProgramRow).where(ProgramRow.run_id == run_id)) or 0
+        with self._sessions() as session:
+            query = select(func.count()).select_from(ProgramRow).where(ProgramRow.run_id == run_id)
+            return session.scalar(query) or 0
+
+    def completed_iterations(self, run_id: int) -> set[int]:
+        """Iterations with at least one terminal attempt (TERMINAL_KINDS)."""
+        with self._sessions() as session:
+            query = select(AttemptRow.iteration).distinct().where(
+                AttemptRow.run_id == run_id, AttemptRow.kind.in_(TERMINAL_KINDS))
+            return set(session.scalars(query))
 
     def failure_counts(self, run_id: int) -> dict[str, int]:
-        with self._session() as session:
+        """Failed answers by 'kind: reason head' (the reason up to its first ':'), or 'kind' alone, most first."""
+        with self._sessions() as session:
             rows = session.execute(select(AttemptRow.kind, AttemptRow.reason).where(
-                AttemptRow.run_id == run_id, AttemptRow.kind.in_(("policy_error", "edit_failed", "duplicate",
-                                                                   "eval_failed"))))
-            return dict(Counter(f"{kind}: {(reason or '').split(':')[0]}" for kind, reason in rows))
+                AttemptRow.run_id == run_id, AttemptRow.kind.in_(FAILURE_KINDS)))
+            counts = Counter(f"{kind}: {reason.split(':')[0].strip()}" if reason else kind for kind, reason in rows)
+            return dict(counts.most_common())
 
-    def attempts(self, run_id: int) -> list[dict[str, Any]]:
-        with self._session() as session:
+    def attempts(self, run_id: int) -> list[AttemptInfo]:
+        """Every attempts row of the run, in write order."""
+        with self._sessions() as session:
             rows = session.scalars(select(AttemptRow).where(AttemptRow.run_id == run_id).order_by(AttemptRow.id))
-            return [{column.name: getattr(row, column.name) for column in AttemptRow.__table__.columns}
-                    for row in rows]
+            return [_frozen(AttemptInfo, row) for row in rows]
 
 
-def _run_info(row: RunRow) -> RunInfo:
-    return RunInfo(id=row.id, name=row.name, problem=row.problem, policy=row.policy, seed=row.seed,
-                   config_json=row.config_json, status=row.status, iterations_target=row.iterations_target,
-                   created_at=row.created_at)
+def _insert_programs(session: Session, run_id: int, iteration: int, children: Sequence[ChildRecord],
+                     completion_id: int | None) -> list[Program]:
+    """Program rows, then their score rows (two batched INSERTs), inside the caller's transaction."""
+    if not children:
+        return []
+    program_values = [dict(run_id=run_id, parent_id=child.parent_id, island=child.island, iteration=iteration,
+                           policy=child.policy, code=child.code, edit=child.edit, completion_id=completion_id)
+                      for child in children]
+    returning = insert(ProgramRow).returning(ProgramRow.id, sort_by_parameter_order=True)
+    ids = list(session.scalars(returning, program_values))
+    session.execute(insert(ScoreRow), [
+        dict(program_id=program_id, run_id=run_id, vector_json=json.dumps(child.scores), scalar=float(child.scalar),
+             solved=bool(child.solved), artifacts_json=json.dumps(child.artifacts))
+        for program_id, child in zip(ids, children, strict=True)])
+    return [Program(id=program_id, run_id=run_id, code=child.code, parent_id=child.parent_id, island=child.island,
+                    iteration=iteration, policy=child.policy, edit=child.edit,
+                    scores={name: float(value) for name, value in child.scores.items()}, scalar=float(child.scalar),
+                    solved=bool(child.solved), artifacts=dict(child.artifacts))
+            for program_id, child in zip(ids, children, strict=True)]
+
+
+def _insert_attempt(session: Session, values: dict[str, Any]) -> int:
+    return session.scalars(insert(AttemptRow).values(**values).returning(AttemptRow.id)).one()
+
+
+def _attempt(run_id: int, iteration: int, record: AttemptRecord, policy: str, call_id: int | None) -> dict[str, Any]:
+    return dict(run_id=run_id, iteration=iteration, kind=record.kind, reason=record.reason, policy=policy,
+                prompt=record.prompt, completion=record.completion, child_code=record.child_code, program_id=None,
+                call_id=call_id, latency_s=record.latency_s, prompt_tokens=record.prompt_tokens,
+                completion_tokens=record.completion_tokens)
+
+
+def _child_attempt(run_id: int, iteration: int, child: ChildRecord, program_id: int, call_id: int | None,
+                   policy: str) -> dict[str, Any]:
+    return dict(run_id=run_id, iteration=iteration, kind="child", reason=None, policy=policy, prompt=None,
+                completion=child.edit, child_code=None, program_id=program_id, call_id=call_id, latency_s=0.0,
+                prompt_tokens=0, completion_tokens=0)
+
+
+def _with_scores() -> Any:
+    return select(ProgramRow, ScoreRow).join(ScoreRow, ScoreRow.program_id == ProgramRow.id)
+
+
+def _program(row: ProgramRow, score: ScoreRow) -> Program:
+    return Program(
+        id=row.id, run_id=row.run_id, code=row.code, parent_id=row.parent_id, island=row.island,
+        iteration=row.iteration, policy=row.policy, edit=row.edit,
+        scores={name: float(value) for name, value in json.loads(score.vector_json).items()},
+        scalar=score.scalar, solved=score.solved, artifacts=json.loads(score.artifacts_json),
+    )
+
+
+def _frozen(record_type: type[_Record], row: Base) -> _Record:
+    """The frozen dataclass of a row: its fields are read off the row by name."""
+    return record_type(**{item.name: getattr(row, item.name) for item in fields(record_type)})  # type: ignore[arg-type]
+
+
+def _missing_columns(engine: Engine) -> list[str]:
+    """Columns this version needs that an existing database lacks (create_all never alters a table)."""
+    inspector = inspect(engine)
+    missing: list[str] = []
+    for table in Base.metadata.tables.values():
+        present = {column["name"] for column in inspector.get_columns(table.name)}
+        missing += [f"{table.name}.{column.name}" for column in table.columns if column.name not in present]
+    return missing
+
+
+def _first_line(exc: BaseException) -> str:
+    cause = getattr(exc, "orig", None) or exc  # the driver's own message, without SQLAlchemy's SQL dump
+    return (str(cause).splitlines() or [type(cause).__name__])[0]
 
 
 def _sqlite_pragmas(connection: Any, _record: Any) -> None:
     cursor = connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.execute("PRAGMA synchronous=NORMAL")  # in WAL mode: commits survive a process kill, fsync at checkpoints
+    cursor.execute("PRAGMA busy_timeout=30000")  # wait for another writer (two runs, one file) instead of failing
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
 
-
-__all__ = ["AttemptRecord", "ChildRecord", "ProgramStore", "RunInfo", "StoreError", "TERMINAL_KINDS"]

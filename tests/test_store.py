@@ -1,4 +1,4 @@
-"""The store: round trips, atomic iterations, indexes, and durability across a real kill -9."""
+"""The program store on real SQLite files: round trips, atomic iterations, indexes, and durability across kill -9."""
 
 from __future__ import annotations
 
@@ -9,120 +9,286 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy import event
 
-from evolve.store import AttemptRecord, ChildRecord, ProgramStore, StoreError
+from evolve.store import AttemptRecord, ChildRecord, ProgramStore, StoreError, database_url
 
 
 def child(code: str, scalar: float, parent: int | None = None, island: int = 0) -> ChildRecord:
-    scores = {"zeta": scalar, "alpha": 1 - scalar, "mid": 0.5}
-    return ChildRecord(code=code, parent_id=parent, island=island, policy="p", edit="edit text",
+    scores = {"zeta": scalar, "alpha": 1 - scalar, "mid": 0.5}  # deliberately not in sorted order
+    return ChildRecord(code=code, parent_id=parent, island=island, policy="p", edit=f"edit of {code}",
                        scores=scores, scalar=scalar, solved=scalar >= 1, artifacts={"feedback": "ok"})
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> ProgramStore:
-    return ProgramStore(str(tmp_path / "s.db"))
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "store.db"
 
 
-def new_run(store: ProgramStore) -> int:
-    return store.create_run("r", "prob", "p", 7, "{}", 10)
+@pytest.fixture
+def store(db: Path) -> ProgramStore:
+    return ProgramStore(str(db))
 
 
-def test_program_and_score_vector_round_trip_in_order(store: ProgramStore) -> None:
+def new_run(store: ProgramStore, name: str = "r") -> int:
+    return store.create_run(name, "prob", "p", 7, '{"run": {}}', 10)
+
+
+def test_program_and_score_vector_round_trip_with_key_order(store: ProgramStore, db: Path) -> None:
     run = new_run(store)
-    (stored,) = store.record_iteration(run, 0, [child("x = 1", 0.25)])
-    loaded = store.get_program(stored.id)
-    assert loaded == stored
+    added = store.add_program(run, "x = 1", None, 2, 0, "", "", {"zeta": 0.25, "alpha": 0.75, "mid": 0.5}, 0.5,
+                              False, {"stderr": "warn"})
+    loaded = ProgramStore(str(db)).get_program(added.id)  # a cold store: everything comes from the file
+    assert loaded == added
     assert list(loaded.scores) == ["zeta", "alpha", "mid"]
-    assert loaded.scores["alpha"] == 0.75 and loaded.artifacts == {"feedback": "ok"}
+    assert (loaded.island, loaded.iteration, loaded.artifacts) == (2, 0, {"stderr": "warn"})
+    with sqlite3.connect(db) as connection:
+        assert connection.execute("SELECT vector_json FROM scores").fetchone()[0].startswith('{"zeta"')
+    with pytest.raises(KeyError, match="no program 999"):
+        store.get_program(999)
 
 
-def test_iteration_links_children_to_their_policy_call(store: ProgramStore) -> None:
+def test_runs_are_created_listed_and_their_status_kept(store: ProgramStore, db: Path) -> None:
+    first, second = new_run(store, "a"), new_run(store, "b")
+    store.set_run_status(first, "interrupted")
+    reopened = ProgramStore(str(db))
+    assert [(r.id, r.name, r.status) for r in reopened.list_runs()] == [(first, "a", "interrupted"),
+                                                                        (second, "b", "running")]
+    info = reopened.get_run(first)
+    assert (info.problem, info.policy, info.seed, info.config_json, info.iterations_target) == (
+        "prob", "p", 7, '{"run": {}}', 10)
+    assert info.created_at.tzinfo is not None and info.updated_at > info.created_at
+    with pytest.raises(StoreError, match="no run 42 in sqlite:///") as unknown:
+        reopened.get_run(42)
+    assert isinstance(unknown.value, KeyError)
+    with pytest.raises(KeyError):
+        reopened.set_run_status(42, "finished")
+    with pytest.raises(ValueError, match="not one of"):
+        reopened.set_run_status(first, "done")  # type: ignore[arg-type]
+
+
+def test_iteration_links_children_and_failures_to_their_policy_call(store: ProgramStore, db: Path) -> None:
     run = new_run(store)
     (seed,) = store.record_iteration(run, 0, [child("seed", 0.1)])
-    records = [AttemptRecord("policy_call", prompt="P", completion="C", completion_tokens=12),
-               child("a", 0.5, seed.id), AttemptRecord("edit_failed", "no code", completion="junk")]
-    (a,) = store.record_iteration(run, 1, records, policy="p")
-    attempts = store.attempts(run)
-    call = next(row for row in attempts if row["kind"] == "policy_call")
-    assert call["completion_tokens"] == 12 and call["policy"] == "p"
-    assert all(row["call_id"] == call["id"] for row in attempts if row["iteration"] == 1 and row["kind"] != "policy_call")
-    assert a.parent_id == seed.id
-    assert store.completed_iterations(run) == {0, 1}
-    assert store.failure_counts(run) == {"edit_failed: no code": 1}
-
-
-def test_failed_write_rolls_back_the_whole_iteration(store: ProgramStore) -> None:
-    run = new_run(store)
-    bad = ChildRecord(code="b", parent_id=999_999, island=0, policy="p", edit="", scores={"a": 1.0}, scalar=1.0,
-                      solved=True)
-    with pytest.raises(Exception):  # foreign key to a missing parent
-        store.record_iteration(run, 1, [AttemptRecord("policy_call"), child("ok", 0.2), bad])
-    assert store.count_programs(run) == 0
-    assert store.completed_iterations(run) == set()
-    assert store.attempts(run) == []
-
-
-def test_best_programs_orders_by_scalar_and_first_solved(store: ProgramStore) -> None:
-    run = new_run(store)
-    for iteration, scalar in enumerate([0.3, 0.9, 1.0, 0.5]):
-        store.record_iteration(run, iteration, [child(f"c{iteration}", scalar)])
-    assert [p.scalar for p in store.best_programs(run, 3)] == [1.0, 0.9, 0.5]
-    assert store.first_solved(run).iteration == 2
-
-
-def test_wal_mode_and_indexed_top_k(tmp_path: Path) -> None:
-    db = tmp_path / "w.db"
-    store = ProgramStore(str(db))
-    run = new_run(store)
-    store.record_iteration(run, 0, [child("x", 0.1)])
+    records = [child("a", 0.5, seed.id, island=1), AttemptRecord("edit_failed", "no code", completion="junk"),
+               AttemptRecord("policy_call", "stop", prompt="P", completion="C", latency_s=1.5, completion_tokens=12),
+               AttemptRecord("eval_failed", "timeout: 10 s", completion="ans", child_code="b = 2"), child("b", 0.6)]
+    a, b = store.record_iteration(run, 1, records, policy="smollm2")
+    assert (a.code, a.parent_id, a.island, a.iteration, a.policy, a.edit) == ("a", seed.id, 1, 1, "p", "edit of a")
+    assert store.programs(run) == [seed, a, b]
+    call, *outcomes = [row for row in store.attempts(run) if row.iteration == 1]
+    assert (call.kind, call.reason, call.prompt, call.latency_s, call.completion_tokens) == (
+        "policy_call", "stop", "P", 1.5, 12)
+    assert [(o.kind, o.program_id) for o in outcomes] == [("child", a.id), ("edit_failed", None),
+                                                          ("eval_failed", None), ("child", b.id)]
+    assert all(o.call_id == call.id and o.policy == "smollm2" for o in outcomes)
+    assert outcomes[2].child_code == "b = 2"
     with sqlite3.connect(db) as connection:
-        assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        plan = " ".join(str(row) for row in connection.execute(
-            "EXPLAIN QUERY PLAN SELECT program_id FROM scores WHERE run_id = 1 ORDER BY scalar DESC LIMIT 5"))
-    assert "ix_scores_run_scalar" in plan
+        links = connection.execute("SELECT completion_id FROM programs ORDER BY id").fetchall()
+    assert links == [(None,), (call.id,), (call.id,)]
+    with pytest.raises(ValueError, match="one iteration is one call"):
+        store.record_iteration(run, 2, [AttemptRecord("policy_call"), AttemptRecord("policy_call")])
+    with pytest.raises(ValueError, match="is a ChildRecord"):
+        AttemptRecord("child")
 
 
-def test_sqlalchemy_url_and_reopen_see_everything(tmp_path: Path) -> None:
+def test_record_child_and_record_attempt_write_linked_rows(store: ProgramStore) -> None:
+    run = new_run(store)
+    call = store.record_attempt(run, 3, "policy_call", policy="p", prompt="P", completion="C", prompt_tokens=40)
+    program = store.record_child(run, 3, child("c", 0.4), call_id=call)
+    duplicate = store.record_attempt(run, 3, "duplicate", "same code", child_code="c", call_id=call)
+    rows = {row.id: row for row in store.attempts(run)}
+    (child_row,) = [row for row in rows.values() if row.kind == "child"]
+    assert child_row.program_id == program.id and child_row.call_id == call
+    assert rows[call].prompt_tokens == 40 and rows[duplicate].reason == "same code"
+    assert store.get_program(program.id) == program
+    with pytest.raises(ValueError, match="not one of"):
+        store.record_attempt(run, 3, "crashed")
+
+
+@pytest.mark.parametrize("failure", ["missing parent (fails at the program insert)",
+                                     "unstorable reason (fails at the last insert)"])
+def test_failed_iteration_write_rolls_back_everything(store: ProgramStore, failure: str) -> None:
+    run = new_run(store)
+    records: list[AttemptRecord | ChildRecord] = [AttemptRecord("policy_call", prompt="P"), child("ok", 0.2),
+                                                  AttemptRecord("edit_failed", "bad")]
+    if failure.startswith("missing parent"):
+        records.append(child("orphan", 0.3, parent=999_999))
+    else:
+        records.append(AttemptRecord("duplicate", reason=object()))  # type: ignore[arg-type]
+    with pytest.raises(StoreError, match="cannot write iteration 1 of run"):
+        store.record_iteration(run, 1, records)
+    assert store.count_programs(run) == 0 and store.attempts(run) == []
+    assert store.completed_iterations(run) == set() and store.programs(run) == []
+    (stored,) = store.record_iteration(run, 1, records[:3])  # the store is still usable
+    assert store.programs(run) == [stored]
+
+
+def test_completed_iterations_are_those_with_a_terminal_record(store: ProgramStore) -> None:
+    run, other = new_run(store), new_run(store, "other")
+    store.record_iteration(run, 0, [child("seed", 0.1)])
+    store.record_iteration(run, 1, [AttemptRecord("policy_call"), child("a", 0.2)])
+    store.record_iteration(run, 2, [AttemptRecord("policy_call")])  # a call whose outcome was never written
+    store.record_iteration(run, 3, [AttemptRecord("policy_error", "server down")])
+    store.record_iteration(run, 4, [AttemptRecord("policy_call"), AttemptRecord("edit_failed", "no code: x")])
+    store.record_attempt(run, 5, "duplicate", "same code")
+    store.record_attempt(run, 6, "policy_call")
+    store.record_iteration(other, 7, [AttemptRecord("eval_failed", "crash: boom")])
+    assert store.completed_iterations(run) == {0, 1, 3, 4, 5}
+    assert store.completed_iterations(other) == {7}
+    assert store.failure_counts(run) == {"policy_error: server down": 1, "edit_failed: no code": 1,
+                                         "duplicate: same code": 1}
+    assert store.failure_counts(other) == {"eval_failed: crash": 1}
+
+
+def test_best_programs_by_scalar_ties_to_the_older_and_first_solved(store: ProgramStore) -> None:
+    run, other = new_run(store), new_run(store, "other")
+    assert store.first_solved(run) is None and store.best_programs(run, 3) == []
+    stored = [store.record_iteration(run, i, [child(f"c{i}", s)])[0] for i, s in enumerate([0.3, 0.9, 1.0, 0.9, 1.0])]
+    store.record_iteration(other, 0, [child("elsewhere", 5.0)])
+    assert [p.id for p in store.best_programs(run, 4)] == [stored[2].id, stored[4].id, stored[1].id, stored[3].id]
+    assert len(store.best_programs(run, 100)) == 5
+    assert store.first_solved(run) == stored[2]
+    assert store.count_programs(run) == 5 and store.count_programs(other) == 1
+
+
+def test_sqlite_runs_in_wal_mode_with_normal_sync_and_a_busy_timeout(store: ProgramStore, db: Path) -> None:
+    new_run(store)
+    with sqlite3.connect(db) as connection:
+        assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # persistent, so any reader sees it
+    with store.engine.connect() as connection:
+        assert connection.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
+        assert connection.exec_driver_sql("PRAGMA busy_timeout").scalar() >= 5000
+        assert connection.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+
+
+def test_sqlalchemy_url_and_reopened_file_see_everything(tmp_path: Path) -> None:
+    assert database_url("runs/evolve.db") == "sqlite:///runs/evolve.db"
+    assert database_url("postgresql://u@h/db") == "postgresql://u@h/db"
     url = f"sqlite:///{tmp_path / 'u.db'}"
     first = ProgramStore(url)
     run = new_run(first)
-    first.record_iteration(run, 0, [child("y", 0.4)])
-    again = ProgramStore(url)
-    assert again.get_run(run).seed == 7 and again.count_programs(run) == 1
-    with pytest.raises(StoreError, match="no run 42"):
-        again.get_run(42)
+    programs = first.record_iteration(run, 0, [child("y", 0.4)]) + first.record_iteration(run, 1, [child("z", 1.0)])
+    first.set_run_status(run, "finished")
+    first.close()
+    again = ProgramStore(str(tmp_path / "u.db"))  # the same file by its plain path
+    assert again.get_run(run).status == "finished"
+    assert again.programs(run) == programs and again.completed_iterations(run) == {0, 1}
+
+
+def test_unopenable_store_is_a_one_line_store_error(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="cannot open the store .*unable to open database file"):
+        ProgramStore(str(tmp_path / "missing" / "dir" / "x.db"))
+
+
+def test_database_from_another_schema_is_refused_with_a_clear_error(db: Path) -> None:
+    with sqlite3.connect(db) as connection:  # the earlier layout kept the vector in a column named 'vector'
+        connection.execute("CREATE TABLE scores (program_id INTEGER PRIMARY KEY, vector JSON, scalar FLOAT)")
+    with pytest.raises(StoreError, match="another version of evolve .*scores.vector_json"):
+        ProgramStore(str(db))
+
+
+def test_top_k_and_resume_queries_use_indexes_with_10000_programs(store: ProgramStore, db: Path) -> None:
+    run, other = new_run(store), new_run(store, "other")
+    for batch in range(10):  # a bulk fill: record_iteration batches its inserts
+        store.record_iteration(run, batch, [child(f"c{batch}_{i}", ((batch * 1000 + i) * 7919 % 10007) / 10007)
+                                            for i in range(1000)])
+    store.record_iteration(other, 0, [child("o", 0.999)])
+    statements: list[tuple[str, Any]] = []
+    event.listen(store.engine, "before_cursor_execute",
+                 lambda _c, _cur, sql, params, _ctx, _many: statements.append((sql, params)))
+    best = store.best_programs(run, 5)
+    store.programs(other), store.completed_iterations(run), store.failure_counts(run)
+    store.first_solved(run), store.count_programs(run), store.get_program(best[0].id)
+    assert [p.scalar for p in best] == sorted((p.scalar for p in store.programs(run)), reverse=True)[:5]
+    assert best[0].run_id == run
+    with sqlite3.connect(db) as connection:
+        plans = {sql: [row[3] for row in connection.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
+                 for sql, params in statements[:7]}
+    for sql, plan in plans.items():
+        assert all("USING" in step for step in plan if step.startswith(("SCAN", "SEARCH"))), (sql, plan)
+    top_k_plan = next(plan for sql, plan in plans.items() if "LIMIT" in sql and "scalar DESC" in sql)
+    assert any("ix_scores_run_scalar" in step for step in top_k_plan)
+    assert not any("TEMP B-TREE" in step for step in top_k_plan), top_k_plan  # read in index order, no sort
 
 
 WRITER = """
 import sys
 from evolve.store import AttemptRecord, ChildRecord, ProgramStore
 store = ProgramStore(sys.argv[1])
-run = store.create_run("k", "p", "p", 0, "{}", 100000)
+runs = store.list_runs()
+run = runs[0].id if runs else store.create_run("k", "p", "p", 0, "{}", 100000)
+done = store.completed_iterations(run)
 for i in range(100000):
-    rec = ChildRecord(code="c%d" % i, parent_id=None, island=0, policy="p", edit="", scores={"a": i / 1e5},
-                      scalar=i / 1e5, solved=False)
-    store.record_iteration(run, i, [AttemptRecord("policy_call", prompt="p" * 2000), rec])
-    print(i, flush=True)
+    if i in done:
+        continue
+    rec = ChildRecord(code="c%d" % i, parent_id=None, island=i % 3, policy="p", edit="e%d" % i,
+                      scores={"b": i / 1e5, "a": 1.0}, scalar=i / 1e5, solved=False)
+    (program,) = store.record_iteration(run, i, [AttemptRecord("policy_call", prompt="p" * 4000), rec,
+                                                 AttemptRecord("edit_failed", "no code", completion="x" * 1000)])
+    print(i, program.id, flush=True)
 """
 
 
-def test_kill_9_mid_write_loses_nothing_committed(tmp_path: Path) -> None:
-    db = tmp_path / "k.db"
+def write_until_killed(db: Path, reports: int) -> dict[int, int]:
+    """Run WRITER until it has reported `reports` commits, SIGKILL it mid-loop; returns iteration -> program id."""
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(db)], stdout=subprocess.PIPE, text=True)
-    committed = -1
-    started = time.monotonic()
-    while committed < 40 and time.monotonic() - started < 60:
-        committed = int(writer.stdout.readline())
+    committed: dict[int, int] = {}
+    deadline = time.monotonic() + 60
+    assert writer.stdout is not None
+    while len(committed) < reports and time.monotonic() < deadline:
+        line = writer.stdout.readline()
+        assert line, "the writer ended before it was killed"
+        iteration, program_id = map(int, line.split())
+        committed[iteration] = program_id
     os.kill(writer.pid, signal.SIGKILL)
     writer.wait()
+    return committed
+
+
+def test_kill_9_mid_write_loses_nothing_committed_and_leaves_no_half_iteration(db: Path) -> None:
+    committed = write_until_killed(db, 40)
+    committed |= write_until_killed(db, 40)  # the second writer resumes after the first one's kill
     store = ProgramStore(str(db))
     done = store.completed_iterations(1)
-    assert set(range(committed + 1)) <= done
-    programs = store.programs(1)
-    assert len(programs) == len(done)  # each iteration has its program and its score, or nothing
+    assert set(committed) <= done
+    for iteration, program_id in committed.items():
+        program = store.get_program(program_id)
+        assert (program.iteration, program.code, program.scores) == (
+            iteration, f"c{iteration}", {"b": iteration / 1e5, "a": 1.0})
+    assert sorted(p.iteration for p in store.programs(1)) == sorted(done)  # one program per complete iteration
     with sqlite3.connect(db) as connection:
-        calls = connection.execute("SELECT COUNT(*) FROM attempts WHERE kind = 'policy_call'").fetchone()[0]
-    assert calls == len(done)
+        assert connection.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        kinds = connection.execute("SELECT kind, COUNT(*) FROM attempts GROUP BY kind").fetchall()
+        orphans = connection.execute("SELECT COUNT(*) FROM programs LEFT JOIN scores ON program_id = id "
+                                     "WHERE program_id IS NULL").fetchone()[0]
+    assert dict(kinds) == {"policy_call": len(done), "child": len(done), "edit_failed": len(done)}
+    assert orphans == 0
+
+
+CONCURRENT_WRITER = """
+import sys
+from evolve.store import AttemptRecord, ChildRecord, ProgramStore
+store = ProgramStore(sys.argv[1])
+run = store.create_run(sys.argv[2], "p", "p", 0, "{}", 150)
+for i in range(150):
+    rec = ChildRecord(code="c%d" % i, parent_id=None, island=0, policy="p", edit="", scores={"a": 0.5}, scalar=0.5,
+                      solved=False)
+    store.record_iteration(run, i, [AttemptRecord("policy_call", prompt="p" * 2000), rec])
+"""
+
+
+def test_two_processes_writing_one_file_wait_for_each_other(db: Path) -> None:
+    ProgramStore(str(db)).close()  # create the tables before the writers race
+    writers = [subprocess.Popen([sys.executable, "-c", CONCURRENT_WRITER, str(db), name], stderr=subprocess.PIPE,
+                                text=True) for name in ("left", "right")]
+    for writer in writers:
+        _, errors = writer.communicate(timeout=120)
+        assert writer.returncode == 0, errors[-2000:]
+    store = ProgramStore(str(db))
+    runs = store.list_runs()
+    assert sorted(run.name for run in runs) == ["left", "right"]
+    assert [len(store.completed_iterations(run.id)) for run in runs] == [150, 150]
