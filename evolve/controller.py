@@ -195,6 +195,8 @@ class Controller:
                 continue
             keys_in_this_call.add(key)
             candidates.append((answer, code))
+        if not records and not candidates:
+            records.append(AttemptRecord("edit_failed", "no answer in the completion", completion=completion.text))
         evaluations = await asyncio.gather(*(self._evaluate(code) for _, code in candidates))
         for (answer, code), evaluation in zip(candidates, evaluations, strict=True):
             if evaluation.ok:
