@@ -5,26 +5,42 @@ from __future__ import annotations
 import ast
 import re
 import textwrap
+import warnings
 
 EVOLVE_START = "# EVOLVE-BLOCK-START"
 EVOLVE_END = "# EVOLVE-BLOCK-END"
-_FENCE = re.compile(r"^\s*```[\w+-]*\s*$")
-_DIFF = re.compile(r"<{5,}\s*SEARCH\s*\n(.*?)\n={5,}\s*\n(.*?)\n?>{5,}\s*REPLACE", re.DOTALL)
+_FENCE = re.compile(r"^\s*```")
+_SEARCH = re.compile(r"^\s*<{5,}\s*SEARCH\s*$")
+_DIVIDER = re.compile(r"^\s*={5,}\s*$")
+_REPLACE = re.compile(r"^\s*>{5,}\s*REPLACE\s*$")
+# top-level lines that belong to a module's code; any other unindented line ends the code (prose, a call, a print)
+_CODE_HEAD = re.compile(
+    r"(async\s+def|def|class|import|from)\s|[@#)\]}]"
+    r"|[A-Za-z_][\w.]*(\s*,\s*[A-Za-z_][\w.]*)*\s*(:[^=]+)?([-+*/%&|^@]|//|\*\*|>>|<<)?=[^=]"
+)
+_REASON_CHARS = 200
+_PROSE_CUTS_TRIED = 8
 
 
 class EditError(ValueError):
     """An answer that cannot become a program; `reason` is one short line for the attempts table."""
 
     def __init__(self, reason: str) -> None:
+        reason = " ".join(reason.split())[:_REASON_CHARS]
         super().__init__(reason)
         self.reason = reason
 
 
+def _lines(code: str) -> list[str]:
+    # str.splitlines would also split on \f, \x1c, \u2028 ... which Python source treats as ordinary characters
+    return code.split("\n")
+
+
 def find_blocks(code: str) -> list[tuple[int, int]]:
-    """Line spans (start, end) of each block body: lines start..end-1 lie between the markers."""
+    """Line spans (start, end) of each block body: lines start..end-1 lie between a START and an END marker."""
     spans: list[tuple[int, int]] = []
     start: int | None = None
-    for number, line in enumerate(code.splitlines()):
+    for number, line in enumerate(_lines(code)):
         marker = line.strip()
         if marker.startswith(EVOLVE_START):
             start = number + 1
@@ -34,35 +50,119 @@ def find_blocks(code: str) -> list[tuple[int, int]]:
     return spans
 
 
+def _span(code: str, index: int) -> tuple[int, int]:
+    blocks = find_blocks(code)
+    if not blocks:
+        raise EditError("no EVOLVE-BLOCK in the parent")
+    if not -len(blocks) <= index < len(blocks):
+        raise EditError(f"no EVOLVE-BLOCK number {index}")
+    return blocks[index]
+
+
 def block_body(code: str, index: int = 0) -> str:
-    start, end = find_blocks(code)[index]
-    return "\n".join(code.splitlines()[start:end])
+    """The lines between the markers of block `index`, as written (indentation kept)."""
+    start, end = _span(code, index)
+    return "\n".join(_lines(code)[start:end])
 
 
 def replace_block(code: str, new_body: str, index: int = 0) -> str:
-    lines = code.splitlines()
-    start, end = find_blocks(code)[index]
-    trailing = "\n" if code.endswith("\n") else ""
-    return "\n".join(lines[:start] + new_body.rstrip("\n").splitlines() + lines[end:]) + trailing
+    """`code` with the body of block `index` replaced by `new_body`; the markers and all other lines are kept."""
+    start, end = _span(code, index)
+    lines = _lines(code)
+    body = _lines(new_body.rstrip("\n")) if new_body.strip() else []
+    return "\n".join(lines[:start] + body + lines[end:])
+
+
+def block_indent(body: str) -> str:
+    """The indentation of the block's first code line."""
+    first = next((line for line in _lines(body) if line.strip()), "")
+    return first[: len(first) - len(first.lstrip())]
+
+
+def _parse(code: str) -> ast.Module | SyntaxError:
+    """The module's tree, or the parser's error (odd input such as NUL bytes or deep nesting becomes one too)."""
+    try:
+        with warnings.catch_warnings():  # invalid escapes in junk text would print a warning per parse
+            warnings.simplefilter("ignore")
+            return ast.parse(code)
+    except SyntaxError as exc:
+        return exc
+    except (ValueError, RecursionError, MemoryError, OverflowError) as exc:
+        return SyntaxError(f"{type(exc).__name__}: {exc}")
+
+
+def _syntax_error(code: str) -> SyntaxError | None:
+    tree = _parse(code)
+    return tree if isinstance(tree, SyntaxError) else None
+
+
+def _parse_error_reason(code: str) -> str | None:
+    error = _syntax_error(code)
+    if error is None:
+        return None
+    where = f" (line {error.lineno})" if error.lineno else ""
+    return f"child does not parse: {error.msg}{where}"
 
 
 def defined_names(code: str) -> set[str]:
-    """Top-level function and class names a block defines."""
-    try:
-        tree = ast.parse(textwrap.dedent(code))
-    except SyntaxError:
+    """Top-level function and class names a block defines (empty when it does not parse)."""
+    tree = _parse(textwrap.dedent(code))
+    if isinstance(tree, SyntaxError):
         return set()
     return {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
 
 
+def _without_docstrings(tree: ast.AST) -> ast.AST:
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return tree
+
+
+def _same_program(first: str, second: str) -> bool:
+    """Equal code, or code that differs only in comments, docstrings and layout (it would score the same)."""
+    if first.strip() == second.strip():
+        return True
+    trees = [_parse(first), _parse(second)]
+    if any(isinstance(tree, SyntaxError) for tree in trees):
+        return False
+    return ast.dump(_without_docstrings(trees[0])) == ast.dump(_without_docstrings(trees[1]))
+
+
+def _outside_blocks(code: str) -> list[str]:
+    """Every line that is not inside an EVOLVE block, with one placeholder per block body."""
+    lines = _lines(code)
+    kept: list[str] = []
+    position = 0
+    for start, end in find_blocks(code):
+        kept += [line.rstrip() for line in lines[position:start]] + ["\0block"]
+        position = end
+    return kept + [line.rstrip() for line in lines[position:]]
+
+
 def split_answers(text: str, m: int, tag: str = "response") -> list[str]:
-    """Up to m answers from `<tag_i>...</tag_i>` sections (VPO's format); m == 1 is the whole text."""
+    """Up to m non-empty answers from `<tag_i>...</tag_i>` sections (VPO's format); m == 1 is the whole text.
+
+    A missing closing tag ends the answer at the next opening tag or at the end of the text. When m > 1 and the
+    text holds no tag at all, the whole text is taken as the one answer.
+    """
     if m <= 1:
         return [text]
-    answers = []
-    pattern = re.compile(rf"<{tag}_(\d+)>\s*\n?(.*?)(?:</{tag}_\1>|(?=<{tag}_\d+>)|\Z)", re.DOTALL)
-    for match in pattern.finditer(text):
-        answer = match.group(2).strip("\n")
+    name = re.escape(tag)
+    opening = re.compile(rf"<{name}_\d+\s*>", re.IGNORECASE)
+    closing = re.compile(rf"</{name}_\d+\s*>", re.IGNORECASE)
+    starts = list(opening.finditer(text))
+    if not starts:
+        return [text] if text.strip() and not closing.search(text) else []
+    answers: list[str] = []
+    for number, match in enumerate(starts):
+        stop = starts[number + 1].start() if number + 1 < len(starts) else len(text)
+        section = text[match.end() : stop]
+        end_tag = closing.search(section)
+        answer = (section[: end_tag.start()] if end_tag else section).strip("\n")
         if answer.strip():
             answers.append(answer)
         if len(answers) == m:
@@ -70,115 +170,221 @@ def split_answers(text: str, m: int, tag: str = "response") -> list[str]:
     return answers
 
 
-def _strip_fences(text: str) -> str:
-    lines = text.splitlines()
-    kept: list[str] = []
-    for line in lines:
-        if _FENCE.match(line):
-            if kept:  # a closing fence ends the code
-                break
-            continue
-        kept.append(line)
-    return "\n".join(kept)
+def _fenced_segments(text: str) -> list[str]:
+    """The non-empty pieces of the text between markdown fence lines, in order."""
+    lines = _lines(text)
+    fences = [number for number, line in enumerate(lines) if _FENCE.match(line)]
+    bounds = [-1, *fences, len(lines)]
+    segments = ["\n".join(lines[bounds[i] + 1 : bounds[i + 1]]) for i in range(len(bounds) - 1)]
+    return [segment for segment in segments if segment.strip()]
 
 
-def _longest_parsing_prefix(code: str) -> str:
-    """Drop trailing prose or half-written lines: the longest prefix of whole lines that parses."""
-    lines = code.rstrip().splitlines()
-    # cut at the first top-level line that is neither code we keep nor blank (prose, a call, a print)
-    for number, line in enumerate(lines):
-        if number and line and not line[0].isspace() and not line.startswith(("def ", "async def ", "class ", "@",
-                                                                                "import ", "from ", "#", ")", "]")):
-            if not re.match(r"^[A-Za-z_][\w, ]*\s*(:[^=]+)?=[^=]", line):  # a module-level assignment is code
-                lines = lines[:number]
-                break
-    for end in range(len(lines), 0, -1):
-        candidate = "\n".join(lines[:end])
-        try:
-            ast.parse(candidate)
-        except SyntaxError:
+def _between_markers(text: str) -> str:
+    """An answer that repeats the markers is cut to what lies between them; stray marker lines are dropped."""
+    blocks = find_blocks(text)
+    if blocks:
+        start, end = blocks[0]
+        text = "\n".join(_lines(text)[start:end])
+    return "\n".join(line for line in _lines(text) if line.strip() not in (EVOLVE_START, EVOLVE_END))
+
+
+def _is_top_level_prose(line: str) -> bool:
+    return bool(line.strip()) and not line[0].isspace() and not _CODE_HEAD.match(line)
+
+
+def _longest_parsing_prefix(lines: list[str]) -> int:
+    """The number of leading lines that parse, cutting at prose first when the code before it parses."""
+    end = len(lines)
+    prose = [number for number, line in enumerate(lines) if _is_top_level_prose(line)]
+    for number in prose[:_PROSE_CUTS_TRIED]:  # prose inside a multi-line string is no place to cut
+        if _syntax_error("\n".join(lines[:number])) is None:
+            end = number
+            break
+    while end > 0:
+        error = _syntax_error("\n".join(lines[:end]))
+        if error is None:
+            break
+        # the parser failed at error.lineno, so no prefix longer than that line can parse: jump there
+        end = min(end - 1, error.lineno) if isinstance(error.lineno, int) and error.lineno > 0 else end - 1
+    while end > 0 and (not lines[end - 1].strip() or lines[end - 1].lstrip().startswith("#")):
+        end -= 1
+    return end
+
+
+def _runs_at_import(node: ast.stmt, block_names: set[str]) -> bool:
+    """Statements a small model appends after its function: calls, prints, tests, `if __name__ == ...`."""
+    if isinstance(node, ast.Expr):
+        return not (isinstance(node.value, ast.Constant) and isinstance(node.value.value, str))
+    if isinstance(node, ast.AnnAssign):
+        return node.value is None or _calls_any(node.value, block_names)
+    if isinstance(node, (ast.Assign, ast.AugAssign)):
+        return _calls_any(node.value, block_names)
+    return not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom))
+
+
+def _calls_any(node: ast.AST, names: set[str]) -> bool:
+    return any(isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id in names
+               for sub in ast.walk(node))
+
+
+def _first_line(node: ast.stmt) -> int:
+    return min([node.lineno] + [decorator.lineno for decorator in getattr(node, "decorator_list", [])])
+
+
+def _live_end(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """The last line of the function that can run: statements after a top-level return or raise never do."""
+    for statement in function.body[:-1]:
+        if isinstance(statement, (ast.Return, ast.Raise)):
+            return statement.end_lineno or statement.lineno
+    return function.end_lineno or function.lineno
+
+
+def _drop_junk(code: str) -> str:
+    """`code` without statements that would run at import and without code after a function's return.
+
+    Both are what a small model appends after the function; the code is returned unchanged if dropping breaks it.
+    """
+    tree = _parse(code)
+    if isinstance(tree, SyntaxError):
+        return code
+    names = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    dropped: set[int] = set()
+    kept: set[int] = set()
+    for node in tree.body:
+        end = node.end_lineno or node.lineno
+        if _runs_at_import(node, names):
+            dropped.update(range(node.lineno, end + 1))
             continue
-        return candidate
-    return ""
+        live_end = _live_end(node) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else end
+        kept.update(range(_first_line(node), live_end + 1))
+        dropped.update(range(live_end + 1, end + 1))
+    dropped -= kept
+    if not dropped:
+        return code
+    filtered = "\n".join(line for number, line in enumerate(_lines(code), 1) if number not in dropped)
+    return filtered if _syntax_error(filtered) is None else code
+
+
+def extract_code(text: str) -> str:
+    """Module-level code from one piece of an answer: leading prose and trailing junk dropped, dedented."""
+    lines = _lines(text)
+    start = next((n for n, line in enumerate(lines) if line.strip() and _CODE_HEAD.match(line.lstrip())), 0)
+    lines = _lines(textwrap.dedent("\n".join(lines[start:])).rstrip())
+    code = "\n".join(lines[: _longest_parsing_prefix(lines)])
+    return _drop_junk(code).rstrip() if code.strip() else ""
+
+
+def salvage_code(text: str, required: set[str]) -> str:
+    """The code a small model meant: out of fences, without prose or junk around it, dedented.
+
+    Pieces between fence lines are tried in order and the first that defines every `required` name wins
+    (with nothing required, the longest piece of code); EditError when none does.
+    """
+    text = _between_markers(text.replace("\r\n", "\n"))
+    pieces = [code for code in map(extract_code, _fenced_segments(text)) if code.strip()]
+    if not pieces:
+        raise EditError("answer holds no code that parses")
+    if not required:
+        return max(pieces, key=len)
+    for code in pieces:
+        if required <= defined_names(code):
+            return code
+    missing = min((sorted(required - defined_names(code)) for code in pieces), key=len)
+    raise EditError(f"dropped required function '{missing[0]}'")
 
 
 def apply_rewrite(parent_code: str, answer: str, prefill: str = "", index: int = 0) -> str:
-    """Replace the parent's EVOLVE block `index` with prefill + answer, salvaging what a small model writes."""
-    blocks = find_blocks(parent_code)
-    if not blocks:
-        raise EditError("parent has no EVOLVE-BLOCK")
+    """The parent with EVOLVE block `index` replaced by prefill + answer, salvaged (see salvage_code)."""
     old_body = block_body(parent_code, index)
-    indent = re.match(r"\s*", next((line for line in old_body.splitlines() if line.strip()), "")).group(0)
-    text = _strip_fences(prefill + answer)
-    text = text.replace(EVOLVE_START, "").replace(EVOLVE_END, "")
-    code = _longest_parsing_prefix(textwrap.dedent(text))
-    if not code.strip():
-        raise EditError("answer holds no code that parses")
-    missing = sorted(defined_names(old_body) - defined_names(code))
-    if missing:
-        raise EditError(f"dropped required function '{missing[0]}'")
-    child = replace_block(parent_code, textwrap.indent(code, indent), index)
-    try:
-        ast.parse(child)
-    except SyntaxError as exc:
-        raise EditError(f"child does not parse: {exc.msg} (line {exc.lineno})") from None
-    if child.strip() == parent_code.strip():
+    code = salvage_code(prefill + answer, defined_names(old_body))
+    child = replace_block(parent_code, textwrap.indent(code, block_indent(old_body)), index)
+    reason = _parse_error_reason(child)
+    if reason:
+        raise EditError(reason)
+    if _same_program(child, parent_code):
         raise EditError("no change")
     return child
 
 
-def apply_diff(parent_code: str, answer: str) -> str:
-    """Apply OpenEvolve-style SEARCH/REPLACE blocks; every SEARCH text must lie inside an EVOLVE block."""
-    edits = _DIFF.findall(_strip_fences_keep_all(answer))
-    if not edits:
-        raise EditError("no SEARCH/REPLACE block")
-    child = parent_code
-    for search, replace in edits:
-        if not search.strip():
-            raise EditError("empty SEARCH text")
-        position = _locate(child, search)
-        if position is None:
-            raise EditError("SEARCH text not found")
-        start, end = position
-        if not _inside_blocks(child, start, end):
-            raise EditError("edit outside EVOLVE-BLOCK")
-        child = child[:start] + replace + child[end:]
-    if not find_blocks(child):
-        raise EditError("edit removed the EVOLVE-BLOCK markers")
-    try:
-        ast.parse(child)
-    except SyntaxError as exc:
-        raise EditError(f"child does not parse: {exc.msg} (line {exc.lineno})") from None
-    missing = sorted(defined_names(block_body(parent_code)) - defined_names(block_body(child)))
-    if missing:
-        raise EditError(f"dropped required function '{missing[0]}'")
-    if child.strip() == parent_code.strip():
-        raise EditError("no change")
-    return child
+def _parse_diff(answer: str) -> list[tuple[str, str]]:
+    """(search, replace) pairs; a final block cut off before its REPLACE marker is kept."""
+    edits: list[tuple[str, str]] = []
+    state, search, replace = "", [], []  # state: "" outside, "search", "replace"
+    for line in _lines(answer.replace("\r\n", "\n")):
+        if _SEARCH.match(line):
+            state, search, replace = "search", [], []
+        elif state == "search" and _DIVIDER.match(line):
+            state = "replace"
+        elif state == "replace" and _REPLACE.match(line):
+            edits.append(("\n".join(search), "\n".join(replace)))
+            state = ""
+        elif state == "search":
+            search.append(line)
+        elif state == "replace" and not _FENCE.match(line):
+            replace.append(line)
+    if state == "replace":
+        edits.append(("\n".join(search), "\n".join(replace)))
+    return edits
 
 
-def _strip_fences_keep_all(text: str) -> str:
-    return "\n".join(line for line in text.splitlines() if not _FENCE.match(line))
-
-
-def _locate(code: str, search: str) -> tuple[int, int] | None:
-    """Exact match first, then a match that ignores trailing whitespace on each line."""
-    start = code.find(search)
-    if start >= 0:
-        return start, start + len(search)
-    wanted = [line.rstrip() for line in search.splitlines()]
-    lines = code.splitlines(keepends=True)
+def _line_offsets(code: str) -> list[int]:
     offsets = [0]
-    for line in lines:
-        offsets.append(offsets[-1] + len(line))
+    for line in _lines(code):
+        offsets.append(offsets[-1] + len(line) + 1)
+    return offsets
+
+
+def _matches(code: str, search: str) -> list[tuple[int, int]]:
+    """Character spans of whole-line matches of `search` in `code`, ignoring whitespace at line ends."""
+    wanted = [line.rstrip() for line in _lines(search.strip("\n"))]
+    lines = [line.rstrip() for line in _lines(code)]
+    offsets = _line_offsets(code)
+    spans = []
     for first in range(len(lines) - len(wanted) + 1):
-        if [line.rstrip() for line in lines[first:first + len(wanted)]] == wanted:
-            end = offsets[first + len(wanted)]
-            return offsets[first], end - (1 if lines[first + len(wanted) - 1].endswith("\n") else 0)
-    return None
+        if lines[first : first + len(wanted)] == wanted:
+            spans.append((offsets[first], offsets[first + len(wanted)] - 1))
+    return spans
 
 
 def _inside_blocks(code: str, start: int, end: int) -> bool:
     first_line = code.count("\n", 0, start)
     last_line = code.count("\n", 0, max(start, end - 1))
     return any(block_start <= first_line and last_line < block_end for block_start, block_end in find_blocks(code))
+
+
+def apply_diff(parent_code: str, answer: str) -> str:
+    """Apply OpenEvolve-style SEARCH/REPLACE blocks; every SEARCH text must lie inside an EVOLVE block."""
+    if not find_blocks(parent_code):
+        raise EditError("no EVOLVE-BLOCK in the parent")
+    edits = _parse_diff(answer)
+    if not edits:
+        raise EditError("no SEARCH/REPLACE block")
+    child = parent_code
+    for search, replace in edits:
+        if not search.strip():
+            raise EditError("empty SEARCH text")
+        spans = _matches(child, search)
+        if not spans:
+            raise EditError("SEARCH text not found")
+        inside = [span for span in spans if _inside_blocks(child, *span)]
+        if not inside:
+            raise EditError("edit outside EVOLVE-BLOCK")
+        start, end = inside[0]
+        child = child[:start] + replace.strip("\n") + child[end:]
+    if _outside_blocks(child) != _outside_blocks(parent_code):
+        raise EditError("edit outside EVOLVE-BLOCK")
+    reason = _parse_error_reason(child)
+    if reason:
+        raise EditError(reason)
+    for index, body in enumerate(_block_bodies(parent_code)):
+        missing = sorted(defined_names(body) - defined_names(block_body(child, index)))
+        if missing:
+            raise EditError(f"dropped required function '{missing[0]}'")
+    if _same_program(child, parent_code):
+        raise EditError("no change")
+    return child
+
+
+def _block_bodies(code: str) -> list[str]:
+    lines = _lines(code)
+    return ["\n".join(lines[start:end]) for start, end in find_blocks(code)]

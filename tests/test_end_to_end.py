@@ -1,0 +1,40 @@
+"""End to end: `evolve run` with the real SmolLM2 policy, the real store and the real sandbox."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("problem", ["symbolic_regression", "bin_packing"])
+def test_evolve_run_with_smollm2_commits_scored_children(tmp_path: Path, problem: str) -> None:
+    db = tmp_path / "e2e.db"
+    iterations = 6
+    result = subprocess.run(
+        [sys.executable, "-m", "evolve.cli", "run", "--plain", "--config", str(ROOT / "evolve.toml"),
+         "--problem", problem, "--iterations", str(iterations), "--seed", "1", "--db", str(db)],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "finished" in result.stdout and "best program" in result.stdout
+    with sqlite3.connect(db) as connection:
+        status = connection.execute("SELECT status FROM runs").fetchone()[0]
+        calls = connection.execute("SELECT COUNT(*) FROM attempts WHERE kind = 'policy_call'").fetchone()[0]
+        iterations_done = connection.execute(
+            "SELECT COUNT(DISTINCT iteration) FROM attempts WHERE kind != 'policy_call' AND iteration > 0"
+        ).fetchone()[0]
+        children = connection.execute(
+            "SELECT COUNT(*) FROM programs p JOIN scores s ON s.program_id = p.id WHERE p.iteration > 0"
+        ).fetchone()[0]
+        completions = [row[0] for row in connection.execute("SELECT completion FROM attempts WHERE kind = 'policy_call'")]
+    assert status == "finished"
+    assert calls == iterations and iterations_done == iterations
+    assert all(text is not None for text in completions)
+    assert children >= 1, "the real model should give at least one valid child in a few iterations"
