@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import string
 import textwrap
 from dataclasses import dataclass
@@ -11,10 +12,27 @@ from evolve.edits import EditError, block_body, defined_names
 from evolve.records import MutationRequest, Program
 
 SYSTEM = "You are an expert Python programmer. You improve one Python function at a time."
+# One worked exchange before the real request, so that a small model answers with just a changed function.
+EXAMPLE_REQUEST = """Task: write area(w, h) to match a hidden formula; the score is 1 / (1 + error).
+
+Current code (score 0.21):
+```python
+def area(w: float, h: float) -> float:
+    return w + h
+```
+
+Write an improved version of `area` that gets a higher score. Reply with only the code."""
+EXAMPLE_ANSWER = """def area(w: float, h: float) -> float:
+    s = w * h
+    return s + 0.5 * h"""
+USE_EXAMPLE = True
+SHOW_DOCSTRINGS = False
+SHOW_IMPORTS = True
+HINT = False
 _CHARS_PER_TOKEN = 3.0  # SmolLM2's tokenizer on indented Python, measured on the example programs
 _WEAKEST_SHOWN = 3
 _DESCRIPTION_CHARS = 700
-_FEEDBACK_CHARS = 300
+_FEEDBACK_CHARS = 200  # longer feedback (tables of numbers) makes a small model copy the numbers into its code
 _INSPIRATION_CHARS = 600
 # a line that starts at column 0 after a one-function block is never part of it: stop there
 _TOP_LEVEL_STARTS = tuple("\n" + c for c in string.ascii_letters + "_#@")
@@ -45,6 +63,32 @@ def _block(code: str) -> str:
         return code.strip("\n")
 
 
+def _tree(code: str) -> ast.Module | None:
+    try:
+        return ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def without_docstrings(block: str) -> str:
+    """The block without its docstrings: a small model copies them back verbatim and spends its tokens there."""
+    tree = _tree(block)
+    if tree is None:
+        return block
+    dropped: set[int] = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or not body or len(body) < 2:
+            continue
+        first, after = body[0], body[1]
+        if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str)
+                and first.lineno > node.lineno and after.lineno > (first.end_lineno or first.lineno)):
+            dropped.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
+    lines = block.split("\n")
+    kept = "\n".join(line for number, line in enumerate(lines, 1) if number not in dropped)
+    return kept if _tree(kept) is not None else block
+
+
 def first_code_line(block: str) -> str:
     return next((line.strip() for line in block.split("\n") if line.strip()), "")
 
@@ -60,11 +104,10 @@ def rewrite_prefill(parent_code: str, answers: int = 1) -> str:
 
 
 def _is_one_definition(block: str) -> bool:
-    """True when the block is a single function or class, so any unindented line after it is not ours."""
-    names = defined_names(block)
-    lines = [line for line in block.split("\n") if line.strip() and not line[0].isspace()]
-    return len(names) == 1 and first_code_line(block).startswith(("def ", "async def ", "class ")) and all(
-        line.startswith(("def ", "async def ", "class ", ")", "#")) for line in lines)
+    """True when the block is one function or class, so any unindented line after it is not part of the answer."""
+    top_level = [line for line in block.split("\n") if line.strip() and not line[0].isspace()]
+    return (len(defined_names(block)) == 1 and first_code_line(block).startswith(("def ", "async def ", "class "))
+            and all(line.startswith(("def ", "async def ", "class ", ")", "#")) for line in top_level))
 
 
 def token_budget(block: str, cap: int, answers: int = 1) -> int:
@@ -81,22 +124,34 @@ def _name_of(block: str) -> str:
     return "the code"
 
 
+def _imports(code: str) -> str:
+    """The imports outside the EVOLVE blocks, as a one-line reminder of what the code may use."""
+    tree = _tree(code)
+    block = _tree(_block(code))
+    if tree is None:
+        return ""
+    inside = {ast.unparse(node) for node in (block.body if block else []) if isinstance(node, (ast.Import,
+                                                                                             ast.ImportFrom))}
+    lines = [ast.unparse(node) for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    lines = [line for line in lines if line not in inside]
+    return f"Already imported: {'; '.join(lines)}" if lines else ""
+
+
 def _feedback(program: Program) -> str:
     """A short evaluator message about the parent (an error, a hint), or nothing."""
     for key in ("feedback", "error", "stderr"):
-        text = program.artifacts.get(key, "").strip()
+        text = " ".join(program.artifacts.get(key, "").split())
         if text:
-            text = " ".join(text.split())
-            return f"Evaluator feedback: {text[:_FEEDBACK_CHARS]}"
+            return f"Evaluator feedback: {text}" if len(text) <= _FEEDBACK_CHARS else ""
     return ""
 
 
-def _inspiration(request: MutationRequest) -> str:
+def _inspiration(request: MutationRequest, show_docstrings: bool) -> str:
     better = [p for p in request.inspirations if p.scalar > request.parent.scalar]
     if not better:
         return ""
     best = max(better, key=lambda p: p.scalar)
-    block = _block(best.code)
+    block = _block(best.code) if show_docstrings else without_docstrings(_block(best.code))
     if len(block) > _INSPIRATION_CHARS:
         return ""
     return f"A different version with a higher score ({score_summary(best)}):\n```python\n{block}\n```"
@@ -112,31 +167,37 @@ def build_prompt(request: MutationRequest, edit_format: Literal["rewrite", "diff
     """Messages, prefill, stops and token budget for one mutation of the parent's first EVOLVE block."""
     parent = request.parent
     block = _block(parent.code)
+    diff = edit_format == "diff"
+    shown = block if diff or SHOW_DOCSTRINGS else without_docstrings(block)  # a diff's SEARCH must match the code
     name = _name_of(block)
     sections = [
-        _description(request),
-        f"Current code ({score_summary(parent)}):\n```python\n{block}\n```",
-        _inspiration(request),
+        f"Task: {_description(request)}",
+        f"Current code ({score_summary(parent)}):\n```python\n{shown}\n```",
+        _imports(parent.code) if SHOW_IMPORTS else "",
+        _inspiration(request, diff or SHOW_DOCSTRINGS),
         _feedback(parent),
     ]
-    budget = token_budget(block, max_new_tokens_cap, answers)
-    if edit_format == "diff":
+    budget = token_budget(shown, max_new_tokens_cap, answers)
+    if diff:
         sections.append(
             f"Improve {name} to get a higher score. Answer with one or more edits, each in this format:\n"
             "<<<<<<< SEARCH\n(exact lines of the current code)\n=======\n(new lines)\n>>>>>>> REPLACE")
-        return Prompt(_messages(sections), "", ("<|im_end|>",), budget)
+        return Prompt(_messages(sections, example=False), "", ("<|im_end|>",), budget)
     prefill = rewrite_prefill(parent.code, answers)
     if answers == 1:
-        sections.append(f"Write an improved version of {name} that gets a higher score. Reply with only the code.")
+        hint = f" It must not call {name} itself." if HINT else ""
+        sections.append(f"Write an improved version of {name} that gets a higher score.{hint} Reply with only the code.")
         stop = _REWRITE_STOPS + (_TOP_LEVEL_STARTS if _is_one_definition(block) else ())
     else:
         sections.append(
             f"Write {answers} different improved versions of {name}, each complete, in tags "
             f"<response_1>...</response_1> up to <response_{answers}>...</response_{answers}>.")
         stop = (f"</response_{answers}>", "<|im_end|>", "\nif __name__")
-    return Prompt(_messages(sections), prefill, stop, budget)
+    return Prompt(_messages(sections, example=USE_EXAMPLE and answers == 1), prefill, stop, budget)
 
 
-def _messages(sections: list[str]) -> list[dict[str, str]]:
-    return [{"role": "system", "content": SYSTEM},
-            {"role": "user", "content": "\n\n".join(section for section in sections if section)}]
+def _messages(sections: list[str], example: bool) -> list[dict[str, str]]:
+    messages = [{"role": "system", "content": SYSTEM}]
+    if example:
+        messages += [{"role": "user", "content": EXAMPLE_REQUEST}, {"role": "assistant", "content": EXAMPLE_ANSWER}]
+    return messages + [{"role": "user", "content": "\n\n".join(section for section in sections if section)}]
