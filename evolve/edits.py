@@ -265,12 +265,61 @@ def _drop_junk(code: str) -> str:
     return filtered if _syntax_error(filtered) is None else code
 
 
+_CLOSERS = {"(": ")", "[": "]", "{": "}"}
+
+
+def _bracket_fix(lines: list[str], error: SyntaxError) -> list[str] | None:
+    """The lines with one bracket mistake of the kind small models make fixed, or None.
+
+    An unmatched closing bracket is deleted; a bracket never closed on a one-line statement is closed at the
+    end of that line.
+    """
+    number, offset = error.lineno, error.offset
+    if not isinstance(number, int) or not isinstance(offset, int) or not 0 < number <= len(lines):
+        return None
+    line = lines[number - 1]
+    position = offset - 1
+    if not 0 <= position < len(line):
+        return None
+    message = str(error.msg)
+    if message.startswith("unmatched '") and line[position] in ")]}":
+        fixed = line[:position] + line[position + 1 :]
+    elif message.endswith("was never closed") and line[position] in _CLOSERS:
+        following = next((later for later in lines[number:] if later.strip()), "")
+        indent = len(line) - len(line.lstrip())
+        if following and len(following) - len(following.lstrip()) > indent:
+            return None  # the statement may go on over the next lines
+        fixed = line.rstrip() + _CLOSERS[line[position]]
+    else:
+        return None
+    return lines[: number - 1] + [fixed] + lines[number:]
+
+
+def _with_brackets_fixed(lines: list[str], rounds: int = 6) -> list[str]:
+    for _ in range(rounds):
+        error = _syntax_error("\n".join(lines))
+        fixed = _bracket_fix(lines, error) if error else None
+        if fixed is None:
+            break
+        lines = fixed
+    return lines
+
+
 def extract_code(text: str) -> str:
-    """Module-level code from one piece of an answer: leading prose and trailing junk dropped, dedented."""
+    """Module-level code from one piece of an answer: leading prose and trailing junk dropped, dedented.
+
+    When fixing a stray or missing bracket lets more lines parse, the fixed lines are used.
+    """
     lines = _lines(text)
     start = next((n for n, line in enumerate(lines) if line.strip() and _CODE_HEAD.match(line.lstrip())), 0)
     lines = _lines(textwrap.dedent("\n".join(lines[start:])).rstrip())
-    code = "\n".join(lines[: _longest_parsing_prefix(lines)])
+    end = _longest_parsing_prefix(lines)
+    if end < len(lines):
+        fixed = _with_brackets_fixed(lines)
+        fixed_end = _longest_parsing_prefix(fixed) if fixed is not lines else 0
+        if fixed_end > end:
+            lines, end = fixed, fixed_end
+    code = "\n".join(lines[:end])
     return _drop_junk(code).rstrip() if code.strip() else ""
 
 

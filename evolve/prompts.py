@@ -186,7 +186,8 @@ def build_prompt(request: MutationRequest, edit_format: Literal["rewrite", "diff
     prefill = rewrite_prefill(parent.code, answers)
     if answers == 1:
         hint = f" It must not call {name} itself." if HINT else ""
-        sections.append(f"Write an improved version of {name} that gets a higher score.{hint} Reply with only the code.")
+        sections.append(f"Write an improved version of {name} that gets a higher score.{hint} "
+                        "Reply with only the code.")
         stop = _REWRITE_STOPS + (_TOP_LEVEL_STARTS if _is_one_definition(block) else ())
     else:
         sections.append(
