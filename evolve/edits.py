@@ -376,18 +376,13 @@ def _parse_diff(answer: str) -> list[tuple[str, str]]:
     return edits
 
 
-def _line_offsets(code: str) -> list[int]:
-    offsets = [0]
-    for line in _lines(code):
-        offsets.append(offsets[-1] + len(line) + 1)
-    return offsets
-
-
 def _matches(code: str, search: str) -> list[tuple[int, int]]:
     """Character spans of whole-line matches of `search` in `code`, ignoring whitespace at line ends."""
     wanted = [line.rstrip() for line in _lines(search.strip("\n"))]
     lines = [line.rstrip() for line in _lines(code)]
-    offsets = _line_offsets(code)
+    offsets = [0]
+    for line in _lines(code):
+        offsets.append(offsets[-1] + len(line) + 1)
     spans = []
     for first in range(len(lines) - len(wanted) + 1):
         if lines[first : first + len(wanted)] == wanted:
@@ -425,15 +420,11 @@ def apply_diff(parent_code: str, answer: str) -> str:
     reason = _parse_error_reason(child)
     if reason:
         raise EditError(reason)
-    for index, body in enumerate(_block_bodies(parent_code)):
-        missing = sorted(defined_names(body) - defined_names(block_body(child, index)))
+    for index in range(len(find_blocks(parent_code))):
+        missing = sorted(defined_names(block_body(parent_code, index)) - defined_names(block_body(child, index)))
         if missing:
             raise EditError(f"dropped required function '{missing[0]}'")
     if _same_program(child, parent_code):
         raise EditError("no change")
     return child
 
-
-def _block_bodies(code: str) -> list[str]:
-    lines = _lines(code)
-    return ["\n".join(lines[start:end]) for start, end in find_blocks(code)]

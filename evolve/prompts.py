@@ -23,12 +23,7 @@ def area(w: float, h: float) -> float:
 
 Write an improved version of `area` that gets a higher score. Reply with only the code."""
 EXAMPLE_ANSWER = """def area(w: float, h: float) -> float:
-    s = w * h
-    return s + 0.5 * h"""
-USE_EXAMPLE = True
-SHOW_DOCSTRINGS = False
-SHOW_IMPORTS = True
-HINT = False
+    return w * h + 0.5 * h"""
 _CHARS_PER_TOKEN = 3.0  # SmolLM2's tokenizer on indented Python, measured on the example programs
 _WEAKEST_SHOWN = 3
 _DESCRIPTION_CHARS = 700
@@ -37,6 +32,15 @@ _INSPIRATION_CHARS = 600
 # a line that starts at column 0 after a one-function block is never part of it: stop there
 _TOP_LEVEL_STARTS = tuple("\n" + c for c in string.ascii_letters + "_#@")
 _REWRITE_STOPS = ("```", "<|im_end|>", "\n\n\n", "\nif __name__", "\nprint(")
+
+
+@dataclass(frozen=True)
+class PromptStyle:
+    """Switches for what the rewrite prompt shows; the defaults are what worked best with SmolLM2-135M."""
+
+    example: bool = True  # one worked request/answer exchange first
+    docstrings: bool = False  # show the block's docstrings
+    imports: bool = True  # name the imports outside the block
 
 
 @dataclass(frozen=True)
@@ -163,18 +167,18 @@ def _description(request: MutationRequest) -> str:
 
 
 def build_prompt(request: MutationRequest, edit_format: Literal["rewrite", "diff"] = "rewrite", answers: int = 1,
-                 max_new_tokens_cap: int = 384) -> Prompt:
+                 max_new_tokens_cap: int = 384, style: PromptStyle = PromptStyle()) -> Prompt:
     """Messages, prefill, stops and token budget for one mutation of the parent's first EVOLVE block."""
     parent = request.parent
     block = _block(parent.code)
     diff = edit_format == "diff"
-    shown = block if diff or SHOW_DOCSTRINGS else without_docstrings(block)  # a diff's SEARCH must match the code
+    shown = block if diff or style.docstrings else without_docstrings(block)  # a diff's SEARCH must match the code
     name = _name_of(block)
     sections = [
         f"Task: {_description(request)}",
         f"Current code ({score_summary(parent)}):\n```python\n{shown}\n```",
-        _imports(parent.code) if SHOW_IMPORTS else "",
-        _inspiration(request, diff or SHOW_DOCSTRINGS),
+        _imports(parent.code) if style.imports else "",
+        _inspiration(request, diff or style.docstrings),
         _feedback(parent),
     ]
     budget = token_budget(shown, max_new_tokens_cap, answers)
@@ -185,16 +189,14 @@ def build_prompt(request: MutationRequest, edit_format: Literal["rewrite", "diff
         return Prompt(_messages(sections, example=False), "", ("<|im_end|>",), budget)
     prefill = rewrite_prefill(parent.code, answers)
     if answers == 1:
-        hint = f" It must not call {name} itself." if HINT else ""
-        sections.append(f"Write an improved version of {name} that gets a higher score.{hint} "
-                        "Reply with only the code.")
+        sections.append(f"Write an improved version of {name} that gets a higher score. Reply with only the code.")
         stop = _REWRITE_STOPS + (_TOP_LEVEL_STARTS if _is_one_definition(block) else ())
     else:
         sections.append(
             f"Write {answers} different improved versions of {name}, each complete, in tags "
             f"<response_1>...</response_1> up to <response_{answers}>...</response_{answers}>.")
         stop = (f"</response_{answers}>", "<|im_end|>", "\nif __name__")
-    return Prompt(_messages(sections, example=USE_EXAMPLE and answers == 1), prefill, stop, budget)
+    return Prompt(_messages(sections, example=style.example and answers == 1), prefill, stop, budget)
 
 
 def _messages(sections: list[str], example: bool) -> list[dict[str, str]]:

@@ -45,11 +45,11 @@ class Tally:
     samples: list[dict[str, object]] = field(default_factory=list)
 
 
-async def seed_program(problem: Problem) -> Program:
-    evaluation = await evaluate_program(problem, problem.initial_code)
+async def scored_program(problem: Problem, code: str, program_id: int) -> Program:
+    evaluation = await evaluate_program(problem, code)
     if not evaluation.ok:
-        sys.exit(f"{problem.name}: the seed program does not evaluate: {evaluation.failure} {evaluation.detail}")
-    return Program(id=1, run_id=1, code=problem.initial_code, parent_id=None, island=0, iteration=0, policy="",
+        sys.exit(f"{problem.name}: the parent program does not evaluate: {evaluation.failure} {evaluation.detail}")
+    return Program(id=program_id, run_id=1, code=code, parent_id=None, island=0, iteration=0, policy="",
                    edit="", scores=evaluation.scores, scalar=problem.scalar(evaluation.scores), solved=False,
                    artifacts=evaluation.artifacts)
 
@@ -59,8 +59,9 @@ def child_code(parent: Program, prompt: Prompt, answer: str, edit_format: str) -
 
 
 async def measure(problem: Problem, policy: HFPolicy, args: argparse.Namespace) -> Tally:
-    parent = await seed_program(problem)
-    request = MutationRequest(iteration=1, island=0, parent=parent, inspirations=(),
+    parent = await scored_program(problem, args.parent.read_text() if args.parent else problem.initial_code, 1)
+    inspirations = (await scored_program(problem, args.inspiration.read_text(), 2),) if args.inspiration else ()
+    request = MutationRequest(iteration=1, island=0, parent=parent, inspirations=inspirations,
                               problem_description=problem.description, objective_names=problem.objectives)
     prompt = build_prompt(request, args.format, args.answers, args.max_new_tokens)
     if args.show_prompt:
@@ -120,6 +121,9 @@ async def main() -> None:
     parser.add_argument("--top-p", type=float, default=0.95)
     parser.add_argument("--max-batch", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a busy 2-core machine)")
+    parser.add_argument("--parent", type=Path, default=None, help="a program to mutate instead of initial.py")
+    parser.add_argument("--inspiration", type=Path, default=None, help="a program shown as the inspiration")
     parser.add_argument("--show", type=int, default=0, help="print this many completions per problem")
     parser.add_argument("--show-prompt", action="store_true")
     parser.add_argument("--json", type=Path, default=None, help="write every completion and its fate here")
@@ -127,7 +131,7 @@ async def main() -> None:
     programs_dir = ROOT / "programs"
     names = args.problems or list_problems(programs_dir)
     policy = HFPolicy("try-prompts", resolve_model(args.model), temperature=args.temperature, top_p=args.top_p,
-                      max_batch=args.max_batch)
+                      max_batch=args.max_batch, threads=args.threads)
     totals = Tally()
     dump: dict[str, object] = {}
     print(f"{'problem':22} {'valid':>7} {'evaluated':>9} {'improved':>8} {'tokens':>7} {'cut':>6}  seconds")

@@ -138,6 +138,20 @@ def test_rewrite_identical_to_the_parent_is_no_change() -> None:
             apply_rewrite(PARENT, answer, prefill=PREFILL)
 
 
+def test_rewrite_drops_dead_code_after_the_return() -> None:
+    answer = "\n    return x * 2\n    return x * 3\n    y = f(x)\n"
+    assert child_block(apply_rewrite(PARENT, answer, prefill=PREFILL)) == PREFILL + "\n    return x * 2"
+    with pytest.raises(EditError, match="^no change$"):
+        apply_rewrite(PARENT, "\n    return x\n    return x ** 2\n", prefill=PREFILL)
+
+
+def test_rewrite_fixes_a_stray_or_missing_closing_bracket() -> None:
+    stray = "\n    return math.fabs(x) * (1 + x)) * (2 + x))\n"
+    assert child_block(apply_rewrite(PARENT, stray, PREFILL)).endswith("return math.fabs(x) * (1 + x) * (2 + x)")
+    missing = "\n    y = max(x, (1 + x)\n    return y\n"
+    assert child_block(apply_rewrite(PARENT, missing, PREFILL)).endswith("    y = max(x, (1 + x))\n    return y")
+
+
 def test_rewrite_reindents_to_the_blocks_indentation() -> None:
     child = apply_rewrite(INDENTED, "\n    return x + 1\n```", prefill="def step(self, x):")
     assert block_body(child) == "    def step(self, x):\n        return x + 1"

@@ -1,0 +1,160 @@
+"""prompts.py: short prompts that show only the EVOLVE block, with a prefill, stops and a budget fit to the block."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from evolve.edits import apply_rewrite, split_answers
+from evolve.prompts import PromptStyle, build_prompt, rewrite_prefill, without_docstrings
+from evolve.records import MutationRequest, Program
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PARENT_CODE = '''"""Symbolic regression: this module docstring is not part of the block."""
+
+import math
+
+SECRET_CONSTANT = 12345
+
+
+# EVOLVE-BLOCK-START
+def f(x: float) -> float:
+    """Approximate the hidden target function on [-3, 3]."""
+    return x
+# EVOLVE-BLOCK-END
+
+
+def evaluate_locally() -> float:
+    return sum(f(x) for x in range(3))
+'''
+
+BETTER_CODE = PARENT_CODE.replace("    return x\n", "    return x * x * x + x\n")
+LONG_BLOCK = "# EVOLVE-BLOCK-START\ndef f(x):\n" + "".join(f"    y{i} = x * {i}\n" for i in range(150)) + \
+    "    return x\n# EVOLVE-BLOCK-END\n"
+
+
+def program(code: str, scalar: float, scores: dict[str, float] | None = None, **artifacts: str) -> Program:
+    return Program(id=1, run_id=1, code=code, parent_id=None, island=0, iteration=0, policy="", edit="",
+                   scores=scores or {"a": scalar}, scalar=scalar, solved=False, artifacts=dict(artifacts))
+
+
+def request(parent: Program, *inspirations: Program) -> MutationRequest:
+    return MutationRequest(iteration=3, island=0, parent=parent, inspirations=inspirations,
+                           problem_description="Write f(x) so that it matches a hidden function on [-3, 3].",
+                           objective_names=tuple(parent.scores))
+
+
+def user_text(prompt_messages: list[dict[str, str]]) -> str:
+    return prompt_messages[-1]["content"]
+
+
+def test_rewrite_prompt_shows_the_block_and_not_the_rest_of_the_file() -> None:
+    scores = {f"region_{i}": 0.1 * i for i in range(6)}
+    prompt = build_prompt(request(program(PARENT_CODE, 0.25, scores)), "rewrite")
+    text = user_text(prompt.messages)
+    assert "def f(x: float) -> float:\n    return x\n" in text
+    for outside in ("module docstring", "SECRET_CONSTANT", "evaluate_locally", "EVOLVE-BLOCK"):
+        assert outside not in text
+    assert "Write f(x) so that it matches" in text
+    assert "score 0.25; weakest: region_0 0, region_1 0.1, region_2 0.2" in text and "region_5" not in text
+    assert "Already imported: import math" in text
+    assert prompt.messages[0]["role"] == "system" and prompt.messages[-1]["role"] == "user"
+
+
+def test_rewrite_prompt_stays_short() -> None:
+    prompt = build_prompt(request(program(PARENT_CODE, 0.25), program(BETTER_CODE, 0.5)), "rewrite")
+    assert sum(len(message["content"]) for message in prompt.messages) < 2000
+
+
+def test_prefill_is_the_blocks_first_line_without_a_newline() -> None:
+    prompt = build_prompt(request(program(PARENT_CODE, 0.25)), "rewrite")
+    assert prompt.prefill == "def f(x: float) -> float:" == rewrite_prefill(PARENT_CODE)
+    assert rewrite_prefill(PARENT_CODE, answers=3) == "<response_1>\ndef f(x: float) -> float:"
+
+
+def test_stops_end_the_answer_at_a_fence_or_a_new_top_level_line() -> None:
+    prompt = build_prompt(request(program(PARENT_CODE, 0.25)), "rewrite")
+    for stop in ("```", "\n\n\n", "\nprint(", "\nif __name__", "\ndef", "\n#", "\nT"):
+        assert any(stop.startswith(s) for s in prompt.stop), stop
+    assert not any(s.startswith("\n ") for s in prompt.stop)  # the body's indented lines never stop it
+
+
+def test_a_block_with_several_definitions_keeps_top_level_lines() -> None:
+    code = "# EVOLVE-BLOCK-START\nimport math\n\ndef f(x):\n    return g(x)\n\ndef g(x):\n    return x\n# EVOLVE-BLOCK-END\n"
+    prompt = build_prompt(request(program(code, 0.1)), "rewrite")
+    assert prompt.prefill == "import math"
+    assert "\nd" not in prompt.stop and "```" in prompt.stop
+
+
+def test_token_budget_fits_the_block_and_respects_the_cap() -> None:
+    small = build_prompt(request(program(PARENT_CODE, 0.25)), "rewrite", max_new_tokens_cap=384)
+    assert 64 <= small.max_new_tokens < 160
+    large = build_prompt(request(program(LONG_BLOCK, 0.25)), "rewrite", max_new_tokens_cap=384)
+    assert large.max_new_tokens == 384
+    capped = build_prompt(request(program(LONG_BLOCK, 0.25)), "rewrite", max_new_tokens_cap=100)
+    assert capped.max_new_tokens == 100
+
+
+def test_a_higher_scoring_inspiration_is_shown_and_a_lower_one_is_not() -> None:
+    better = build_prompt(request(program(PARENT_CODE, 0.25), program(BETTER_CODE, 0.5)), "rewrite")
+    assert "return x * x * x + x" in user_text(better.messages)
+    worse = build_prompt(request(program(PARENT_CODE, 0.25), program(BETTER_CODE, 0.1)), "rewrite")
+    assert "return x * x * x + x" not in user_text(worse.messages)
+
+
+def test_short_feedback_is_shown_and_long_feedback_is_not() -> None:
+    short = build_prompt(request(program(PARENT_CODE, 0.25, feedback="f(2) raised ZeroDivisionError")), "rewrite")
+    assert "f(2) raised ZeroDivisionError" in user_text(short.messages)
+    table = "; ".join(f"region_{i}: mean(f - target) = +{i}.25" for i in range(12))
+    long = build_prompt(request(program(PARENT_CODE, 0.25, feedback=table)), "rewrite")
+    assert "region_3: mean" not in user_text(long.messages)
+
+
+def test_docstrings_are_hidden_from_the_rewrite_prompt_but_kept_for_diffs() -> None:
+    parent = program(PARENT_CODE, 0.25)
+    assert "Approximate the hidden" not in user_text(build_prompt(request(parent), "rewrite").messages)
+    shown = build_prompt(request(parent), "rewrite", style=PromptStyle(docstrings=True))
+    assert "Approximate the hidden" in user_text(shown.messages)
+    diff = build_prompt(request(parent), "diff")
+    assert '    """Approximate the hidden target function on [-3, 3]."""\n    return x' in user_text(diff.messages)
+    assert diff.prefill == "" and "<<<<<<< SEARCH" in user_text(diff.messages)
+    assert without_docstrings('def g():\n    """only a docstring"""') == 'def g():\n    """only a docstring"""'
+
+
+def test_the_worked_example_comes_before_the_request_and_can_be_left_out() -> None:
+    roles = [m["role"] for m in build_prompt(request(program(PARENT_CODE, 0.25)), "rewrite").messages]
+    assert roles == ["system", "user", "assistant", "user"]
+    plain = build_prompt(request(program(PARENT_CODE, 0.25)), "rewrite", style=PromptStyle(example=False))
+    assert [m["role"] for m in plain.messages] == ["system", "user"]
+
+
+def test_several_answers_are_asked_for_in_numbered_tags() -> None:
+    prompt = build_prompt(request(program(PARENT_CODE, 0.25)), "rewrite", answers=3)
+    assert "<response_1>" in user_text(prompt.messages) and "</response_3>" in user_text(prompt.messages)
+    assert prompt.prefill.startswith("<response_1>\ndef f(")
+    assert "</response_3>" in prompt.stop
+    single = build_prompt(request(program(PARENT_CODE, 0.25)), "rewrite")
+    assert prompt.max_new_tokens > single.max_new_tokens
+
+
+def test_prefill_plus_a_typical_completion_becomes_a_child() -> None:
+    prompt = build_prompt(request(program(PARENT_CODE, 0.25)), "rewrite")
+    child = apply_rewrite(PARENT_CODE, prompt.prefill + "\n    return x * x + 1\n")
+    assert "    return x * x + 1\n# EVOLVE-BLOCK-END" in child
+    several = build_prompt(request(program(PARENT_CODE, 0.25)), "rewrite", answers=2)
+    text = several.prefill + "\n    return x + 1\n</response_1>\n<response_2>\ndef f(x: float) -> float:\n    return 2 * x"
+    answers = split_answers(text, 2)
+    assert [apply_rewrite(PARENT_CODE, answer).count("return") for answer in answers] == [2, 2]
+
+
+@pytest.mark.parametrize("name", ["symbolic_regression", "bin_packing", "run_length"])
+def test_prompts_for_the_shipped_problems_show_their_function(name: str) -> None:
+    path = ROOT / "programs" / name / "initial.py"
+    if not path.is_file():
+        pytest.skip(f"{name} is not in programs/")
+    code = path.read_text()
+    prompt = build_prompt(request(program(code, 0.5)), "rewrite")
+    assert prompt.prefill.startswith("def ") and prompt.prefill in user_text(prompt.messages)
+    assert len(user_text(prompt.messages)) < 1500
