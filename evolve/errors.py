@@ -13,6 +13,7 @@ _USER_ERRORS = (
     ("evolve.policies.model_files", "ModelFileError"),
     ("evolve.policies.base", "PolicyError"),
     ("evolve.prompt_templates", "TemplateError"),
+    ("evolve.rl.vllm_rollouts", "RolloutEngineError"),
 )
 
 

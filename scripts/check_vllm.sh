@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The vLLM integration check (too heavy for the test suite): short `evolve run`s through vLLM's CPU build,
 # in process (backend vllm) and through `vllm serve` (backend openai, serve = true), with m = 1 and m = 3.
+# Then the trainer's vLLM rollouts (tests/test_vllm_rollouts.py and 2 real steps of `evolve train --rollouts vllm`).
 # Then, with --bench, tokens/s and mutations/min for both, one request alone vs 8 in flight.
 #   bash scripts/install_vllm.sh && bash scripts/check_vllm.sh [--bench]
 set -euo pipefail
@@ -34,6 +35,10 @@ for run_id, policy, status in db.execute("SELECT id, policy, status FROM runs OR
     print(f"{run_id:>4} {policy:>10} {status:>9} {calls:>6} {errors:>7} {answers:>8} {children:>9}")
     assert status == "finished" and calls > 0 and errors == 0, f"run {run_id}: {status}, {errors} policy errors"
 PYEOF
+echo "== evolve train --rollouts vllm: vLLM samples from the adapter being trained"
+$PY -m pytest tests/test_vllm_rollouts.py -q -p no:cacheprovider 2>&1 | grep -E "passed|failed|error" | tail -1
+$PY -m evolve.cli train --algo vpo --rollouts vllm --steps 2 --threads 2 --out "$OUT/train" --set vllm_dtype='"float32"' \
+  2>&1 | grep -E "^(train|step|saved)|error"
 if [ "${1:-}" = "--bench" ]; then
   for backend in vllm openai; do
     extra=(); [ $backend = openai ] && extra=(--set policy.serve=true)

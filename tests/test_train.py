@@ -156,3 +156,12 @@ def test_train_config_layers_file_set_and_flags(tmp_path: Path, capsys: pytest.C
     assert not train_config(parser.parse_args(["train", "--full"])).lora.enabled
     assert main(["train", "--set", "lora.rank=4"]) == 2  # a typo stops before any model is loaded
     assert "unknown key 'lora.rank'" in capsys.readouterr().out
+
+
+def test_full_fine_tuning_with_vllm_rollouts_is_refused_in_one_line() -> None:
+    from pydantic import ValidationError
+
+    from evolve.rl.trainer import TrainConfig
+
+    with pytest.raises(ValidationError, match="needs LoRA"):
+        TrainConfig(rollouts="vllm", lora={"enabled": False})

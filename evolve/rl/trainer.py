@@ -1,10 +1,11 @@
 """`evolve train`: VPO / GRPO / Multi-RLVR post-training of a local HF model on the engine's own prompts and rewards.
 
-One step: sample G completions for each of `prompts_per_step` prompts (rollouts.py), turn each group's rewards into
-advantages (advantages.compute_advantages), take `epochs` AdamW steps on the PPO-clip loss plus k3 KL to the
-reference (loss.py), append the step's statistics to OUT/train_log.jsonl. Checkpoints OUT/step_N/ and OUT/final/
-are full HF folders (LoRA merged) that `evolve run --set policy.model=OUT/final` loads; OUT/final/adapter/ holds
-the LoRA adapter alone (for vLLM's `policy.lora`).
+One step: sample G completions for each of `prompts_per_step` prompts (rollouts.py; vllm_rollouts.py with
+`rollouts = "vllm"`), turn each group's rewards into advantages (advantages.compute_advantages), take `epochs` AdamW
+steps on the PPO-clip loss plus k3 KL to the reference (loss.py), append the step's statistics to
+OUT/train_log.jsonl. Checkpoints OUT/step_N/ and OUT/final/ are full HF folders (LoRA merged) that
+`evolve run --set policy.model=OUT/final` loads; OUT/final/adapter/ holds the LoRA adapter alone (for vLLM's
+`policy.lora`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -78,6 +79,18 @@ class TrainConfig(BaseModel):
     save_every: int = Field(0, ge=0, description="also save OUT/step_N every N steps; 0: OUT/final only")
     threads: int = Field(0, ge=0, description="torch threads; 0: all cores")
     eval_workers: int = Field(2, ge=1)
+    rollouts: Literal["local", "vllm"] = Field("local", description="sample with the transformers model, or vLLM")
+    vllm_gpu_memory: float = Field(0.3, gt=0, lt=1, description="--rollouts vllm: share of GPU memory vLLM takes")
+    vllm_max_model_len: int = Field(4096, ge=256, description="--rollouts vllm: prompt + completion tokens")
+    vllm_dtype: str = Field("auto", description="--rollouts vllm: vLLM's weights (auto: bfloat16 on CPUs and most "
+                            "GPUs; float32 samples from exactly the distribution the float32 trainer scores)")
+
+    @model_validator(mode="after")
+    def _vllm_needs_lora(self) -> TrainConfig:
+        if self.rollouts == "vllm" and not self.lora.enabled:
+            raise ValueError("rollouts = 'vllm' needs LoRA (vLLM samples with the trained adapter); "
+                             "drop --full or use rollouts = 'local'")
+        return self
 
     @property
     def m(self) -> int:
@@ -205,6 +218,25 @@ def save_checkpoint(model: Any, tokenizer: Any, folder: Path, lora: bool) -> Non
     tokenizer.save_pretrained(folder)
 
 
+async def sample_step(config: TrainConfig, step: int, tasks: list[Task], model: Any, tokenizer: Any,
+                      sampler: Any, scorer: Scorer) -> list[Group]:
+    """The step's groups: `prompts_per_step` tasks in turn, G rollouts each, from vLLM or the model."""
+    chosen = [tasks[((step - 1) * config.prompts_per_step + i) % len(tasks)] for i in range(config.prompts_per_step)]
+    seeds = [group_seed(config.seed, step, i) for i in range(len(chosen))]
+    if sampler is not None:
+        from evolve.rl.vllm_rollouts import collect_vllm
+
+        sampler.sync(model, step)
+        return await collect_vllm(sampler, chosen, config.group_size, seeds, scorer, config.temperature)
+    return await collect(model, tokenizer, chosen, config.group_size, seeds, scorer, config.temperature)
+
+
+def step_line(record: dict[str, Any], steps: int) -> str:
+    return (f"step {record['step']}/{steps}: reward {record['reward']:.3f}  scored {record['scored_answers']:.2f}  "
+            f"diversity {record['diversity']:.2f}  adv_std {record['adv_std']:.2f}  kl {record['kl']:.2e}  "
+            f"entropy {record['entropy']:.2f}  {record['tokens']} tokens  {record['seconds']:.0f}s")
+
+
 async def _train(config: TrainConfig, console: Console) -> Path:
     torch.set_num_threads(config.threads or os.cpu_count() or 1)
     torch.manual_seed(config.seed)
@@ -225,36 +257,39 @@ async def _train(config: TrainConfig, console: Console) -> Path:
     tasks: list[Task] = [await make_task(load_problem(name, programs), tokenizer, options, template)
                          for name in config.problems]
     scorer = Scorer(config.eval_workers)
+    sampler = None
+    if config.rollouts == "vllm":
+        from evolve.rl.vllm_rollouts import VllmSampler
+
+        sampler = VllmSampler(base_path, out / "rollout_adapter", config.lora.r, config.seed,
+                              config.vllm_gpu_memory, config.vllm_max_model_len, config.vllm_dtype)
     kind = f"LoRA r={config.lora.r}" if config.lora.enabled else "full fine-tuning"
     console.print(f"train {config.algo}: {base_path} ({kind}, {sum(p.numel() for p in params):,} trainable), "
-                  f"problems {', '.join(config.problems)}, G={config.group_size}, m={config.m}, {config.steps} steps "
-                  f"-> {out}", highlight=False, soft_wrap=True)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console) as progress:
-        bar = progress.add_task(f"{config.algo} steps", total=config.steps)
-        for step in range(1, config.steps + 1):
-            started = time.monotonic()
-            chosen = [tasks[((step - 1) * config.prompts_per_step + i) % len(tasks)]
-                      for i in range(config.prompts_per_step)]
-            seeds = [group_seed(config.seed, step, i) for i in range(len(chosen))]
-            groups = await collect(model, tokenizer, chosen, config.group_size, seeds, scorer, config.temperature)
-            rollout_s = time.monotonic() - started
-            advantages = [group_advantages(config, group, step, i) for i, group in enumerate(groups)]
-            trained = optimise(model, reference, groups, advantages, config, optimizer)
-            seconds = time.monotonic() - started
-            record = {"step": step, "algo": config.algo, **step_stats(config, groups, advantages), **trained,
-                      "gen_s": sum(g.seconds_generating for g in groups), "rollout_s": rollout_s,
-                      "train_s": seconds - rollout_s, "seconds": seconds, "evaluations": scorer.evaluations}
-            with log_path.open("a") as log:
-                log.write(json.dumps(record) + "\n")
-            progress.console.print(
-                f"step {step}/{config.steps}: reward {record['reward']:.3f}  scored {record['scored_answers']:.2f}  "
-                f"diversity {record['diversity']:.2f}  adv_std {record['adv_std']:.2f}  kl {record['kl']:.2e}  "
-                f"entropy {record['entropy']:.2f}  {record['tokens']} tokens  {seconds:.0f}s",
-                highlight=False, soft_wrap=True)
-            progress.update(bar, advance=1, description=f"{config.algo} reward {record['reward']:.3f}")
-            if config.save_every and step % config.save_every == 0 and step < config.steps:
-                save_checkpoint(model, tokenizer, out / f"step_{step}", config.lora.enabled)
+                  f"rollouts {config.rollouts}, problems {', '.join(config.problems)}, G={config.group_size}, "
+                  f"m={config.m}, {config.steps} steps -> {out}", highlight=False, soft_wrap=True)
+    try:
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=console) as progress:
+            bar = progress.add_task(f"{config.algo} steps", total=config.steps)
+            for step in range(1, config.steps + 1):
+                started = time.monotonic()
+                groups = await sample_step(config, step, tasks, model, tokenizer, sampler, scorer)
+                rollout_s = time.monotonic() - started
+                advantages = [group_advantages(config, group, step, i) for i, group in enumerate(groups)]
+                trained = optimise(model, reference, groups, advantages, config, optimizer)
+                seconds = time.monotonic() - started
+                record = {"step": step, "algo": config.algo, **step_stats(config, groups, advantages), **trained,
+                          "gen_s": sum(g.seconds_generating for g in groups), "rollout_s": rollout_s,
+                          "train_s": seconds - rollout_s, "seconds": seconds, "evaluations": scorer.evaluations}
+                with log_path.open("a") as log:
+                    log.write(json.dumps(record) + "\n")
+                progress.console.print(step_line(record, config.steps), highlight=False, soft_wrap=True)
+                progress.update(bar, advance=1, description=f"{config.algo} reward {record['reward']:.3f}")
+                if config.save_every and step % config.save_every == 0 and step < config.steps:
+                    save_checkpoint(model, tokenizer, out / f"step_{step}", config.lora.enabled)
+    finally:
+        if sampler is not None:
+            sampler.close()
     final = out / "final"
     save_checkpoint(model, tokenizer, final, config.lora.enabled)
     console.print(f"saved {final} (evolve run --set policy.model={final})", highlight=False, soft_wrap=True)
