@@ -129,7 +129,8 @@ def describe_error(error: dict[str, Any], source: str, model: type[BaseModel] | 
         allowed = ", ".join(_allowed_keys(model or RunConfig, loc))
         return f"{source}: unknown key '{key}' (allowed here: {allowed})"
     if error["type"] == "value_error":  # a check across keys: the section's whole table is no help to show
-        return f"{source}: invalid value for '{key}': {error['msg'].removeprefix('Value error, ')}"
+        message = error["msg"].removeprefix("Value error, ")
+        return f"{source}: {message}" if not loc else f"{source}: invalid value for '{key}': {message}"
     value = error.get("input")
     return f"{source}: invalid value for '{key}': {value!r} ({error['msg']})"
 

@@ -3,6 +3,7 @@
 #
 #   bash scripts/train_demo.sh                      # 3 steps each, G=4, 128-token cap, all cores
 #   STEPS=5 G=4 TOKENS=192 THREADS=1 LR=1e-4 ALGOS="vpo grpo" bash scripts/train_demo.sh
+#   VENV=.venv-vllm ROLLOUTS=vllm DEVICE=cuda bash scripts/train_demo.sh   # a GPU machine with vLLM in VENV
 #
 # steps/min counts each step's own time (rollouts + gradient step, from OUT/ALGO/train_log.jsonl); the wall time
 # also holds the model load and the final checkpoint save. On a shared machine use THREADS=1: torch's threads
@@ -10,15 +11,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${STEPS:-3} G=${G:-4} TOKENS=${TOKENS:-128} THREADS=${THREADS:-0} SEED=${SEED:-0} LR=${LR:-1e-5}
+VENV=${VENV:-.venv} ROLLOUTS=${ROLLOUTS:-local} DEVICE=${DEVICE:-auto}
 OUT=${OUT:-$(mktemp -d /tmp/evolve-train-demo.XXXXXX)}
 ALGOS=${ALGOS:-"vpo grpo multi-rlvr"}
 for algo in $ALGOS; do
   start=$(date +%s)
-  .venv/bin/evolve train --algo "$algo" --problems fizzbuzz --steps "$STEPS" --group-size "$G" \
-    --max-new-tokens "$TOKENS" --threads "$THREADS" --seed "$SEED" --lr "$LR" --out "$OUT/$algo"
+  "$VENV/bin/python" -m evolve.cli train --algo "$algo" --problems fizzbuzz --steps "$STEPS" --group-size "$G" \
+    --max-new-tokens "$TOKENS" --threads "$THREADS" --seed "$SEED" --lr "$LR" --out "$OUT/$algo" \
+    --rollouts "$ROLLOUTS" --device "$DEVICE"
   echo "$(( $(date +%s) - start ))" > "$OUT/$algo/wall_s"
 done
-.venv/bin/python - "$OUT" $ALGOS <<'PY'
+"$VENV/bin/python" - "$OUT" $ALGOS <<'PY'
 import json
 import sys
 from pathlib import Path

@@ -165,3 +165,17 @@ def test_full_fine_tuning_with_vllm_rollouts_is_refused_in_one_line() -> None:
 
     with pytest.raises(ValidationError, match="needs LoRA"):
         TrainConfig(rollouts="vllm", lora={"enabled": False})
+
+
+def test_device_setting_resolves_here_and_a_missing_gpu_is_one_clear_error() -> None:
+    from pydantic import ValidationError
+
+    from evolve.rl.trainer import TrainConfig
+
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert TrainConfig().torch_device.type == expected and TrainConfig(device="cpu").torch_device.type == "cpu"
+    with pytest.raises(ValidationError, match="device 'tpu9'"):
+        TrainConfig(device="tpu9")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValidationError, match="no CUDA GPU"):
+            TrainConfig(device="cuda:0")

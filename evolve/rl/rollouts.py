@@ -110,7 +110,7 @@ def sample_group(model: Any, tokenizer: Any, task: Task, group_size: int, seed: 
     them (end of turn, a stop string, the prompt's token budget); tokens after a row's stop are not kept.
     """
     prompt = task.prompt
-    ids = torch.tensor(task.prompt_ids)
+    ids = torch.tensor(task.prompt_ids, device=model.device)
     cache = model(input_ids=ids[None, :-1], use_cache=True).past_key_values
     cache.batch_repeat_interleave(group_size)
     inputs = ids.expand(group_size, -1)

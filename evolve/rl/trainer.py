@@ -79,11 +79,31 @@ class TrainConfig(BaseModel):
     save_every: int = Field(0, ge=0, description="also save OUT/step_N every N steps; 0: OUT/final only")
     threads: int = Field(0, ge=0, description="torch threads; 0: all cores")
     eval_workers: int = Field(2, ge=1)
+    device: str = Field("auto", description="'auto' (cuda when torch sees a GPU, else cpu), 'cpu', 'cuda', 'cuda:1'")
+    dtype: Literal["float32", "bfloat16"] = Field("float32", description="the model's weights (LoRA adapters stay "
+                                                  "float32); bfloat16 halves memory on GPUs")
     rollouts: Literal["local", "vllm"] = Field("local", description="sample with the transformers model, or vLLM")
     vllm_gpu_memory: float = Field(0.3, gt=0, lt=1, description="--rollouts vllm: share of GPU memory vLLM takes")
     vllm_max_model_len: int = Field(4096, ge=256, description="--rollouts vllm: prompt + completion tokens")
     vllm_dtype: str = Field("auto", description="--rollouts vllm: vLLM's weights (auto: bfloat16 on CPUs and most "
                             "GPUs; float32 samples from exactly the distribution the float32 trainer scores)")
+
+    @model_validator(mode="after")
+    def _device_exists(self) -> TrainConfig:
+        try:
+            device = torch.device(self.device if self.device != "auto" else "cpu")
+        except RuntimeError as exc:
+            raise ValueError(f"device '{self.device}': {exc}") from None
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device '{self.device}': torch sees no CUDA GPU here (torch {torch.__version__}); "
+                             "use 'auto' or 'cpu'")
+        return self
+
+    @property
+    def torch_device(self) -> torch.device:
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(self.device)
 
     @model_validator(mode="after")
     def _vllm_needs_lora(self) -> TrainConfig:
@@ -98,7 +118,7 @@ class TrainConfig(BaseModel):
 
 
 def load_model(config: TrainConfig) -> tuple[Any, Any, Path]:
-    """Tokenizer and trainable model (LoRA-wrapped unless full fine-tuning), in float32 on the CPU."""
+    """Tokenizer and trainable model (LoRA-wrapped unless full fine-tuning), in `dtype` on `device`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as transformers_logging
 
@@ -107,13 +127,14 @@ def load_model(config: TrainConfig) -> tuple[Any, Any, Path]:
     transformers_logging.disable_progress_bar()
     path = resolve_model(config.base, None)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, config.dtype))
     if config.lora.enabled:
         from peft import LoraConfig, get_peft_model
 
         lora = config.lora
         model = get_peft_model(model, LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                                                  target_modules=list(lora.target_modules), task_type="CAUSAL_LM"))
+    model.to(config.torch_device)
     model.eval()  # no dropout: the log-probs of the loss are those of the sampling distribution
     return tokenizer, model, path
 
@@ -142,21 +163,22 @@ def group_advantages(config: TrainConfig, group: Group, step: int, index: int) -
     return compute_advantages("multi_rlvr", group.rewards, seed=seed)
 
 
-def _batch(group: Group) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """prompt [P], completions [G, C] right-padded with token 0, mask [G, C]."""
+def _batch(group: Group, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """prompt [P], completions [G, C] right-padded with token 0, mask [G, C], on `device`."""
     width = max(1, max(len(r.completion_ids) for r in group.rollouts))
     ids = torch.zeros(len(group.rollouts), width, dtype=torch.long)
     mask = torch.zeros(len(group.rollouts), width)
     for row, rollout in enumerate(group.rollouts):
         ids[row, :len(rollout.completion_ids)] = torch.tensor(rollout.completion_ids, dtype=torch.long)
         mask[row, :len(rollout.completion_ids)] = 1.0
-    return torch.tensor(group.task.prompt_ids, dtype=torch.long), ids, mask
+    return torch.tensor(group.task.prompt_ids, dtype=torch.long).to(device), ids.to(device), mask.to(device)
 
 
 def optimise(model: Any, reference: Callable[[], contextlib.AbstractContextManager[Any]], groups: list[Group],
              advantages: list[np.ndarray], config: TrainConfig, optimizer: torch.optim.Optimizer) -> dict[str, float]:
     """`epochs` gradient steps on the step's rollouts; the token mean runs over the whole step's tokens."""
-    batches = [_batch(group) for group in groups]
+    device = config.torch_device
+    batches = [_batch(group, device) for group in groups]
     total = float(sum(mask.sum() for _, _, mask in batches))
     refs: list[torch.Tensor | None] = [None] * len(batches)
     if config.kl_coef > 0:
@@ -171,7 +193,7 @@ def optimise(model: Any, reference: Callable[[], contextlib.AbstractContextManag
             logp, entropy = completion_logprobs(model, prompt, completion, config.temperature, with_entropy=epoch == 0)
             if epoch == 0:  # parameters have not moved yet: these are the log-probs at sampling time
                 olds.append(logp.detach())
-            adv = torch.as_tensor(advantages[index], dtype=torch.float32)
+            adv = torch.as_tensor(advantages[index], dtype=torch.float32, device=device)
             parts = rl_loss(logp, olds[index], refs[index], adv, mask, config.clip, config.kl_coef, denom=total)
             parts.loss.backward()
             if epoch == config.epochs - 1:  # report the last epoch's loss terms, token-weighted
@@ -263,7 +285,8 @@ async def _train(config: TrainConfig, console: Console) -> Path:
 
         sampler = VllmSampler(base_path, out / "rollout_adapter", config.lora.r, config.seed,
                               config.vllm_gpu_memory, config.vllm_max_model_len, config.vllm_dtype)
-    kind = f"LoRA r={config.lora.r}" if config.lora.enabled else "full fine-tuning"
+    kind = (f"LoRA r={config.lora.r}" if config.lora.enabled else "full fine-tuning") + \
+        f", {config.dtype} on {config.torch_device}"
     console.print(f"train {config.algo}: {base_path} ({kind}, {sum(p.numel() for p in params):,} trainable), "
                   f"rollouts {config.rollouts}, problems {', '.join(config.problems)}, G={config.group_size}, "
                   f"m={config.m}, {config.steps} steps -> {out}", highlight=False, soft_wrap=True)
