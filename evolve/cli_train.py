@@ -39,6 +39,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--rollouts", choices=["local", "vllm"],
                        help="sample with the model being trained (default local) or with vLLM (LoRA only)")
     train.add_argument("--programs-dir", help="where problem folders live (default programs)")
+    train.add_argument("--resume", metavar="OUT", help="go on with a stopped run in OUT from its last finished step, "
+                       "with its stored settings (--steps may raise the budget; --threads may change)")
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="any TrainConfig key, e.g. --set lora.r=8 or --set epochs=2 (VALUE is TOML)")
 
@@ -89,11 +91,43 @@ def train_config(args: argparse.Namespace) -> Any:  # -> TrainConfig
         raise ConfigError(describe_error(exc.errors()[0], args.config or "evolve train", TrainConfig)) from None
 
 
+def resumed_config(args: argparse.Namespace) -> Any:  # -> TrainConfig
+    """OUT/train_config.json, with only --steps and --threads applied; any other setting is a ConfigError."""
+    from pathlib import Path
+
+    from pydantic import ValidationError
+
+    from evolve.config import ConfigError, describe_error
+    from evolve.rl.trainer import TrainConfig
+
+    stored = Path(args.resume) / "train_config.json"
+    if not stored.is_file():
+        raise ConfigError(f"--resume {args.resume}: no train_config.json there, so no run to resume")
+    from evolve.rl.checkpoints import STATE_FILE
+
+    if not (Path(args.resume) / STATE_FILE).is_file():
+        raise ConfigError(f"--resume {args.resume}: no {STATE_FILE} there (the run stopped before its first step "
+                          "ended, or predates resume states); start it again")
+    changed = [f"--{flag.replace('_', '-')}" for flag in _FLAGS if flag not in ("steps", "threads")
+               and getattr(args, flag, None) is not None]
+    changed += ["--config"] * bool(args.config) + ["--set"] * bool(args.set) + ["--problems"] * bool(args.problems)
+    changed += ["--full"] * bool(args.full)
+    if changed:
+        raise ConfigError(f"--resume runs with the stored settings of {stored}; drop {', '.join(changed)} "
+                          "(only --steps and --threads may change)")
+    updates = {key: getattr(args, key) for key in ("steps", "threads") if getattr(args, key) is not None}
+    try:
+        data = TrainConfig.model_validate_json(stored.read_text()).model_dump()
+        return TrainConfig.model_validate({**data, **updates, "out": str(args.resume)})
+    except ValidationError as exc:
+        raise ConfigError(describe_error(exc.errors()[0], str(stored), TrainConfig)) from None
+
+
 def cmd_train(args: argparse.Namespace, console: Console) -> int:
     from evolve.rl.trainer import train
 
-    config = train_config(args)
-    final = train(config, console)
+    config = resumed_config(args) if args.resume else train_config(args)
+    final = train(config, console, resume=bool(args.resume))
     console.print(f"log: {final.parent / 'train_log.jsonl'}; search with it: evolve run --set policy.model={final}"
                   + (f" --set policy.answers={config.m}" if config.m > 1 else ""), highlight=False, soft_wrap=True)
     return 0

@@ -14,6 +14,7 @@ _USER_ERRORS = (
     ("evolve.policies.base", "PolicyError"),
     ("evolve.prompt_templates", "TemplateError"),
     ("evolve.rl.vllm_rollouts", "RolloutEngineError"),
+    ("evolve.rl.checkpoints", "ResumeError"),
 )
 
 

@@ -81,7 +81,8 @@ def test_merged_checkpoint_equals_base_plus_adapter(tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM
 
     from evolve.policies.model_files import resolve_model
-    from evolve.rl.trainer import TrainConfig, load_model, save_checkpoint
+    from evolve.rl.checkpoints import save_checkpoint
+    from evolve.rl.trainer import TrainConfig, load_model
 
     config = TrainConfig.model_validate({"lora": {"r": 4, "target_modules": ["q_proj", "v_proj"]}})
     tokenizer, model, base_path = load_model(config)
@@ -179,3 +180,43 @@ def test_device_setting_resolves_here_and_a_missing_gpu_is_one_clear_error() -> 
     if not torch.cuda.is_available():
         with pytest.raises(ValidationError, match="no CUDA GPU"):
             TrainConfig(device="cuda:0")
+
+
+@pytest.mark.slow
+def test_a_run_killed_mid_step_resumes_to_the_same_steps_as_an_unbroken_run(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from evolve.cli import main
+
+    common = ["train", "--algo", "vpo", "--problems", "fizzbuzz", "--group-size", "3", "--answers", "2",
+              "--max-new-tokens", "64", "--threads", "1", "--seed", "3", "--lr", "1e-4",
+              "--programs-dir", str(ROOT / "programs")]
+    assert main([*common, "--steps", "2", "--out", str(tmp_path / "straight")]) == 0
+    killed = tmp_path / "killed"
+    process = subprocess.Popen([sys.executable, "-m", "evolve.cli", *common, "--steps", "2", "--out", str(killed)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    state = killed / "resume" / "state.pt"
+    deadline = time.monotonic() + 300
+    while not state.is_file() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert process.poll() is None, "the run ended before it could be killed mid-way"
+    os.killpg(process.pid, signal.SIGKILL)  # during step 2: its rollouts or gradient step
+    process.wait()
+    assert not (killed / "final").exists()
+    assert torch.load(state, weights_only=True)["step"] == 1, "killed too late: step 2 had ended"
+    assert main(["train", "--resume", str(killed), "--lr", "1"]) == 2  # stored settings only
+    assert main(["train", "--resume", str(killed)]) == 0
+
+    def log(folder: Path) -> list[dict]:
+        return [json.loads(line) for line in (folder / "train_log.jsonl").read_text().splitlines()]
+
+    straight, resumed = log(tmp_path / "straight"), log(killed)
+    assert [r["step"] for r in resumed] == [1, 2]
+    for a, b in zip(straight, resumed, strict=True):  # same samples, rewards and weights: timings aside
+        assert (a["reward"], a["tokens"], a["scored_answers"]) == (b["reward"], b["tokens"], b["scored_answers"])
+        assert a["pg_loss"] == pytest.approx(b["pg_loss"], abs=1e-5) and a["kl"] == pytest.approx(b["kl"], abs=1e-7)
+    assert (killed / "final" / "config.json").is_file()

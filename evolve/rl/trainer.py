@@ -5,7 +5,7 @@ One step: sample G completions for each of `prompts_per_step` prompts (rollouts.
 steps on the PPO-clip loss plus k3 KL to the reference (loss.py), append the step's statistics to
 OUT/train_log.jsonl. Checkpoints OUT/step_N/ and OUT/final/ are full HF folders (LoRA merged) that
 `evolve run --set policy.model=OUT/final` loads; OUT/final/adapter/ holds the LoRA adapter alone (for vLLM's
-`policy.lora`).
+`policy.lora`). OUT/resume/state.pt (checkpoints.py) lets `evolve train --resume OUT` go on after a kill.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from evolve.problems import load_problem
 from evolve.prompt_templates import load_template
 from evolve.prompts import PromptOptions
 from evolve.rl.advantages import compute_advantages, group_seed
+from evolve.rl.checkpoints import load_state, save_checkpoint, save_state
 from evolve.rl.loss import completion_logprobs, rl_loss
 from evolve.rl.rollouts import Group, Scorer, Task, collect, make_task
 
@@ -229,17 +230,6 @@ def step_stats(config: TrainConfig, groups: list[Group], advantages: list[np.nda
     }
 
 
-def save_checkpoint(model: Any, tokenizer: Any, folder: Path, lora: bool) -> None:
-    """A full HF folder (LoRA merged into a copy of the model) plus, for LoRA, the adapter alone in adapter/."""
-    folder.mkdir(parents=True, exist_ok=True)
-    if lora:
-        copy.deepcopy(model).merge_and_unload().save_pretrained(folder)
-        model.save_pretrained(folder / "adapter")
-    else:
-        model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-
-
 async def sample_step(config: TrainConfig, step: int, tasks: list[Task], model: Any, tokenizer: Any,
                       sampler: Any, scorer: Scorer) -> list[Group]:
     """The step's groups: `prompts_per_step` tasks in turn, G rollouts each, from vLLM or the model."""
@@ -259,19 +249,22 @@ def step_line(record: dict[str, Any], steps: int) -> str:
             f"entropy {record['entropy']:.2f}  {record['tokens']} tokens  {record['seconds']:.0f}s")
 
 
-async def _train(config: TrainConfig, console: Console) -> Path:
+async def _train(config: TrainConfig, console: Console, resume: bool = False) -> Path:
     torch.set_num_threads(config.threads or os.cpu_count() or 1)
     torch.manual_seed(config.seed)
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "train_config.json").write_text(config.model_dump_json(indent=2) + "\n")
-    log_path = out / "train_log.jsonl"
-    log_path.write_text("")
     tokenizer, model, base_path = load_model(config)
     frozen = None if config.lora.enabled else copy.deepcopy(model).requires_grad_(False)
     reference = reference_scope(model, frozen)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    done, records = load_state(out, model, optimizer) if resume else (0, [])
+    log_path = out / "train_log.jsonl"
+    log_path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    if resume:
+        console.print(f"resuming {out} after step {done} of {config.steps}", highlight=False)
     options = PromptOptions(edit_format=config.edit_format, answers=config.m, answer_tag=config.answer_tag,
                             max_new_tokens_cap=config.max_new_tokens)
     template = load_template(config.template)
@@ -293,8 +286,8 @@ async def _train(config: TrainConfig, console: Console) -> Path:
     try:
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=console) as progress:
-            bar = progress.add_task(f"{config.algo} steps", total=config.steps)
-            for step in range(1, config.steps + 1):
+            bar = progress.add_task(f"{config.algo} steps", total=config.steps, completed=done)
+            for step in range(done + 1, config.steps + 1):
                 started = time.monotonic()
                 groups = await sample_step(config, step, tasks, model, tokenizer, sampler, scorer)
                 rollout_s = time.monotonic() - started
@@ -304,6 +297,8 @@ async def _train(config: TrainConfig, console: Console) -> Path:
                 record = {"step": step, "algo": config.algo, **step_stats(config, groups, advantages), **trained,
                           "gen_s": sum(g.seconds_generating for g in groups), "rollout_s": rollout_s,
                           "train_s": seconds - rollout_s, "seconds": seconds, "evaluations": scorer.evaluations}
+                records.append(record)
+                save_state(out, model, optimizer, step, records)
                 with log_path.open("a") as log:
                     log.write(json.dumps(record) + "\n")
                 progress.console.print(step_line(record, config.steps), highlight=False, soft_wrap=True)
@@ -319,9 +314,9 @@ async def _train(config: TrainConfig, console: Console) -> Path:
     return final
 
 
-def train(config: TrainConfig, console: Console | None = None) -> Path:
-    """Run the training loop to its step budget; returns the final checkpoint folder."""
+def train(config: TrainConfig, console: Console | None = None, resume: bool = False) -> Path:
+    """Run the training loop to its step budget (with `resume`, from OUT's saved state); the final checkpoint."""
     from evolve.policies.model_files import offline_hub
 
     offline_hub()
-    return asyncio.run(_train(config, console or Console()))
+    return asyncio.run(_train(config, console or Console(), resume))
