@@ -26,6 +26,8 @@ class RunSection(StrictModel):
     concurrency: int = Field(4, ge=1, le=256, description="policy requests in flight")
     eval_workers: int = Field(2, ge=1, le=256, description="evaluations running in parallel")
     name: str = ""
+    stop_after_policy_errors: int = Field(16, ge=0, description="stop the run (resumable) after this many failed "
+                                          "policy calls in a row, rather than spend its budget on errors; 0: never")
 
 
 class PolicySection(StrictModel):

@@ -88,6 +88,7 @@ class Controller:
         self.prompt_options = prompt_options(config.policy)
         self.template = load_template(config.policy.template)
         self._seen_code: set[str] = set()
+        self._errors_in_row = 0
         # an experiment passes one semaphore to all its cells: eval_workers then bounds them together
         self._eval_slots = eval_slots or asyncio.Semaphore(config.run.eval_workers)
 
@@ -161,8 +162,15 @@ class Controller:
             raise  # the run stops; this iteration stays unrecorded so that a resume asks again
         except Exception as exc:  # any backend failure is a recorded attempt, never a crash
             reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+            self._errors_in_row += 1
+            limit = self.config.run.stop_after_policy_errors
+            if limit and self._errors_in_row >= limit:  # this iteration stays unrecorded: a resume asks again
+                raise PolicyUnavailable(f"the policy failed {self._errors_in_row} calls in a row (last: {reason}); "
+                                        "stopped rather than spend the budget on errors "
+                                        "(run.stop_after_policy_errors)") from exc
             self._commit(iteration, [AttemptRecord("policy_error", reason, prompt=prompt_text)], island, parent.id)
             return
+        self._errors_in_row = 0
         completion = dataclasses.replace(completion, latency_s=completion.latency_s or time.monotonic() - started)
         self.stats.policy_calls += 1
         self.stats.completion_tokens += completion.completion_tokens

@@ -174,3 +174,24 @@ def _iterations_done(db: str) -> int:
         return sum(len([i for i in store.completed_iterations(run.id) if i >= 1]) for run in store.list_runs())
     finally:
         store.close()
+
+
+def test_a_policy_failing_call_after_call_stops_the_run_resumably_instead_of_eating_its_budget(
+        tmp_path: Path, refusing_server: str) -> None:
+    from evolve.config import parse_config
+    from evolve.runner import run_evolution
+
+    db = tmp_path / "refused.db"
+    config = parse_config({
+        "run": {"problem": "run_length", "iterations": 30, "db": str(db), "concurrency": 1,
+                "programs_dir": str(Path(__file__).resolve().parents[1] / "programs"), "stop_after_policy_errors": 3},
+        "policy": {"backend": "openai", "url": refusing_server, "model": "x", "retries": 0}})
+    console = Console(record=True, width=200)
+    outcome = run_evolution(config, console=console, live=False)
+    assert outcome.status == "policy_unavailable"
+    store = ProgramStore(str(db))
+    (run,) = store.list_runs()
+    assert run.status == "interrupted"
+    assert store.attempt_counts(run.id).get("policy_error") == 2  # the third is left for a resume to ask again
+    text = console.export_text()
+    assert "failed 3 calls in a row" in text and "does not support chat" in text and f"--resume {run.id}" in text
