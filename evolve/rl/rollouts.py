@@ -31,6 +31,7 @@ from evolve.prompt_templates import PromptTemplate
 from evolve.prompts import Prompt, PromptOptions, build_prompt
 from evolve.records import Evaluation, MutationRequest, Program
 from evolve.rl.advantages import reward_array
+from evolve.store import ProgramStore
 
 
 @dataclass(frozen=True)
@@ -74,25 +75,48 @@ def render(tokenizer: Any, prompt: Prompt) -> str:
     return str(text) + prompt.prefill
 
 
-async def seed_prompt(problem: Problem, options: PromptOptions, template: PromptTemplate) -> tuple[Program, Prompt]:
-    """Score the problem's seed program and build the engine's mutation prompt for it (what `evolve run` sends)."""
+async def seed_parent(problem: Problem) -> Program:
+    """The problem's seed program, scored, as the parent of a training prompt."""
     evaluation = await evaluate_program(problem, problem.initial_code)
     if not evaluation.ok:
         raise SeedProgramError(f"{problem.path / 'initial.py'}: the initial program fails its evaluation "
                                f"({evaluation.failure}: {evaluation.detail})")
-    parent = Program(id=0, run_id=0, code=problem.initial_code, parent_id=None, island=0, iteration=0, policy="",
-                     edit="", scores=evaluation.scores, scalar=problem.scalar(evaluation.scores),
-                     solved=problem.is_solved(evaluation.scores), artifacts=evaluation.artifacts)
+    return Program(id=0, run_id=0, code=problem.initial_code, parent_id=None, island=0, iteration=0, policy="",
+                   edit="", scores=evaluation.scores, scalar=problem.scalar(evaluation.scores),
+                   solved=problem.is_solved(evaluation.scores), artifacts=evaluation.artifacts)
+
+
+def parent_prompt(problem: Problem, parent: Program, options: PromptOptions, template: PromptTemplate) -> Prompt:
+    """The engine's mutation prompt for `parent`: what `evolve run` sends when it selects that program."""
     request = MutationRequest(iteration=1, island=0, parent=parent, inspirations=(),
                               problem_description=problem.description, objective_names=problem.objectives)
-    return parent, build_prompt(request, options, template)
+    return build_prompt(request, options, template)
 
 
-async def make_task(problem: Problem, tokenizer: Any, options: PromptOptions, template: PromptTemplate) -> Task:
-    """A training prompt: the seed prompt, rendered and tokenised as the hf backend would."""
-    parent, prompt = await seed_prompt(problem, options, template)
+async def seed_prompt(problem: Problem, options: PromptOptions, template: PromptTemplate) -> tuple[Program, Prompt]:
+    """Score the problem's seed program and build the engine's mutation prompt for it."""
+    parent = await seed_parent(problem)
+    return parent, parent_prompt(problem, parent, options, template)
+
+
+async def make_task(problem: Problem, tokenizer: Any, options: PromptOptions, template: PromptTemplate,
+                    parent: Program | None = None) -> Task:
+    """A training prompt for `parent` (default: the scored seed), rendered and tokenised as the hf backend would."""
+    parent = parent or await seed_parent(problem)
+    prompt = parent_prompt(problem, parent, options, template)
     ids = tokenizer(render(tokenizer, prompt), add_special_tokens=False)["input_ids"]
     return Task(problem, parent, prompt, list(ids), options)
+
+
+def stored_parents(store: ProgramStore, problem: Problem, count: int) -> list[Program]:
+    """Up to `count` evolved programs of `problem` from every run in the store: unsolved, distinct, best first."""
+    pool = [program for run in store.list_runs() if run.problem == problem.name
+            for program in store.best_programs(run.id, 4 * count)
+            if program.iteration > 0 and not program.solved]
+    chosen: dict[str, Program] = {}
+    for program in sorted(pool, key=lambda p: (-p.scalar, p.run_id, p.id)):
+        chosen.setdefault(code_key(program.code), program)
+    return list(chosen.values())[:count]
 
 
 def eos_ids(model: Any, tokenizer: Any) -> set[int]:

@@ -27,12 +27,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from evolve.problems import load_problem
-from evolve.prompt_templates import load_template
+from evolve.prompt_templates import PromptTemplate, load_template
 from evolve.prompts import PromptOptions
 from evolve.rl.advantages import compute_advantages, group_seed
 from evolve.rl.checkpoints import load_state, save_checkpoint, save_state
 from evolve.rl.loss import completion_logprobs, rl_loss
-from evolve.rl.rollouts import Group, Scorer, Task, collect, make_task
+from evolve.rl.rollouts import Group, Scorer, Task, collect, make_task, stored_parents
+from evolve.store import ProgramStore
 
 Algo = Literal["vpo", "grpo", "multi-rlvr"]
 
@@ -83,6 +84,9 @@ class TrainConfig(BaseModel):
     device: str = Field("auto", description="'auto' (cuda when torch sees a GPU, else cpu), 'cpu', 'cuda', 'cuda:1'")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="the model's weights (LoRA adapters stay "
                                                   "float32); bfloat16 halves memory on GPUs")
+    parents_db: str = Field("", description="an evolve store (SQLite path or URL): its runs' best unsolved programs "
+                            "of each problem are training parents too, besides the seed")
+    parents_per_problem: int = Field(4, ge=1, description="with parents_db: evolved parents taken per problem")
     rollouts: Literal["local", "vllm"] = Field("local", description="sample with the transformers model, or vLLM")
     vllm_gpu_memory: float = Field(0.3, gt=0, lt=1, description="--rollouts vllm: share of GPU memory vLLM takes")
     vllm_max_model_len: int = Field(4096, ge=256, description="--rollouts vllm: prompt + completion tokens")
@@ -230,6 +234,19 @@ def step_stats(config: TrainConfig, groups: list[Group], advantages: list[np.nda
     }
 
 
+async def training_tasks(config: TrainConfig, tokenizer: Any, options: PromptOptions,
+                         template: PromptTemplate) -> list[Task]:
+    """Each problem's seed prompt, then (with `parents_db`) prompts for its best evolved programs in that store."""
+    problems = [load_problem(name, Path(config.programs_dir)) for name in config.problems]
+    tasks = [await make_task(problem, tokenizer, options, template) for problem in problems]
+    if config.parents_db:
+        store = ProgramStore(config.parents_db)
+        for problem in problems:
+            for parent in stored_parents(store, problem, config.parents_per_problem):
+                tasks.append(await make_task(problem, tokenizer, options, template, parent))
+    return tasks
+
+
 async def sample_step(config: TrainConfig, step: int, tasks: list[Task], model: Any, tokenizer: Any,
                       sampler: Any, scorer: Scorer) -> list[Group]:
     """The step's groups: `prompts_per_step` tasks in turn, G rollouts each, from vLLM or the model."""
@@ -268,9 +285,7 @@ async def _train(config: TrainConfig, console: Console, resume: bool = False) ->
     options = PromptOptions(edit_format=config.edit_format, answers=config.m, answer_tag=config.answer_tag,
                             max_new_tokens_cap=config.max_new_tokens)
     template = load_template(config.template)
-    programs = Path(config.programs_dir)
-    tasks: list[Task] = [await make_task(load_problem(name, programs), tokenizer, options, template)
-                         for name in config.problems]
+    tasks = await training_tasks(config, tokenizer, options, template)
     scorer = Scorer(config.eval_workers)
     sampler = None
     if config.rollouts == "vllm":
@@ -281,7 +296,8 @@ async def _train(config: TrainConfig, console: Console, resume: bool = False) ->
     kind = (f"LoRA r={config.lora.r}" if config.lora.enabled else "full fine-tuning") + \
         f", {config.dtype} on {config.torch_device}"
     console.print(f"train {config.algo}: {base_path} ({kind}, {sum(p.numel() for p in params):,} trainable), "
-                  f"rollouts {config.rollouts}, problems {', '.join(config.problems)}, G={config.group_size}, "
+                  f"rollouts {config.rollouts}, problems {', '.join(config.problems)} ({len(tasks)} prompts), "
+                  f"G={config.group_size}, "
                   f"m={config.m}, {config.steps} steps -> {out}", highlight=False, soft_wrap=True)
     try:
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
