@@ -283,3 +283,31 @@ def test_readme_veRL_command_composes_with_veRLs_config_and_finds_our_parts(vpo:
     assert vpo.options(cfg.algorithm) == {**vpo.DEFAULTS, "k": 100, "seed": 0, "sampler": "mc"}
     assert cfg.algorithm.adv_estimator in vpo.core_algos.ADV_ESTIMATOR_REGISTRY
     assert get_custom_reward_fn(cfg).args[0] is compute_score_async
+
+
+def test_dataset_rows_for_evolved_parents_carry_their_code_to_the_reward(tmp_path: Path) -> None:
+    from evolve.rl.verl_data import dataset_rows
+    from evolve.store import ChildRecord, ProgramStore
+
+    problem = load_problem("fizzbuzz", PROGRAMS)
+    partial = apply_rewrite(problem.initial_code, PARTIAL)
+    evaluation = asyncio.run(evaluate_program(problem, partial))
+    store = ProgramStore(str(tmp_path / "runs.db"))
+    run = store.create_run(name="r", problem="fizzbuzz", policy="p", seed=0, config_json="{}", iterations_target=1)
+
+    def record(code: str, scores: dict[str, float], parent: int | None) -> ChildRecord:
+        return ChildRecord(code=code, parent_id=parent, island=0, policy="p", edit="", scores=scores,
+                           scalar=problem.scalar(scores), solved=problem.is_solved(scores))
+
+    (seed,) = store.record_iteration(run, 0, [record(problem.initial_code, {n: 0.5 for n in problem.objectives}, None)])
+    store.record_iteration(run, 1, [record(partial, evaluation.scores, seed.id)], policy="p")
+    rows = asyncio.run(dataset_rows(["fizzbuzz"], answers=2, copies=2, programs=PROGRAMS,
+                                    parents_db=str(tmp_path / "runs.db")))
+    assert len(rows) == 4 and [r["extra_info"]["index"] for r in rows] == [0, 1, 2, 3]
+    seed_row, parent_row = rows[0], rows[1]
+    assert seed_row["extra_info"]["parent_code"] == problem.initial_code
+    assert parent_row["extra_info"]["parent_code"] == partial and 'return "Buzz"' in parent_row["prompt"][-1]["content"]
+    unchanged = compute_score("evolve", completion(PARTIAL), "fizzbuzz", parent_row["extra_info"])
+    assert unchanged["scored_answers"] == 0  # the parent itself again: no child, as in evolution
+    fixed = compute_score("evolve", completion(CORRECT), "fizzbuzz", parent_row["extra_info"])
+    assert fixed["score"] == 1.0
