@@ -257,3 +257,12 @@ def test_parents_db_adds_the_best_unsolved_distinct_evolved_programs_as_training
     shown = tasks[1].prompt.messages[-1]["content"]  # the parent's code and score, as evolution shows them
     assert "return 'c'" in shown and "score 0.6" in shown
     assert all(task.problem.name == "fizzbuzz" for task in tasks)
+
+
+def test_a_missing_parents_db_is_one_line_and_creates_no_file(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from evolve.cli import main
+
+    missing = tmp_path / "missing.db"
+    assert main(["train", "--parents-db", str(missing), "--steps", "1", "--out", str(tmp_path / "out")]) == 2
+    assert "no such file" in " ".join(capsys.readouterr().out.split()) and not missing.exists()

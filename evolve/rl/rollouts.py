@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ import torch
 from numpy.typing import NDArray
 from transformers import GenerationConfig, StoppingCriteriaList
 
+from evolve.config import ConfigError
 from evolve.controller import SeedProgramError, code_key
 from evolve.edits import EditError, apply_diff, apply_rewrite, split_answers
 from evolve.evaluation import evaluate_program
@@ -106,6 +108,13 @@ async def make_task(problem: Problem, tokenizer: Any, options: PromptOptions, te
     prompt = parent_prompt(problem, parent, options, template)
     ids = tokenizer(render(tokenizer, prompt), add_special_tokens=False)["input_ids"]
     return Task(problem, parent, prompt, list(ids), options)
+
+
+def parents_store(spec: str) -> ProgramStore:
+    """The evolve store named by `parents_db` (a SQLite path or a URL); a missing SQLite file is a ConfigError."""
+    if "://" not in spec and not Path(spec).expanduser().is_file():
+        raise ConfigError(f"parents_db '{spec}': no such file (give the store of earlier `evolve run`s)")
+    return ProgramStore(spec)
 
 
 def stored_parents(store: ProgramStore, problem: Problem, count: int) -> list[Program]:

@@ -32,8 +32,7 @@ from evolve.prompts import PromptOptions
 from evolve.rl.advantages import compute_advantages, group_seed
 from evolve.rl.checkpoints import load_state, save_checkpoint, save_state
 from evolve.rl.loss import completion_logprobs, rl_loss
-from evolve.rl.rollouts import Group, Scorer, Task, collect, make_task, stored_parents
-from evolve.store import ProgramStore
+from evolve.rl.rollouts import Group, Scorer, Task, collect, make_task, parents_store, stored_parents
 
 Algo = Literal["vpo", "grpo", "multi-rlvr"]
 
@@ -240,7 +239,7 @@ async def training_tasks(config: TrainConfig, tokenizer: Any, options: PromptOpt
     problems = [load_problem(name, Path(config.programs_dir)) for name in config.problems]
     tasks = [await make_task(problem, tokenizer, options, template) for problem in problems]
     if config.parents_db:
-        store = ProgramStore(config.parents_db)
+        store = parents_store(config.parents_db)
         for problem in problems:
             for parent in stored_parents(store, problem, config.parents_per_problem):
                 tasks.append(await make_task(problem, tokenizer, options, template, parent))
@@ -267,6 +266,8 @@ def step_line(record: dict[str, Any], steps: int) -> str:
 
 
 async def _train(config: TrainConfig, console: Console, resume: bool = False) -> Path:
+    if config.parents_db:  # before the model loads: a wrong path is one line at once
+        parents_store(config.parents_db)
     torch.set_num_threads(config.threads or os.cpu_count() or 1)
     torch.manual_seed(config.seed)
     out = Path(config.out)

@@ -23,13 +23,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from evolve.config import ConfigError
 from evolve.controller import SeedProgramError
 from evolve.problems import ProblemError, load_problem
 from evolve.prompt_templates import load_template
 from evolve.prompts import PromptOptions
-from evolve.rl.rollouts import parent_prompt, seed_prompt, stored_parents
+from evolve.rl.rollouts import parent_prompt, parents_store, seed_prompt, stored_parents
 from evolve.rl.verl_reward import programs_dir
-from evolve.store import ProgramStore
 
 DATA_SOURCE = "evolve"
 
@@ -50,7 +50,7 @@ async def dataset_rows(
     folder = programs_dir(programs)
     options = PromptOptions(edit_format=edit_format, answers=answers, answer_tag=answer_tag, prefill=False)
     chosen = load_template(template)
-    store = ProgramStore(parents_db) if parents_db else None
+    store = parents_store(parents_db) if parents_db else None
     prompts: list[tuple[str, list[dict[str, str]], str]] = []
     for name in problems:
         problem = load_problem(name, folder)
@@ -104,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows = asyncio.run(dataset_rows(args.problems, args.answers, args.edit_format, args.answer_tag,
                                         args.template, args.copies, args.programs_dir, args.parents_db,
                                         args.parents_per_problem))
-    except (ProblemError, SeedProgramError) as exc:
+    except (ProblemError, SeedProgramError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     write_parquet(rows, args.out)
