@@ -296,10 +296,11 @@ async def _train(config: TrainConfig, console: Console, resume: bool = False) ->
                               config.vllm_gpu_memory, config.vllm_max_model_len, config.vllm_dtype)
     kind = (f"LoRA r={config.lora.r}" if config.lora.enabled else "full fine-tuning") + \
         f", {config.dtype} on {config.torch_device}"
+    prompts = f"{len(tasks)} prompt{'s' * (len(tasks) != 1)}"
     console.print(f"train {config.algo}: {base_path} ({kind}, {sum(p.numel() for p in params):,} trainable), "
-                  f"rollouts {config.rollouts}, problems {', '.join(config.problems)} ({len(tasks)} prompts), "
-                  f"G={config.group_size}, "
-                  f"m={config.m}, {config.steps} steps -> {out}", highlight=False, soft_wrap=True)
+                  f"rollouts {config.rollouts}, problems {', '.join(config.problems)} ({prompts}), "
+                  f"G={config.group_size}, m={config.m}, {config.steps} steps -> {out}",
+                  highlight=False, soft_wrap=True)
     try:
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=console) as progress:
