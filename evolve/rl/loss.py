@@ -47,8 +47,8 @@ def completion_logprobs(
     chosen = logprobs.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)
     entropy = None
     if with_entropy:
-        with torch.no_grad():
-            entropy = -(logprobs.exp() * logprobs).sum(-1)
+        with torch.no_grad():  # row by row: the [C, vocab] temporaries of one row, not [G, C, vocab]
+            entropy = torch.stack([-(row.exp() * row).sum(-1) for row in logprobs])
     return chosen, entropy
 
 
