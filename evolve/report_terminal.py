@@ -60,10 +60,10 @@ def render_report(results: ExperimentResults, console: Console) -> None:
     console.print(table)
     curves = Table(title=f"at iteration {results.iterations}: mean over seeds [{level} bootstrap interval], and "
                          f"the curve from iteration 0")
-    curves.add_column("policy", no_wrap=True)
+    curves.add_column("policy", no_wrap=True, min_width=max(map(len, results.policies), default=6))
     curves.add_column("seeds", no_wrap=True)
-    for column in ("share of problems cracked", "best score, mean over problems"):
-        curves.add_column(column, no_wrap=True)
+    for column in ("share of problems cracked", "best score, mean over problems"):  # headers may wrap, values not
+        curves.add_column(column, min_width=len("0.000 [0.000, 0.000]"))
     for policy in results.policies:
         try:
             cracked = results.curve(policy, "cracked_share")
