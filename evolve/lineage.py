@@ -241,10 +241,11 @@ def lineage_html(lineage: Lineage) -> str:
     """The lineage as one self-contained HTML page; every string from the store is escaped."""
     title = f"run {lineage.run_id}: lineage of #{lineage.target_id}"
     last = lineage.steps[-1]
+    ancestors = len(lineage.steps) - 1
     head = (f"<h1>{escape(title)}</h1><p>Run {lineage.run_id} ({escape(lineage.run_name)}), problem "
             f"{escape(lineage.problem)}: program #{lineage.target_id} ({escape(lineage.chosen_as)}) and its "
-            f"{len(lineage.steps) - 1} ancestors, from the seed. Changed scores are highlighted: green went up, "
-            f"red went down.</p>")
+            f"{ancestors} ancestor{'s' * (ancestors != 1)}, from the seed. Changed scores are highlighted: "
+            f"green went up, red went down.</p>")
     final = f"<details><summary>code of #{last.program_id}</summary><pre>{escape(last.code)}</pre></details>"
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
