@@ -1,12 +1,15 @@
 """The harness run inside the sandbox's child process: read the job, confine itself, import the candidate, report.
 
-Started by evolve/sandbox.py as `python -I -S -B _sandbox_child.py RESULT_FD`. The job arrives as one
-JSON object on stdin, written by the parent only after it has put this process into its pids cgroup,
-so nothing of the candidate's runs before the confinement is complete:
-    mode "call"   -> candidate.<target>(*payload)
-    mode "driver" -> driver.drive(candidate_module, payload), target being the trusted driver file
-plus workdir, site_dirs, read_roots, the rlimits and, when the parent asks for it, a uid to drop to.
-The result is one JSON line on RESULT_FD: {"ok": true, "value": ...} or {"ok": false, "kind": ..., "detail": ...}.
+Started by evolve/sandbox.py as `python -I -S -B _sandbox_child.py RESULT_FD [REQUEST_FD]`. The job arrives as
+one JSON object on stdin, written by the parent only after it has put this process into its pids cgroup,
+so nothing of the candidate's runs before the confinement is complete. It names the candidate file, the
+target (a function of the candidate's, or a trusted driver file when "driver" is true: then each call is
+driver.drive(candidate_module, payload)), workdir, site_dirs, read_roots, the rlimits and, when the parent
+asks for it, a uid to drop to. Results are JSON lines on RESULT_FD: {"ok": true, "value": ...} or
+{"ok": false, "kind": ..., "detail": ...}.
+- One call (no REQUEST_FD): the job's payload is the call's; one result line, then exit.
+- A session (REQUEST_FD): {"ready": true} once the candidate is imported, then one result line per JSON
+  payload line read from REQUEST_FD; the parent times each round trip itself.
 Kept import-light on purpose (os, sys, json, resource, ctypes, no importlib): every evaluation pays its start.
 """
 
@@ -18,6 +21,7 @@ import json
 import os
 import resource
 import sys
+from collections.abc import Callable
 
 # Landlock (Linux >= 5.13). Syscall numbers are the same on every architecture.
 _SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
@@ -156,27 +160,16 @@ def read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def run(job: dict) -> dict:
-    """Confine this process, then run the candidate; the message to report."""
-    sys.path.extend(job["site_dirs"])
-    set_limits(job["limits"])
+class MissingFunction(Exception):
+    """The candidate does not define the function the job calls."""
+
+
+def guarded(action: Callable[[], object]) -> dict:
+    """{"ok": True, "value": action()}, or the failure message for whatever the candidate's code raised."""
     try:
-        driver = load_module("evolve_driver", job["target"]) if job["mode"] == "driver" else None  # trusted
-    except BaseException as exc:  # noqa: BLE001 - reported, and the candidate is never run
-        print_traceback(exc)
-        return {"ok": False, "kind": "crash", "detail": f"the driver failed to load: {describe(exc)}"}
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    landlock(libc, job["workdir"], job["read_roots"])
-    drop_privileges(libc, job["uid"])  # raises (and the candidate is never run) if it cannot
-    try:
-        candidate = load_module("candidate", job["program"])
-        if driver is None:
-            function = getattr(candidate, job["target"], None)
-            if not callable(function):
-                return {"ok": False, "kind": "crash", "detail": f"the program defines no function '{job['target']}'"}
-            return {"ok": True, "value": function(*job["payload"])}
-        return {"ok": True, "value": driver.drive(candidate, job["payload"])}
+        return {"ok": True, "value": action()}
+    except MissingFunction as exc:
+        return {"ok": False, "kind": "crash", "detail": str(exc)}
     except MemoryError:
         return {"ok": False, "kind": "memory", "detail": "MemoryError"}
     except OSError as exc:
@@ -189,26 +182,88 @@ def run(job: dict) -> dict:
         return {"ok": False, "kind": "crash", "detail": describe(exc)}
 
 
-def main() -> None:
-    result_fd = int(sys.argv[1])
-    os.set_inheritable(result_fd, False)  # programs the candidate starts do not get the result pipe
-    job = json.loads(read_all(0))
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-    message = run(job)
+def invoke(job: dict, candidate: object, driver: object | None, payload: object) -> object:
+    """candidate.<target>(*payload), or driver.drive(candidate, payload) in driver mode."""
+    if driver is not None:
+        return driver.drive(candidate, payload)  # type: ignore[attr-defined]
+    function = getattr(candidate, job["target"], None)
+    if not callable(function):
+        raise MissingFunction(f"the program defines no function '{job['target']}'")
+    return function(*payload)  # type: ignore[misc]
+
+
+def confine(job: dict) -> dict | object | None:
+    """Set the limits, load the trusted driver (if any) while the project is still readable, then lock this
+    process down. Returns the driver module (None without one), or the failure message if it did not load."""
+    sys.path.extend(job["site_dirs"])
+    set_limits(job["limits"])
+    driver = None
+    if job["driver"]:
+        try:
+            driver = load_module("evolve_driver", job["target"])
+        except BaseException as exc:  # noqa: BLE001 - reported, and the candidate is never run
+            print_traceback(exc)
+            return {"ok": False, "kind": "crash", "detail": f"the driver failed to load: {describe(exc)}"}
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    landlock(libc, job["workdir"], job["read_roots"])
+    drop_privileges(libc, job["uid"])  # raises (and the candidate is never run) if it cannot
+    return driver
+
+
+def encode(message: dict) -> bytes:
     try:
         line = json.dumps(message, default=to_json)
     except MemoryError:
         line = json.dumps({"ok": False, "kind": "memory", "detail": "MemoryError while encoding the result"})
     except BaseException as exc:  # noqa: BLE001 - whatever the value's own methods raise while it is encoded
         line = json.dumps({"ok": False, "kind": "bad_output", "detail": f"result is not JSON: {describe(exc)}"})
+    return (line + "\n").encode()
+
+
+def report(result_fd: int, message: dict) -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except BaseException:  # noqa: BLE001 - the candidate may have replaced or closed them
             pass
-    write_all(result_fd, (line + "\n").encode())
+    write_all(result_fd, encode(message))
+
+
+def run(job: dict, result_fd: int, request_fd: int | None) -> None:
+    """One call (request_fd None): load, call once, report. A session: load, report ready, then one reply
+    line per request line until the parent closes the request pipe or kills this process."""
+    driver = confine(job)
+    if isinstance(driver, dict):
+        report(result_fd, driver)
+        return
+    if request_fd is None:
+        call = guarded(lambda: invoke(job, load_module("candidate", job["program"]), driver, job["payload"]))
+        report(result_fd, call)
+        return
+    loaded = guarded(lambda: load_module("candidate", job["program"]))
+    if not loaded["ok"]:
+        report(result_fd, loaded)
+        return
+    candidate = loaded["value"]
+    report(result_fd, {"ready": True})
+    with os.fdopen(request_fd, "rb") as requests:
+        for line in requests:
+            payload = json.loads(line)
+            report(result_fd, guarded(lambda: invoke(job, candidate, driver, payload)))  # noqa: B023
+
+
+def main() -> None:
+    result_fd = int(sys.argv[1])
+    request_fd = int(sys.argv[2]) if len(sys.argv) > 2 else None
+    for fd in (result_fd, request_fd):
+        if fd is not None:
+            os.set_inheritable(fd, False)  # programs the candidate starts get neither pipe
+    job = json.loads(read_all(0))
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    run(job, result_fd, request_fd)
     os._exit(0)  # no atexit handlers or finalisers of the candidate's after the report
 
 

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import get_args
 
 from evolve.records import FailureKind
 from evolve.sandbox import Sandbox, SandboxLimits, SandboxResult
 
-__all__ = ["CANDIDATE_FAILURE_KINDS", "CandidateFailure", "EvaluationResult", "Sandbox", "SandboxLimits",
-           "SandboxResult", "fail_unless_ok"]
+__all__ = ["CANDIDATE_FAILURE_KINDS", "FEEDBACK_CHARS", "CandidateFailure", "EvaluationResult", "Sandbox",
+           "SandboxLimits", "SandboxResult", "fail_unless_any_ok", "fail_unless_ok", "join_feedback"]
 
+FEEDBACK_CHARS = 200  # the prompt shows at most this much of artifacts["feedback"]
 CANDIDATE_FAILURE_KINDS: tuple[str, ...] = tuple(kind for kind in get_args(FailureKind) if kind != "evaluator_error")
 
 
@@ -38,3 +40,28 @@ def fail_unless_ok(result: SandboxResult) -> SandboxResult:
     if result.status != "ok":
         raise CandidateFailure(result.status, result.detail)
     return result
+
+
+def fail_unless_any_ok(results: Sequence[SandboxResult]) -> Sequence[SandboxResult]:
+    """The results of call_each / run_driver_each when at least one call ran fine (a failing call then costs
+    its own test only); else CandidateFailure: "timeout" when every call ran out of time, otherwise the status
+    and reason of the first failure (a program that fails on every input is broken as a whole)."""
+    if any(result.ok for result in results) or not results:
+        return results
+    if all(result.status == "timeout" for result in results):
+        raise CandidateFailure("timeout", f"every test ran past its time limit ({results[0].detail})")
+    first = next(result for result in results if result.status != "timeout")
+    raise CandidateFailure(first.status, first.detail)
+
+
+def join_feedback(failures: Sequence[str], max_chars: int = FEEDBACK_CHARS) -> str:
+    """One feedback line for the next prompt: as many whole failure lines as fit in max_chars, "; "-joined
+    (the first one cut short if it alone does not fit); "all tests pass" when there are none."""
+    if not failures:
+        return "all tests pass"
+    text = failures[0] if len(failures[0]) <= max_chars else failures[0][: max_chars - 3] + "..."
+    for failure in failures[1:]:
+        if len(text) + 2 + len(failure) > max_chars:
+            break
+        text += "; " + failure
+    return text

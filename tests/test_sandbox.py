@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from evolve._sandbox_child import landlock_abi
-from evolve.sandbox import Sandbox, SandboxLimits, SandboxResult, _cgroup_parents
+from evolve.sandbox import Sandbox, SandboxLimits, SandboxResult
+from evolve.sandbox_processes import cgroup_parents
 
 HOSTILE = Path(__file__).parent / "hostile"
 LIMITS = SandboxLimits(wall_time_s=3.0, cpu_time_s=1.0, memory_mb=512, max_processes=32, max_output_bytes=200_000)
@@ -129,7 +130,7 @@ def test_processes_that_left_the_process_group_are_killed(sandbox: Sandbox, name
     assert not alive(int(result.value))
 
 
-V2_PARENTS = [path for path in _cgroup_parents() if (path / "cgroup.controllers").exists() and os.access(path, os.W_OK)]
+V2_PARENTS = [path for path in cgroup_parents() if (path / "cgroup.controllers").exists() and os.access(path, os.W_OK)]
 
 
 class InCgroupV2(Sandbox):
@@ -303,3 +304,64 @@ def test_root_runs_the_candidate_as_an_unused_uid_when_any_uid_can_read_python()
         assert os.listdir(shared / "sandboxes") == [] and processes_under(shared) == []
     finally:
         shutil.rmtree(shared)
+
+
+# call_each / run_driver_each: one child for many calls, each timed and limited from the trusted side
+
+
+def test_each_call_gets_its_own_value_and_a_trusted_round_trip_time(sandbox: Sandbox, tmp_path: Path) -> None:
+    program = tmp_path / "double.py"
+    program.write_text("def double(x):\n    print('called', x)\n    return 2 * x\n")
+    results = sandbox.call_each(program, "double", [[1], [2], [3]], [1.0, 1.0, 1.0])
+    assert [(result.status, result.value, result.stdout) for result in results] == [
+        ("ok", 2, "called 1\n"), ("ok", 4, "called 2\n"), ("ok", 6, "called 3\n")]
+    assert all(0 < result.wall_s < 1.0 for result in results)
+
+
+def test_a_call_past_its_limit_is_stopped_and_the_next_call_runs_in_a_fresh_child(sandbox: Sandbox) -> None:
+    started = time.monotonic()
+    results = sandbox.call_each(HOSTILE / "endless_loop.py", "solve", [[1], [2]], [0.3, 0.3])
+    assert [result.status for result in results] == ["timeout", "timeout"]
+    assert all("time limit of 0.3s" in result.detail and result.wall_s >= 0.3 for result in results)
+    assert time.monotonic() - started < 1.5  # stopped at each call's limit, not the run's CPU or wall limit
+
+
+def test_a_candidate_that_rigs_its_clocks_cannot_shorten_its_measured_time(sandbox: Sandbox) -> None:
+    results = sandbox.call_each(HOSTILE / "fakes_its_clocks.py", "solve", [[10], [3_000_000], [30_000_000]],
+                                [1.0, 1.0, 0.2])
+    assert [result.status for result in results] == ["ok", "ok", "timeout"], results
+    assert results[1].value == sum(range(3_000_000)) and results[1].wall_s > results[0].wall_s
+
+
+def test_a_crash_costs_only_its_own_call(sandbox: Sandbox, tmp_path: Path) -> None:
+    program = tmp_path / "fragile.py"
+    program.write_text("import os, sys\n\ndef f(x):\n    if x == 1:\n        os._exit(3)\n    if x == 2:\n"
+                       "        raise ValueError('two')\n    if x == 3:\n        sys.exit(1)\n    return x\n")
+    results = sandbox.call_each(program, "f", [[0], [1], [4], [2], [5], [3], [6]], [1.0] * 7)
+    assert [(result.status, result.value) for result in results] == [
+        ("ok", 0), ("crash", None), ("ok", 4), ("crash", None), ("ok", 5), ("crash", None), ("ok", 6)]
+    assert [results[i].detail for i in (1, 3, 5)] == [
+        "exit code 3 without a result", "ValueError: two", "the program called sys.exit(1)"]
+
+
+def test_a_candidate_that_fails_to_import_fails_every_call_with_that_reason(sandbox: Sandbox) -> None:
+    results = sandbox.call_each(HOSTILE / "sys_exit_at_import.py", "solve", [[1], [2], [3]], [1.0] * 3)
+    assert len({(result.status, result.detail) for result in results}) == 1 and results[0].status == "crash"
+
+
+def test_run_driver_each_runs_the_trusted_driver_once_per_payload(sandbox: Sandbox, tmp_path: Path) -> None:
+    program, driver = tmp_path / "candidate.py", tmp_path / "driver.py"
+    program.write_text("def square(x):\n    return x * x\n")
+    driver.write_text("def drive(candidate, payload):\n    return [candidate.square(x) for x in payload]\n")
+    results = sandbox.run_driver_each(program, driver, [[1, 2], [3]], [1.0, 1.0])
+    assert [result.value for result in results] == [[1, 4], [9]]
+
+
+def test_the_run_wall_limit_bounds_all_calls_together(tmp_path: Path) -> None:
+    program = tmp_path / "sleeper.py"
+    program.write_text("import time\n\ndef f(x):\n    time.sleep(x)\n    return x\n")
+    started = time.monotonic()
+    results = Sandbox(SandboxLimits(wall_time_s=1.0, cpu_time_s=5.0)).call_each(
+        program, "f", [[0.4], [0.4], [0.4], [0.4]], [2.0] * 4)
+    assert [result.status for result in results] == ["ok", "ok", "timeout", "timeout"], results
+    assert time.monotonic() - started < 1.6
