@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from typing import get_args
 
 from evolve.records import FailureKind
-from evolve.sandbox import Sandbox, SandboxLimits, SandboxResult
+from evolve.sandbox import Sandbox, SandboxLimits, SandboxResult, SandboxSession
 
 __all__ = ["CANDIDATE_FAILURE_KINDS", "FEEDBACK_CHARS", "CandidateFailure", "EvaluationResult", "Sandbox",
-           "SandboxLimits", "SandboxResult", "fail_unless_any_ok", "fail_unless_ok", "join_feedback"]
+           "SandboxLimits", "SandboxResult", "SandboxSession", "fail_unless_any_ok", "fail_unless_ok", "join_feedback"]
 
-FEEDBACK_CHARS = 200  # the prompt shows at most this much of artifacts["feedback"]
+FEEDBACK_CHARS = 200  # the prompt drops longer feedback: tables of numbers make a small model copy them into code
 CANDIDATE_FAILURE_KINDS: tuple[str, ...] = tuple(kind for kind in get_args(FailureKind) if kind != "evaluator_error")
 
 

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from typing import Literal
 
 from evolve.edits import EditError, block_body, defined_names
+from evolve.evaluator_api import FEEDBACK_CHARS
 from evolve.prompt_templates import PromptTemplate, load_template
 from evolve.records import MutationRequest, Program
 
 _CHARS_PER_TOKEN = 3.0  # SmolLM2's tokenizer on indented Python, measured on the example programs
 _WEAKEST_SHOWN = 3
 _DESCRIPTION_CHARS = 700
-_FEEDBACK_CHARS = 200  # longer feedback (tables of numbers) makes a small model copy the numbers into its code
 _INSPIRATION_CHARS = 600
 # a line that starts at column 0 after a one-function block is never part of it: stop there
 _TOP_LEVEL_STARTS = tuple("\n" + c for c in string.ascii_letters + "_#@")
@@ -150,7 +150,7 @@ def _feedback(program: Program) -> str:
     for key in ("feedback", "error", "stderr"):
         text = " ".join(program.artifacts.get(key, "").split())
         if text:
-            return text if len(text) <= _FEEDBACK_CHARS else ""
+            return text if len(text) <= FEEDBACK_CHARS else ""
     return ""
 
 

@@ -61,7 +61,7 @@ _SYSTEM_READ_ROOTS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/dev
                       "/etc/localtime", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/mime.types")
 _MAX_FILE_BYTES = 64 * 1024 * 1024
 
-__all__ = ["Sandbox", "SandboxLimits", "SandboxResult", "SandboxStatus"]
+__all__ = ["Sandbox", "SandboxLimits", "SandboxResult", "SandboxSession", "SandboxStatus"]
 
 
 class Sandbox:
@@ -85,6 +85,19 @@ class Sandbox:
         the confinement, so it may read files beside it), and return driver.drive(candidate_module, payload)."""
         return self._run(True, Path(program_path), str(Path(driver_path).resolve()), payload)
 
+    def session(self, program_path: str | Path, function: str | None = None,
+                driver_path: str | Path | None = None) -> SandboxSession:
+        """A candidate imported once in a confined child that serves calls one at a time, each timed from here
+        and stopped at its own limit: `session.call(*args, limit_s=...)` (with `function`) or
+        `session.drive(payload, limit_s=...)` (with `driver_path`). Use it as a context manager. For
+        interactive problems, where the next call depends on the last answer; call_each is the common case."""
+        if (function is None) == (driver_path is None):
+            raise ValueError("a session takes exactly one of function and driver_path")
+        if driver_path is not None:
+            return SandboxSession(self, Path(program_path), str(Path(driver_path).resolve()), driver=True)
+        assert function is not None
+        return SandboxSession(self, Path(program_path), function, driver=False)
+
     def call_each(self, program_path: str | Path, function: str, calls: Sequence[Sequence[Any]],
                   time_limits_s: Sequence[float]) -> list[SandboxResult]:
         """function(*calls[i]) for each i, each timed from here and stopped at its own time limit.
@@ -94,13 +107,17 @@ class Sandbox:
         nothing the candidate does can shorten it. A call past time_limits_s[i] is "timeout" and its child
         is killed; a child that dies is replaced for the next call. A candidate that fails to import fails
         every call with that reason. Every call shares the [limits] of one run (wall time included)."""
-        return self._run_each(False, Path(program_path), function, [list(args) for args in calls], time_limits_s)
+        _same_length(calls, time_limits_s)
+        with self.session(program_path, function=function) as session:
+            return [session.call(*args, limit_s=limit_s) for args, limit_s in zip(calls, time_limits_s, strict=True)]
 
     def run_driver_each(self, program_path: str | Path, driver_path: str | Path, payloads: Sequence[Any],
                         time_limits_s: Sequence[float]) -> list[SandboxResult]:
         """driver.drive(candidate_module, payloads[i]) for each i, timed and limited as in call_each."""
-        return self._run_each(True, Path(program_path), str(Path(driver_path).resolve()), list(payloads),
-                              time_limits_s)
+        _same_length(payloads, time_limits_s)
+        with self.session(program_path, driver_path=driver_path) as session:
+            return [session.drive(payload, limit_s=limit_s)
+                    for payload, limit_s in zip(payloads, time_limits_s, strict=True)]
 
     def _cgroup_parents(self) -> list[Path]:
         return cgroup_parents()
@@ -112,34 +129,6 @@ class Sandbox:
             return child.conclude(child.read(started + self.limits.wall_time_s), started)
         finally:
             child.close()
-
-    def _run_each(self, driver: bool, program_path: Path, target: str, payloads: list[Any],
-                  time_limits_s: Sequence[float]) -> list[SandboxResult]:
-        if len(time_limits_s) != len(payloads):
-            raise ValueError(f"{len(payloads)} calls but {len(time_limits_s)} time limits")
-        deadline = time.monotonic() + self.limits.wall_time_s
-        results: list[SandboxResult] = []
-        child: RunningChild | None = None
-        try:
-            for payload, limit_s in zip(payloads, time_limits_s, strict=True):
-                if child is None:
-                    started = time.monotonic()
-                    child = self._start(driver, program_path, target, None, session=True)
-                    failure = child.wait_ready(deadline, started)
-                    if failure is not None:  # the candidate does not load: every call left fails the same way
-                        child.close()
-                        child = None
-                        results.extend([failure] * (len(payloads) - len(results)))
-                        break
-                result = child.serve(payload, limit_s, deadline)
-                results.append(result)
-                if result.status != "ok" and child.dead:
-                    child.close()
-                    child = None
-        finally:
-            if child is not None:
-                child.close()
-        return results
 
     def _start(self, driver: bool, program_path: Path, target: str, payload: Any, session: bool) -> RunningChild:
         workdir = Path(tempfile.mkdtemp(prefix="evolve-sandbox-"))
@@ -213,3 +202,62 @@ class Sandbox:
             "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(workdir), "TMPDIR": str(workdir), "LANG": "C.UTF-8",
             "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
         }
+
+
+def _same_length(calls: Sequence[Any], time_limits_s: Sequence[float]) -> None:
+    if len(calls) != len(time_limits_s):
+        raise ValueError(f"{len(calls)} calls but {len(time_limits_s)} time limits")
+
+
+class SandboxSession:
+    """One candidate kept in a confined child between calls (see Sandbox.session). The child is started on
+    the first call and again after one that killed it; a candidate that fails to import fails every call with
+    that reason. All calls share the sandbox's limits: wall_time_s counts from the session's start."""
+
+    def __init__(self, sandbox: Sandbox, program_path: Path, target: str, driver: bool) -> None:
+        self._sandbox, self._program_path, self._target, self._driver = sandbox, program_path, target, driver
+        self._deadline = time.monotonic() + sandbox.limits.wall_time_s
+        self._child: RunningChild | None = None
+        self._failed_to_load: SandboxResult | None = None
+
+    def call(self, *args: Any, limit_s: float) -> SandboxResult:
+        """function(*args) in the child; timeout past limit_s, measured here from sending to the whole answer."""
+        if self._driver:
+            raise TypeError("this session runs a driver: use drive(payload, limit_s=...)")
+        return self._serve(list(args), limit_s)
+
+    def drive(self, payload: Any, limit_s: float) -> SandboxResult:
+        """driver.drive(candidate_module, payload) in the child, timed and limited as call()."""
+        if not self._driver:
+            raise TypeError("this session calls a function: use call(*args, limit_s=...)")
+        return self._serve(payload, limit_s)
+
+    def _serve(self, payload: Any, limit_s: float) -> SandboxResult:
+        if self._failed_to_load is not None:
+            return self._failed_to_load
+        if self._child is None:
+            started = time.monotonic()
+            if started >= self._deadline:
+                wall_s = self._sandbox.limits.wall_time_s
+                return SandboxResult("timeout", detail=f"wall-clock limit of {wall_s:g}s for all calls exceeded")
+            self._child = self._sandbox._start(self._driver, self._program_path, self._target, None, session=True)
+            failure = self._child.wait_ready(self._deadline, started)
+            if failure is not None:  # the candidate does not load: no call of it can succeed
+                self.close()
+                self._failed_to_load = failure
+                return failure
+        result = self._child.serve(payload, limit_s, self._deadline)
+        if result.status != "ok" and self._child.dead:
+            self.close()
+        return result
+
+    def close(self) -> None:
+        if self._child is not None:
+            self._child.close()
+            self._child = None
+
+    def __enter__(self) -> SandboxSession:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

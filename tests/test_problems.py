@@ -143,15 +143,29 @@ def test_priority_with_the_wrong_shape_is_bad_output() -> None:
     assert "one score per bin" in result.detail
 
 
-def test_candidate_forging_the_drivers_packing_is_caught_by_the_evaluator() -> None:
+def test_bin_packing_candidate_never_sees_an_item_before_it_arrives() -> None:
+    """The packing loop runs in the trusted evaluator: the candidate's process holds no instance to peek at
+    (a priority that searches its whole heap for the item list would crash if it found one), and rewriting
+    its driver changes nothing but what its own priority returns."""
     problem = shipped("bin_packing")
-    forger = problem.initial_code + textwrap.dedent("""
+    snoop = problem.initial_code + textwrap.dedent("""
+        import gc
         import sys
+
+        _first_fit = priority
+
+        def priority(item, bins):
+            for thing in gc.get_objects():
+                if isinstance(thing, list) and len(thing) >= 250 and all(type(x) is int and 20 <= x <= 100 for x in thing):
+                    raise RuntimeError("found the instance")
+            return _first_fit(item, bins)
+
         sys.modules["evolve_driver"].pack = lambda priority, items, capacity: [0] * len(items)
     """)
-    result = evaluate(problem, forger)
-    assert (result.ok, result.failure) == (False, "bad_output")
-    assert "bin 0 holds" in result.detail
+    first_fit = evaluate(problem, problem.initial_code)
+    snooped = evaluate(problem, snoop)
+    assert snooped.ok, snooped
+    assert snooped.scores == first_fit.scores
 
 
 def test_run_length_candidate_failing_every_test_is_a_crash_but_one_failure_costs_one_test() -> None:

@@ -80,6 +80,22 @@ def test_lis_candidate_failing_every_test_is_a_crash_with_its_reason() -> None:
     assert "IndexError" in result.detail or "NameError" in result.detail
 
 
+def test_lis_candidate_rigging_its_clocks_still_loses_the_tests_it_is_too_slow_for() -> None:
+    """The time is taken on the trusted side of the sandbox's pipe: a right answer that comes too late is a
+    timeout however the candidate rewrites time.perf_counter, time.monotonic or signal.setitimer."""
+    problem = load_problem("lis", PROGRAMS)
+    rig = ("import signal\nimport sys\nimport time\n\n"  # this fooled the driver that timed lis in its process
+           "for _module in (time, *[m for n, m in list(sys.modules.items()) if 'driver' in n]):\n"
+           "    for _name in ('perf_counter', 'monotonic', 'time', 'process_time'):\n"
+           "        setattr(_module, _name, lambda: 0.0)\nsignal.setitimer = lambda *args, **kwargs: (0.0, 0.0)\n"
+           "signal.alarm = lambda *args: 0\n_sleep = time.sleep\n")
+    slow = variant(solution("lis"), "    return len(tails)\n",
+                   "    if len(nums) > 100_000:\n        _sleep(1.5)\n    return len(tails)\n")
+    result = evaluate(problem, rig + slow)
+    assert failed(result) == names(12, 13, 14, 15)
+    assert "too slow, stopped at the 1 s limit" in result.artifacts["feedback"]
+
+
 # ---------------------------------------------------------------- shortest_paths
 
 

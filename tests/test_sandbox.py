@@ -365,3 +365,17 @@ def test_the_run_wall_limit_bounds_all_calls_together(tmp_path: Path) -> None:
         program, "f", [[0.4], [0.4], [0.4], [0.4]], [2.0] * 4)
     assert [result.status for result in results] == ["ok", "ok", "timeout", "timeout"], results
     assert time.monotonic() - started < 1.6
+
+
+def test_a_session_keeps_the_candidates_state_between_interactive_calls(sandbox: Sandbox, tmp_path: Path) -> None:
+    program = tmp_path / "guesser.py"
+    program.write_text("seen = []\n\ndef guess(last_answer):\n    seen.append(last_answer)\n    return len(seen)\n")
+    answers = []
+    with sandbox.session(program, function="guess") as session:
+        answer = None
+        for _ in range(3):  # each question is built from the last answer
+            answer = session.call(answer, limit_s=1.0).value
+            answers.append(answer)
+        with pytest.raises(TypeError, match="use call"):
+            session.drive({}, limit_s=1.0)
+    assert answers == [1, 2, 3]
