@@ -1,22 +1,18 @@
 """Trusted evaluator for meeting_rooms: one objective per test, each right only if exact and within its time limit.
 
-Only the inputs go to the candidate's child (the big ones as seeds, rebuilt there by driver.build); the
-expected answers are computed here by a reference sweep over the sorted starts and ends and never leave
-this process.
+Only the inputs go to the candidate's child, one test at a time (sandbox.call_each); the sandbox times each
+call from this side and stops it at its limit, so the candidate cannot fake its time. The expected answers
+are computed here by a reference sweep over the sorted starts and ends and never leave this process.
 """
 
-import importlib.util
-import math
-from pathlib import Path
-from types import ModuleType
+import random
 from typing import Any
 
-from evolve.evaluator_api import CandidateFailure, EvaluationResult, Sandbox, fail_unless_ok
+from evolve.evaluator_api import EvaluationResult, Sandbox, SandboxResult, fail_unless_any_ok, join_feedback
 
-DRIVER = Path(__file__).with_name("driver.py")
-FEEDBACK_CHARS = 200  # the prompt drops longer feedback
+FUNCTION = "min_rooms"
 SMALL_LIMIT_S = 1.0
-BIG_LIMIT_S = 1.5
+BIG_LIMIT_S = 1.5  # the measured time includes receiving the 200,000 meetings (about 0.1 s)
 BIG_N = 200_000
 G = 10**9
 
@@ -41,13 +37,33 @@ TESTS: list[tuple[list[Any], float]] = [
 ]
 
 
-def load_driver() -> ModuleType:
-    """driver.py as a module of this (trusted) process, for its build() of the generated inputs."""
-    spec = importlib.util.spec_from_file_location("meeting_rooms_driver", DRIVER)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def build(spec: list[Any]) -> list[list[int]]:
+    """The intervals of a generated test; only Random.random() is used, so they are the same on every Python
+    version."""
+    kind, seed, n, *sizes = spec
+    rng = random.Random(seed)
+
+    def below(high: int) -> int:
+        return int(rng.random() * high)
+
+    if kind == "random":  # starts uniform in [0, span), lengths 1..max_length
+        span, max_length = sizes
+        intervals = []
+        for _ in range(n):
+            start = below(span)
+            intervals.append([start, start + 1 + below(max_length)])
+        return intervals
+    if kind == "same":  # n copies of one meeting
+        start, end = sizes
+        return [[start, end] for _ in range(n)]
+    if kind == "sliding":  # [i, i + length) for i in 0..n-1, in random order: each ends where a later one starts
+        (length,) = sizes
+        intervals = [[start, start + length] for start in range(n)]
+        for index in range(n - 1, 0, -1):  # Fisher-Yates
+            other = below(index + 1)
+            intervals[index], intervals[other] = intervals[other], intervals[index]
+        return intervals
+    raise ValueError(f"unknown test kind {kind!r}")
 
 
 def is_generated(given: list[Any]) -> bool:
@@ -78,53 +94,30 @@ def label(given: list[Any]) -> str:
     return text if len(text) <= 70 else f"min_rooms(<{len(given)} meetings>)"
 
 
-def join_feedback(failures: list[str]) -> str:
-    """As many whole failure lines as fit in FEEDBACK_CHARS (the first one cut short if it alone does not)."""
-    if not failures:
-        return "all tests pass"
-    text = failures[0] if len(failures[0]) <= FEEDBACK_CHARS else failures[0][: FEEDBACK_CHARS - 3] + "..."
-    for failure in failures[1:]:
-        if len(text) + 2 + len(failure) > FEEDBACK_CHARS:
-            break
-        text += "; " + failure
-    return text
-
-
-def failure_line(name: str, given: list[Any], expected: int, output: Any, error: str, seconds: float,
-                 limit_s: float) -> str | None:
+def failure_line(name: str, given: list[Any], expected: int, run: SandboxResult, limit_s: float) -> str | None:
     """Why the test fails, in one short line; None when it passes. Generated tests never show their answer."""
     call = label(given)
-    if error == "" and type(output) is int and output == expected:
-        if seconds <= limit_s:
-            return None
-        return f"{name}: {call} took {seconds:.3f} s, over the {limit_s:g} s limit"
-    if error.startswith("ran past"):
+    if run.status == "timeout":
         return f"{name}: {call} too slow, stopped at the {limit_s:g} s limit"
+    if not run.ok:
+        return f"{name}: {call} failed: {run.detail}"
+    if type(run.value) is not int:  # a numpy integer arrives as an int, a bool stays a bool
+        return f"{name}: {call} returned {type(run.value).__name__}, not int"
+    if run.value == expected:
+        return None
     if is_generated(given):
-        return f"{name}: {call} {error}" if error else f"{name}: {call} got {output!r}, which is wrong"
-    return f"{name}: {call} should be {expected} but {error or f'got {output!r}'}"
+        return f"{name}: {call} got {run.value!r}, which is wrong"
+    return f"{name}: {call} should be {expected} but got {run.value!r}"
 
 
 def evaluate(program_path: str, sandbox: Sandbox) -> EvaluationResult:
-    driver = load_driver()
-    payload = [{"generate": given, "limit_s": limit} if is_generated(given) else {"args": [given], "limit_s": limit}
-               for given, limit in TESTS]
-    reply = fail_unless_ok(sandbox.run_driver(program_path, DRIVER, payload)).value
-    columns = [reply.get(key) if isinstance(reply, dict) else None for key in ("outputs", "errors", "seconds")]
-    if not all(isinstance(column, list) and len(column) == len(TESTS) for column in columns):
-        raise CandidateFailure("bad_output", "the driver did not return one output, error and time per test")
-    outputs, errors, seconds = columns
-    if not all(isinstance(error, str) for error in errors) or not all(
-            type(took) in (int, float) and math.isfinite(took) and took >= 0 for took in seconds):
-        raise CandidateFailure("bad_output", "the driver's errors or times are malformed")
-    if all(error.startswith("ran past") for error in errors):
-        raise CandidateFailure("timeout", "every test ran past its time limit")
+    inputs = [build(given) if is_generated(given) else given for given, _ in TESTS]
+    runs = fail_unless_any_ok(sandbox.call_each(program_path, FUNCTION, [[intervals] for intervals in inputs],
+                                                [limit_s for _, limit_s in TESTS]))
     scores, failures = {}, []
-    for number, ((given, limit_s), output, error, took) in enumerate(zip(TESTS, outputs, errors, seconds,
-                                                                         strict=True)):
+    for number, ((given, limit_s), intervals, run) in enumerate(zip(TESTS, inputs, runs, strict=True)):
         name = f"test_{number:02d}"
-        intervals = driver.build(given) if is_generated(given) else given
-        failure = failure_line(name, given, reference_rooms(intervals), output, error, took, limit_s)
+        failure = failure_line(name, given, reference_rooms(intervals), run, limit_s)
         scores[name] = 0.0 if failure else 1.0
         if failure:
             failures.append(failure)

@@ -1,23 +1,22 @@
 """Trusted evaluator for shortest_paths: one objective per test, each right only if exact and within its time limit.
 
-Only the inputs go to the candidate's child (the big graphs as seeds, rebuilt there by driver.build); the
-expected distances are computed here by a reference Dijkstra and never leave this process.
+Only the inputs go to the candidate's child, one test at a time (sandbox.call_each); the sandbox times each
+call from this side and stops it at its limit, so the candidate cannot fake its time. The expected distances
+are computed here by a reference Dijkstra and never leave this process.
 """
 
 import heapq
-import importlib.util
-import math
-from pathlib import Path
-from types import ModuleType
+import random
 from typing import Any
 
-from evolve.evaluator_api import CandidateFailure, EvaluationResult, Sandbox, fail_unless_ok
+from evolve.evaluator_api import EvaluationResult, Sandbox, SandboxResult, fail_unless_any_ok, join_feedback
 
-DRIVER = Path(__file__).with_name("driver.py")
-FEEDBACK_CHARS = 200  # the prompt drops longer feedback
+FUNCTION = "shortest_paths"
 SMALL_LIMIT_S = 1.0
-BIG_LIMIT_S = 1.0
+BIG_LIMIT_S = 1.0  # the measured time includes sending up to 100,000 edges and back 50,000 distances (about 0.1 s)
 G = 10**9
+
+Graph = tuple[int, list[list[int]], int]  # n, edges [u, v, w], source
 
 # ([n, edges, source] given in full | generate spec [kind, seed, sizes...], time limit in seconds)
 TESTS: list[tuple[list[Any], float]] = [
@@ -41,13 +40,47 @@ TESTS: list[tuple[list[Any], float]] = [
 ]
 
 
-def load_driver() -> ModuleType:
-    """driver.py as a module of this (trusted) process, for its build() of the generated graphs."""
-    spec = importlib.util.spec_from_file_location("shortest_paths_driver", DRIVER)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def build(spec: list[Any]) -> Graph:
+    """The graph of a generated test, source 0; only Random.random() is used, so it is the same on every
+    Python version. Each kind lists some edges of its cheapest paths in reverse order, so that a pass of
+    Bellman-Ford over the edge list settles one more edge of them only."""
+    kind, seed, *sizes = spec
+    rng = random.Random(seed)
+
+    def below(high: int) -> int:
+        return int(rng.random() * high)
+
+    edges: list[list[int]] = []
+    if kind == "random":  # m uniform edges, weights 0..max_w, plus a cheap path 0 -> 1 -> ... -> spine
+        n, m, max_w, spine = sizes
+        edges = [[below(n), below(n), below(max_w + 1)] for _ in range(m)]
+        edges += [[node - 1, node, 1 + below(3)] for node in range(spine, 0, -1)]
+    elif kind == "chain":  # 0 -> 1 -> ... -> n-1 (weights 1..100) and heavier shortcuts forward, any weight back
+        n, extra = sizes
+        edges = [[node, node + 1, 1 + below(100)] for node in range(n - 2, -1, -1)]
+        for _ in range(extra):
+            u, v = below(n), below(n)
+            edges.append([u, v, 100 * (v - u) + 1 + below(100)] if u < v else [u, v, below(1000)])
+    elif kind == "grid":  # rows x cols, an edge each way between neighbours (weights 1..max_w), nodes listed last first
+        rows, cols, max_w = sizes
+        n = rows * cols
+        for node in range(n - 1, -1, -1):
+            row, col = divmod(node, cols)
+            for other_row, other_col in ((row, col + 1), (row + 1, col), (row, col - 1), (row - 1, col)):
+                if 0 <= other_row < rows and 0 <= other_col < cols:
+                    edges.append([node, other_row * cols + other_col, 1 + below(max_w)])
+    elif kind == "two_parts":  # source's half A = [0, n/2) and B; edges within A, within B and from B into A only
+        n, m, max_w, spine = sizes
+        half = n // 2
+        for _ in range(m // 2):
+            edges.append([below(half), below(half), below(max_w + 1)])
+        for _ in range(m // 4):
+            edges.append([half + below(n - half), half + below(n - half), below(max_w + 1)])
+            edges.append([half + below(n - half), below(half), below(max_w + 1)])
+        edges += [[node - 1, node, 1 + below(10)] for node in range(spine, 0, -1)]
+    else:
+        raise ValueError(f"unknown test kind {kind!r}")
+    return n, edges, 0
 
 
 def is_generated(given: list[Any]) -> bool:
@@ -73,7 +106,7 @@ def reference_distances(n: int, edges: list[list[int]], source: int) -> list[int
     return distance
 
 
-def label(given: list[Any], graph: tuple[int, list[list[int]], int]) -> str:
+def label(given: list[Any], graph: Graph) -> str:
     n, edges, source = graph
     if is_generated(given):
         return f"shortest_paths(<{given[0]} graph, {n:,} nodes, {len(edges):,} edges>, {source})"
@@ -81,34 +114,33 @@ def label(given: list[Any], graph: tuple[int, list[list[int]], int]) -> str:
     return text if len(text) <= 70 else f"shortest_paths({n}, <{len(edges)} edges>, {source})"
 
 
-def join_feedback(failures: list[str]) -> str:
-    """As many whole failure lines as fit in FEEDBACK_CHARS (the first one cut short if it alone does not)."""
-    if not failures:
-        return "all tests pass"
-    text = failures[0] if len(failures[0]) <= FEEDBACK_CHARS else failures[0][: FEEDBACK_CHARS - 3] + "..."
-    for failure in failures[1:]:
-        if len(text) + 2 + len(failure) > FEEDBACK_CHARS:
-            break
-        text += "; " + failure
-    return text
+def distances_problem(value: Any, n: int) -> str | None:
+    """What is wrong with the returned value as a list of n ints, None when nothing (a tuple or numpy array
+    arrives as a list and numpy integers as ints; a bool is not an int)."""
+    if type(value) is not list:
+        return f"returned {type(value).__name__}, not a list of {n} ints"
+    if len(value) != n:
+        return f"returned {len(value)} distances for {n} nodes"
+    for node, distance in enumerate(value):
+        if type(distance) is not int:
+            return f"returned {type(distance).__name__} {distance!r} for node {node}, not int"[:200]
+    return None
 
 
-def is_distance_list(output: Any, n: int) -> bool:
-    return type(output) is list and len(output) == n and all(type(distance) is int for distance in output)
-
-
-def failure_line(name: str, given: list[Any], graph: tuple[int, list[list[int]], int], expected: list[int],
-                 output: Any, error: str, seconds: float, limit_s: float) -> str | None:
+def failure_line(name: str, given: list[Any], graph: Graph, expected: list[int], run: SandboxResult,
+                 limit_s: float) -> str | None:
     """Why the test fails, in one short line; None when it passes. Generated tests never show their answer."""
     call = label(given, graph)
-    if error == "" and is_distance_list(output, graph[0]) and output == expected:
-        if seconds <= limit_s:
-            return None
-        return f"{name}: {call} took {seconds:.3f} s, over the {limit_s:g} s limit"
-    if error.startswith("ran past"):
+    if run.status == "timeout":
         return f"{name}: {call} too slow, stopped at the {limit_s:g} s limit"
-    if error or not is_distance_list(output, graph[0]):
-        return f"{name}: {call} {error or 'returned a malformed list'}"
+    if not run.ok:
+        return f"{name}: {call} failed: {run.detail}"
+    problem = distances_problem(run.value, graph[0])
+    if problem is not None:
+        return f"{name}: {call} {problem}"
+    output: list[int] = run.value
+    if output == expected:
+        return None
     node = next(node for node, (want, got) in enumerate(zip(expected, output, strict=True)) if want != got)
     if is_generated(given):
         return f"{name}: {call} wrong distance for node {node} (got {output[node]})"
@@ -118,25 +150,14 @@ def failure_line(name: str, given: list[Any], graph: tuple[int, list[list[int]],
 
 
 def evaluate(program_path: str, sandbox: Sandbox) -> EvaluationResult:
-    driver = load_driver()
-    payload = [{"generate": given, "limit_s": limit} if is_generated(given) else {"args": given, "limit_s": limit}
-               for given, limit in TESTS]
-    reply = fail_unless_ok(sandbox.run_driver(program_path, DRIVER, payload)).value
-    columns = [reply.get(key) if isinstance(reply, dict) else None for key in ("outputs", "errors", "seconds")]
-    if not all(isinstance(column, list) and len(column) == len(TESTS) for column in columns):
-        raise CandidateFailure("bad_output", "the driver did not return one output, error and time per test")
-    outputs, errors, seconds = columns
-    if not all(isinstance(error, str) for error in errors) or not all(
-            type(took) in (int, float) and math.isfinite(took) and took >= 0 for took in seconds):
-        raise CandidateFailure("bad_output", "the driver's errors or times are malformed")
-    if all(error.startswith("ran past") for error in errors):
-        raise CandidateFailure("timeout", "every test ran past its time limit")
+    graphs: list[Graph] = [build(given) if is_generated(given) else (given[0], given[1], given[2])
+                           for given, _ in TESTS]
+    runs = fail_unless_any_ok(sandbox.call_each(program_path, FUNCTION, [list(graph) for graph in graphs],
+                                                [limit_s for _, limit_s in TESTS]))
     scores, failures = {}, []
-    for number, ((given, limit_s), output, error, took) in enumerate(zip(TESTS, outputs, errors, seconds,
-                                                                         strict=True)):
+    for number, ((given, limit_s), graph, run) in enumerate(zip(TESTS, graphs, runs, strict=True)):
         name = f"test_{number:02d}"
-        graph = driver.build(given) if is_generated(given) else tuple(given)
-        failure = failure_line(name, given, graph, reference_distances(*graph), output, error, took, limit_s)
+        failure = failure_line(name, given, graph, reference_distances(*graph), run, limit_s)
         scores[name] = 0.0 if failure else 1.0
         if failure:
             failures.append(failure)
