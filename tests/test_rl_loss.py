@@ -103,3 +103,54 @@ def test_shared_prompt_cache_matches_a_full_forward_of_a_tiny_llama() -> None:
     assert torch.allclose(logp, expected, atol=1e-5)
     logp.sum().backward()  # gradients reach the weights through the shared, repeated prompt cache
     assert model.model.layers[0].self_attn.q_proj.weight.grad is not None
+
+
+def _tiny_llama(vocab: int = 50) -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_chunked_vocabulary_projection_matches_the_whole_model_in_values_entropy_and_gradients(
+        monkeypatch: pytest.MonkeyPatch, lora: bool) -> None:
+    import evolve.rl.loss as loss
+
+    torch.manual_seed(1)
+    model = _tiny_llama()
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    prompt, completions = torch.randint(0, 50, (6,)), torch.randint(0, 50, (3, 7))
+
+    def run(chunk_elements: int) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        monkeypatch.setattr(loss, "LOGIT_CHUNK_ELEMENTS", chunk_elements)
+        model.zero_grad()
+        logp, entropy = completion_logprobs(model, prompt, completions, temperature=0.7, with_entropy=True)
+        (logp * torch.linspace(-1, 1, 7)).sum().backward()
+        assert entropy is not None
+        grads = [param.grad.clone() for param in model.parameters() if param.requires_grad and param.grad is not None]
+        return logp.detach(), entropy, grads
+
+    whole = run(1 << 30)
+    chunked = run(3 * 50 * 2)  # two tokens per chunk: four chunks
+    assert torch.allclose(whole[0], chunked[0], atol=1e-6) and torch.allclose(whole[1], chunked[1], atol=1e-6)
+    assert len(whole[2]) == len(chunked[2]) > 0
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(whole[2], chunked[2], strict=True))
+    # and both equal the plain full-sequence forward of the model
+    full = torch.cat([prompt.expand(3, 6), completions], dim=1)
+    with torch.no_grad():
+        expected = torch.log_softmax(model(input_ids=full).logits.float() / 0.7, -1)[:, 5:-1]
+    assert torch.allclose(chunked[0], expected.gather(-1, completions.unsqueeze(-1)).squeeze(-1), atol=1e-5)
+
+
+def test_a_model_that_rescales_its_logits_after_the_head_is_called_whole() -> None:
+    from evolve.rl.loss import _decoder_and_head
+
+    model = _tiny_llama()
+    assert _decoder_and_head(model) is not None
+    model.config.final_logit_softcapping = 30.0
+    assert _decoder_and_head(model) is None

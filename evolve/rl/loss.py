@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 
 def masked_mean(values: Tensor, mask: Tensor, denom: float | None = None) -> Tensor:
@@ -23,6 +24,11 @@ def masked_mean(values: Tensor, mask: Tensor, denom: float | None = None) -> Ten
     return total / max(count, 1.0)
 
 
+LOGIT_CHUNK_ELEMENTS = 1 << 26  # [rows, tokens, vocab] logits held at once in completion_logprobs (256 MB float32)
+# config keys of transformers models whose forward rescales or caps the logits after the vocabulary projection
+_LOGIT_POSTPROCESSING = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+
+
 def completion_logprobs(
     model: torch.nn.Module, prompt_ids: Tensor, completion_ids: Tensor, temperature: float = 1.0,
     with_entropy: bool = False,
@@ -32,24 +38,75 @@ def completion_logprobs(
     The prompt is run once (batch 1) and its KV cache repeated for the G rows, so a group costs one prompt
     forward instead of G; gradients still flow through the shared prompt. Logits are divided by the sampling
     temperature so the log-probs are those of the distribution the tokens were drawn from.
+
+    For a transformers model (one with a decoder and an output embedding) the vocabulary projection runs on
+    chunks of completion tokens, each recomputed in the backward pass, so memory holds one chunk's
+    ``[G, k, vocab]`` logits (LOGIT_CHUNK_ELEMENTS) instead of the group's ``[G, C, vocab]``: with a 150k
+    vocabulary, G = 8 and C = 1024 that is 256 MB instead of several GB per copy.
     """
     if prompt_ids.dim() != 1 or completion_ids.dim() != 2 or prompt_ids.numel() < 1:
         raise ValueError("prompt_ids must be [P] (P >= 1) and completion_ids [G, C]")
     rows = completion_ids.shape[0]
+    split = _decoder_and_head(model)
+    body = split[0] if split is not None else model
     cache = None
     if prompt_ids.numel() > 1:
-        cache = model(input_ids=prompt_ids[None, :-1], use_cache=True).past_key_values
+        cache = body(input_ids=prompt_ids[None, :-1], use_cache=True).past_key_values
         cache.batch_repeat_interleave(rows)
     # the last prompt token predicts the first completion token; completion token t-1 predicts token t
     inputs = torch.cat([prompt_ids[-1:].expand(rows, 1), completion_ids[:, :-1]], dim=1)
-    logits = model(input_ids=inputs, past_key_values=cache, use_cache=cache is not None).logits.float()
-    logprobs = torch.log_softmax(logits / temperature, dim=-1)
-    chosen = logprobs.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)
+    output = body(input_ids=inputs, past_key_values=cache, use_cache=cache is not None)
+    if split is None:
+        return _token_logprobs(output.logits, completion_ids, temperature, with_entropy)
+    head = split[1]
+    hidden = output.last_hidden_state
+    step = max(1, LOGIT_CHUNK_ELEMENTS // max(1, rows * head.out_features))
+    chunks = []
+    for start in range(0, completion_ids.shape[1], step):
+        args = (head, hidden[:, start:start + step], completion_ids[:, start:start + step], temperature, with_entropy)
+        if torch.is_grad_enabled():
+            chunks.append(checkpoint(_projected_logprobs, *args, use_reentrant=False))
+        else:
+            chunks.append(_projected_logprobs(*args))
+    chosen = torch.cat([chunk[0] for chunk in chunks], dim=1)
+    entropy = torch.cat([chunk[1] for chunk in chunks], dim=1) if with_entropy else None
+    return chosen, entropy
+
+
+def _decoder_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Linear] | None:
+    """The decoder stack and the vocabulary projection of a transformers causal LM (through a peft wrapper),
+    None for any other module (which is then called whole and must return .logits)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    get_decoder, get_head = getattr(base, "get_decoder", None), getattr(base, "get_output_embeddings", None)
+    if get_decoder is None or get_head is None:
+        return None
+    config = getattr(base, "config", None)
+    if any(getattr(config, name, None) not in (None, 1, 1.0) for name in _LOGIT_POSTPROCESSING):
+        return None  # its forward changes the logits after the head: keep calling it whole
+    decoder, head = get_decoder(), get_head()
+    return (decoder, head) if isinstance(head, torch.nn.Linear) and decoder is not base else None
+
+
+def _projected_logprobs(head: torch.nn.Linear, hidden: Tensor, ids: Tensor, temperature: float,
+                        with_entropy: bool) -> tuple[Tensor, Tensor]:
+    chosen, entropy = _token_logprobs(head(hidden), ids, temperature, with_entropy)
+    return chosen, entropy if entropy is not None else chosen.new_zeros(())
+
+
+def _token_logprobs(logits: Tensor, ids: Tensor, temperature: float,
+                    with_entropy: bool) -> tuple[Tensor, Tensor | None]:
+    logits = logits.float() / temperature
+    chosen = logits.gather(-1, ids.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
     entropy = None
     if with_entropy:
         with torch.no_grad():  # row by row: the [C, vocab] temporaries of one row, not [G, C, vocab]
-            entropy = torch.stack([-(row.exp() * row).sum(-1) for row in logprobs])
+            entropy = torch.stack([_entropy(row) for row in logits])
     return chosen, entropy
+
+
+def _entropy(logits: Tensor) -> Tensor:
+    logprobs = torch.log_softmax(logits, dim=-1)
+    return -(logprobs.exp() * logprobs).sum(-1)
 
 
 def clipped_pg_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, clip: float = 0.2) -> tuple[Tensor, Tensor]:
