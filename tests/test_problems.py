@@ -437,7 +437,12 @@ def sandbox_dirs() -> set[str]:
 
 
 @pytest.mark.parametrize("how", ["deadline", "cancelled"])
-def test_stopped_evaluation_kills_its_sandbox_child_and_cleans_up(tmp_path: Path, how: str) -> None:
+def test_stopped_evaluation_kills_its_sandbox_child_and_cleans_up(tmp_path: Path, how: str,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    scratch = tmp_path / "tmp"  # its own temporary folder: other evolve processes on the machine write to /tmp
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))  # the evaluator process and its sandboxes
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # this process
     log = tmp_path / "children.json"
     toml = TOY_TOML.replace("wall_time_s = 5", "wall_time_s = 60").replace("cpu_time_s = 5", "cpu_time_s = 60")
     evaluator = f"LOG = {str(log)!r}\n" + WATCHING_EVALUATOR
