@@ -6,6 +6,9 @@ resident memory (ru_maxrss) is its own. `--loss-file` compares another version o
 written by `git show REV:evolve/rl/loss.py > old_loss.py`) against the current one.
 
     .venv/bin/python scripts/bench_logprobs.py [--rows 4] [--tokens 384] [--prompt 300] [--loss-file old_loss.py]
+
+`--vocab 151936` measures instead a random 2-layer Llama (hidden 256) with that vocabulary (Qwen2.5's), where the
+[G, C, vocab] logits, not the decoder's activations, decide the peak: the regime the chunked projection is for.
 """
 
 from __future__ import annotations
@@ -22,7 +25,15 @@ from pathlib import Path
 CHILD = "--child"
 
 
-def measure(loss_file: str | None, rows: int, tokens: int, prompt_tokens: int) -> dict[str, float]:
+def tiny_llama(vocab: int) -> object:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=vocab, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096)
+    return LlamaForCausalLM(config).eval()
+
+
+def measure(loss_file: str | None, rows: int, tokens: int, prompt_tokens: int, vocab: int) -> dict[str, float]:
     import torch
 
     from evolve.rl.trainer import TrainConfig, load_model
@@ -37,7 +48,7 @@ def measure(loss_file: str | None, rows: int, tokens: int, prompt_tokens: int) -
         spec.loader.exec_module(loss)
     else:
         import evolve.rl.loss as loss
-    _, model, _ = load_model(TrainConfig())
+    model = tiny_llama(vocab) if vocab else load_model(TrainConfig())[1]
     vocab = model.get_output_embeddings().out_features
     prompt = torch.randint(0, vocab, (prompt_tokens,))
     completions = torch.randint(0, vocab, (rows, tokens))
@@ -52,20 +63,22 @@ def measure(loss_file: str | None, rows: int, tokens: int, prompt_tokens: int) -
 
 def main() -> None:
     if sys.argv[1:2] == [CHILD]:
-        loss_file, rows, tokens, prompt_tokens = sys.argv[2] or None, *map(int, sys.argv[3:6])
-        print(json.dumps(measure(loss_file, rows, tokens, prompt_tokens)))
+        loss_file, rows, tokens, prompt_tokens, vocab = sys.argv[2] or None, *map(int, sys.argv[3:7])
+        print(json.dumps(measure(loss_file, rows, tokens, prompt_tokens, vocab)))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=384)
     parser.add_argument("--prompt", type=int, default=300)
     parser.add_argument("--loss-file", default=None, help="another loss.py to compare with the current one")
+    parser.add_argument("--vocab", type=int, default=0, help="a random 2-layer Llama with this vocabulary instead")
     args = parser.parse_args()
     versions = ([("given", str(Path(args.loss_file).resolve()))] if args.loss_file else []) + [("current", "")]
-    print(f"completion_logprobs + backward, G = {args.rows}, C = {args.tokens}, prompt {args.prompt} tokens")
+    model = f"random 2-layer Llama, vocabulary {args.vocab:,}" if args.vocab else "SmolLM2-135M with LoRA"
+    print(f"completion_logprobs + backward, {model}, G = {args.rows}, C = {args.tokens}, prompt {args.prompt} tokens")
     for name, path in versions:
         out = subprocess.run([sys.executable, __file__, CHILD, path, str(args.rows), str(args.tokens),
-                              str(args.prompt)], capture_output=True, text=True, check=True).stdout
+                              str(args.prompt), str(args.vocab)], capture_output=True, text=True, check=True).stdout
         figures = json.loads(out.strip().splitlines()[-1])
         print(f"{name:>8}: peak RSS {figures['peak_mb']:7.0f} MB ({figures['over_loaded_mb']:6.0f} MB over the "
               f"loaded model), {figures['seconds']:6.2f} s")
