@@ -96,8 +96,10 @@ class RunningChild:
                     if key.data == "request":
                         try:
                             pending = pending[os.write(self.request_write, pending):]
-                        except (BlockingIOError, BrokenPipeError):
-                            pending = pending[:0] if not pending else pending
+                        except BlockingIOError:
+                            continue
+                        except BrokenPipeError:  # the child closed its end: its reply (or exit) tells the rest
+                            pending = pending[:0]
                         if not pending:
                             self._selector.unregister(self.request_write)
                         continue
