@@ -10,7 +10,8 @@ from evolve.records import FailureKind
 from evolve.sandbox import Sandbox, SandboxLimits, SandboxResult, SandboxSession
 
 __all__ = ["CANDIDATE_FAILURE_KINDS", "FEEDBACK_CHARS", "CandidateFailure", "EvaluationResult", "Sandbox",
-           "SandboxLimits", "SandboxResult", "SandboxSession", "fail_unless_any_ok", "fail_unless_ok", "join_feedback"]
+           "SandboxLimits", "SandboxResult", "SandboxSession", "call_failure", "fail_unless_any_ok", "fail_unless_ok",
+           "int_answer_failure", "join_feedback"]
 
 FEEDBACK_CHARS = 200  # the prompt drops longer feedback: tables of numbers make a small model copy them into code
 CANDIDATE_FAILURE_KINDS: tuple[str, ...] = tuple(kind for kind in get_args(FailureKind) if kind != "evaluator_error")
@@ -65,3 +66,29 @@ def join_feedback(failures: Sequence[str], max_chars: int = FEEDBACK_CHARS) -> s
             break
         text += "; " + failure
     return text
+
+
+def call_failure(call: str, run: SandboxResult, limit_s: float) -> str | None:
+    """Why a timed call (one of call_each's results) gave no answer, as one feedback line about `call`; None
+    when it returned a value."""
+    if run.status == "timeout":
+        return f"{call} too slow, stopped at the {limit_s:g} s limit"
+    if not run.ok:
+        return f"{call} failed: {run.detail}"
+    return None
+
+
+def int_answer_failure(call: str, run: SandboxResult, expected: int, limit_s: float, reveal: bool) -> str | None:
+    """Why a timed call that should return the int `expected` failed its test, as one feedback line; None when
+    it passed (a bool is not an int; a numpy integer arrives as one). With reveal=False (a generated test) the
+    line never shows the expected answer."""
+    failure = call_failure(call, run, limit_s)
+    if failure is not None:
+        return failure
+    if type(run.value) is not int:
+        return f"{call} returned {type(run.value).__name__}, not int"
+    if run.value == expected:
+        return None
+    if reveal:
+        return f"{call} should be {expected} but got {run.value!r}"
+    return f"{call} got {run.value!r}, which is wrong"

@@ -8,7 +8,7 @@ are computed here by a reference dynamic program and never leave this process.
 import random
 from typing import Any
 
-from evolve.evaluator_api import EvaluationResult, Sandbox, SandboxResult, fail_unless_any_ok, join_feedback
+from evolve.evaluator_api import EvaluationResult, Sandbox, fail_unless_any_ok, int_answer_failure, join_feedback
 
 FUNCTION = "min_coins"
 SMALL_LIMIT_S = 1.0
@@ -73,22 +73,6 @@ def label(given: list[Any]) -> str:
     return f"min_coins({given[0]!r}, {given[1]})"
 
 
-def failure_line(name: str, given: list[Any], expected: int, run: SandboxResult, limit_s: float) -> str | None:
-    """Why the test fails, in one short line; None when it passes. Generated tests never show their answer."""
-    call = label(given)
-    if run.status == "timeout":
-        return f"{name}: {call} too slow, stopped at the {limit_s:g} s limit"
-    if not run.ok:
-        return f"{name}: {call} failed: {run.detail}"
-    if type(run.value) is not int:  # a numpy integer arrives as an int, a bool stays a bool
-        return f"{name}: {call} returned {type(run.value).__name__}, not int"
-    if run.value == expected:
-        return None
-    if is_generated(given):
-        return f"{name}: {call} got {run.value!r}, which is wrong"
-    return f"{name}: {call} should be {expected} but got {run.value!r}"
-
-
 def evaluate(program_path: str, sandbox: Sandbox) -> EvaluationResult:
     inputs = [list(build(given)) if is_generated(given) else given for given, _ in TESTS]  # [coins, amount]
     runs = fail_unless_any_ok(sandbox.call_each(program_path, FUNCTION, inputs,
@@ -96,7 +80,8 @@ def evaluate(program_path: str, sandbox: Sandbox) -> EvaluationResult:
     scores, failures = {}, []
     for number, ((given, limit_s), (coins, amount), run) in enumerate(zip(TESTS, inputs, runs, strict=True)):
         name = f"test_{number:02d}"
-        failure = failure_line(name, given, reference_coins(coins, amount), run, limit_s)
+        failure = int_answer_failure(f"{name}: {label(given)}", run, reference_coins(coins, amount), limit_s,
+                                     reveal=not is_generated(given))
         scores[name] = 0.0 if failure else 1.0
         if failure:
             failures.append(failure)

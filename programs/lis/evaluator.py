@@ -9,7 +9,7 @@ import random
 from bisect import bisect_left
 from typing import Any
 
-from evolve.evaluator_api import EvaluationResult, Sandbox, SandboxResult, fail_unless_any_ok, join_feedback
+from evolve.evaluator_api import EvaluationResult, Sandbox, fail_unless_any_ok, int_answer_failure, join_feedback
 
 FUNCTION = "lis_length"
 SMALL_LIMIT_S = 1.0
@@ -80,22 +80,6 @@ def label(given: list[Any]) -> str:
     return text if len(text) <= 60 else f"lis_length(<{len(given)} ints>)"
 
 
-def failure_line(name: str, given: list[Any], expected: int, run: SandboxResult, limit_s: float) -> str | None:
-    """Why the test fails, in one short line; None when it passes. Generated tests never show their answer."""
-    call = label(given)
-    if run.status == "timeout":
-        return f"{name}: {call} too slow, stopped at the {limit_s:g} s limit"
-    if not run.ok:
-        return f"{name}: {call} failed: {run.detail}"
-    if type(run.value) is not int:
-        return f"{name}: {call} returned {type(run.value).__name__}, not int"
-    if run.value == expected:
-        return None
-    if is_generated(given):
-        return f"{name}: {call} got {run.value!r}, which is wrong"
-    return f"{name}: {call} should be {expected} but got {run.value!r}"
-
-
 def evaluate(program_path: str, sandbox: Sandbox) -> EvaluationResult:
     inputs = [build(given) if is_generated(given) else given for given, _ in TESTS]
     runs = fail_unless_any_ok(sandbox.call_each(program_path, FUNCTION, [[nums] for nums in inputs],
@@ -103,7 +87,8 @@ def evaluate(program_path: str, sandbox: Sandbox) -> EvaluationResult:
     scores, failures = {}, []
     for number, ((given, limit_s), nums, run) in enumerate(zip(TESTS, inputs, runs, strict=True)):
         name = f"test_{number:02d}"
-        failure = failure_line(name, given, reference_lis(nums), run, limit_s)
+        failure = int_answer_failure(f"{name}: {label(given)}", run, reference_lis(nums), limit_s,
+                                     reveal=not is_generated(given))
         scores[name] = 0.0 if failure else 1.0
         if failure:
             failures.append(failure)

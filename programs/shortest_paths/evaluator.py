@@ -9,7 +9,14 @@ import heapq
 import random
 from typing import Any
 
-from evolve.evaluator_api import EvaluationResult, Sandbox, SandboxResult, fail_unless_any_ok, join_feedback
+from evolve.evaluator_api import (
+    EvaluationResult,
+    Sandbox,
+    SandboxResult,
+    call_failure,
+    fail_unless_any_ok,
+    join_feedback,
+)
 
 FUNCTION = "shortest_paths"
 SMALL_LIMIT_S = 1.0
@@ -131,10 +138,9 @@ def failure_line(name: str, given: list[Any], graph: Graph, expected: list[int],
                  limit_s: float) -> str | None:
     """Why the test fails, in one short line; None when it passes. Generated tests never show their answer."""
     call = label(given, graph)
-    if run.status == "timeout":
-        return f"{name}: {call} too slow, stopped at the {limit_s:g} s limit"
-    if not run.ok:
-        return f"{name}: {call} failed: {run.detail}"
+    failure = call_failure(f"{name}: {call}", run, limit_s)
+    if failure is not None:
+        return failure
     problem = distances_problem(run.value, graph[0])
     if problem is not None:
         return f"{name}: {call} {problem}"
