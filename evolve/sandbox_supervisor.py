@@ -146,10 +146,10 @@ class RunningChild:
                 return self._from_message(message, started, marks, took)
             outcome = "garbled"
         if outcome == "timeout" and started + limit_s <= deadline:
-            self.conclude("timeout", started)
+            self.kill()  # the session reaps it and starts another for the next call
             return self._result("timeout", f"ran past its time limit of {limit_s:g}s", marks=marks, wall_s=took)
         if outcome == "garbled":
-            self.conclude("timeout", started)
+            self.kill()
             return self._result("bad_output", "the reply was not a result line", marks=marks, wall_s=took)
         return self.conclude(outcome, started, marks)
 

@@ -49,8 +49,7 @@ def choose(scores: Any, bins: int) -> int:
             type(score) in (int, float) for score in scores):
         raise CandidateFailure("bad_output", f"priority must return one score per bin: got {describe(scores)} "
                                              f"for {bins} bins")
-    best = max(range(bins), key=lambda index: (-math.inf if math.isnan(scores[index]) else scores[index], -index))
-    return best
+    return max(range(bins), key=lambda index: (-math.inf if math.isnan(scores[index]) else scores[index], -index))
 
 
 def bins_used(session: SandboxSession, items: list[int]) -> int:
