@@ -89,10 +89,14 @@ class Controller:
         self.template = load_template(config.policy.template)
         self._seen_code: set[str] = set()
         self._errors_in_row = 0
+        self._clock_started = time.monotonic()
+        self._clock_base = 0.0  # active seconds of earlier processes of this run, read from the store in run()
         # an experiment passes one semaphore to all its cells: eval_workers then bounds them together
         self._eval_slots = eval_slots or asyncio.Semaphore(config.run.eval_workers)
 
     async def run(self) -> RunStats:
+        self._clock_started = time.monotonic()
+        self._clock_base = self.store.run_elapsed_s(self.run_id)
         programs = self.store.programs(self.run_id)
         if not programs:
             programs = [await self._seed()]
@@ -115,6 +119,10 @@ class Controller:
             await asyncio.gather(*workers, return_exceptions=True)
         return self.stats
 
+    def run_elapsed_s(self) -> float:
+        """The run's active wall clock: this process's seconds plus what earlier processes of the run stored."""
+        return self._clock_base + time.monotonic() - self._clock_started
+
     async def _seed(self) -> Program:
         evaluation = await self._evaluate(self.problem.initial_code)
         if not evaluation.ok:
@@ -123,7 +131,7 @@ class Controller:
                 f"({evaluation.failure}: {evaluation.detail})"
             )
         child = self._child_record(self.problem.initial_code, None, 0, "", evaluation)
-        (program,) = self.store.record_iteration(self.run_id, 0, [child])
+        (program,) = self.store.record_iteration(self.run_id, 0, [child], run_elapsed_s=self.run_elapsed_s())
         return program
 
     def _admit(self, program: Program) -> None:
@@ -243,7 +251,7 @@ class Controller:
     def _commit(self, iteration: int, records: list[AttemptRecord | ChildRecord], island: int,
                 parent_id: int | None) -> None:
         programs = self.store.record_iteration(self.run_id, iteration, records, policy=self.config.policy.name,
-                                               parent_id=parent_id)
+                                               parent_id=parent_id, run_elapsed_s=self.run_elapsed_s())
         for program in programs:
             self._admit(program)
         self.selector.maybe_migrate(iteration)

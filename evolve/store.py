@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Literal, TypeVar, get_args
 
-from sqlalchemy import create_engine, event, func, insert, make_url, select, update
+from sqlalchemy import case, create_engine, event, func, insert, make_url, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -108,6 +108,21 @@ class AttemptInfo:
     prompt_tokens: int
     completion_tokens: int
     created_at: datetime
+    run_elapsed_s: float | None = None  # the run's active wall clock at the commit; None in stores from before
+
+
+@dataclass(frozen=True)
+class IterationCost:
+    """What one committed iteration spent."""
+
+    iteration: int
+    policy_calls: int  # requests that returned a completion
+    policy_errors: int  # requests that failed
+    evaluations: int  # children sent to the evaluator (valid children + eval_failed), not duplicates/edit failures
+    completion_tokens: int  # generated tokens, summed over the iteration's calls
+    prompt_tokens: int
+    elapsed_s: float | None  # the run's active wall clock (seconds since the run started, excluding time it lay
+    # killed) when this iteration was committed; None for iterations stored before this column
 
 
 @dataclass(frozen=True)
@@ -285,27 +300,31 @@ class ProgramStore:
             return program
 
     def record_iteration(self, run_id: int, iteration: int, records: Sequence[AttemptRecord | ChildRecord],
-                         policy: str = "", parent_id: int | None = None) -> list[Program]:
-        """Write one iteration in one transaction: its policy call (at most one, written first), then every
-        child (program, score, 'child' attempt) and failure in the given order, all linked to the call and
-        to `parent_id`, the program the call edited. Returns the children as Programs, in order. Nothing is
-        written if anything fails."""
-        calls = [r for r in records if isinstance(r, AttemptRecord) and r.kind == "policy_call"]
-        if len(calls) > 1:
-            raise ValueError(f"iteration {iteration} has {len(calls)} policy calls; one iteration is one call")
+                         policy: str = "", parent_id: int | None = None,
+                         run_elapsed_s: float | None = None) -> list[Program]:
+        """Write one iteration in one transaction. `records` are its requests in order: each a policy call
+        followed by its outcomes (children: program, score, 'child' attempt; failures), or a 'policy_error'
+        (a request that failed). Outcomes are linked to the call before them (none before the first call or
+        after a policy error) and to `parent_id`, the program the calls edited; every row carries
+        `run_elapsed_s`. Returns the children as Programs, in order. Nothing is written if anything fails."""
+        stored: list[Program] = []
         with self._write(f"iteration {iteration} of run {run_id}") as session:
-            call_id = (_insert_attempt(session, _attempt(run_id, iteration, calls[0], policy, None, parent_id))
-                       if calls else None)
-            children = [r for r in records if isinstance(r, ChildRecord)]
-            stored = _insert_programs(session, run_id, iteration, children, call_id)
-            next_child = iter(stored)
-            outcomes = [
-                _child_attempt(run_id, iteration, record, next(next_child).id, call_id, policy or record.policy)
-                if isinstance(record, ChildRecord) else _attempt(run_id, iteration, record, policy, call_id, parent_id)
-                for record in records if record.kind != "policy_call"
-            ]
-            if outcomes:
-                session.execute(insert(AttemptRow), outcomes)
+            for call, outcomes in _requests(records):
+                call_id = (_insert_attempt(session, _attempt(run_id, iteration, call, policy, None, parent_id,
+                                                             run_elapsed_s)) if call is not None else None)
+                children = [r for r in outcomes if isinstance(r, ChildRecord)]
+                programs = _insert_programs(session, run_id, iteration, children, call_id)
+                next_child = iter(programs)
+                values = [
+                    _child_attempt(run_id, iteration, record, next(next_child).id, call_id, policy or record.policy,
+                                   run_elapsed_s)
+                    if isinstance(record, ChildRecord)
+                    else _attempt(run_id, iteration, record, policy, call_id, parent_id, run_elapsed_s)
+                    for record in outcomes
+                ]
+                if values:
+                    session.execute(insert(AttemptRow), values)
+                stored.extend(programs)
             session.execute(update(RunRow).where(RunRow.id == run_id).values(updated_at=utc_now()))
             return stored
 
@@ -363,6 +382,49 @@ class ProgramStore:
             rows = session.scalars(select(AttemptRow).where(AttemptRow.run_id == run_id).order_by(AttemptRow.id))
             return [_frozen(AttemptInfo, row) for row in rows]
 
+    def iteration_costs(self, run_id: int) -> list[IterationCost]:
+        """What each committed iteration >= 1 spent (calls, errors, evaluations, tokens, active wall clock)."""
+        calls = func.sum(case((AttemptRow.kind == "policy_call", 1), else_=0))
+        errors = func.sum(case((AttemptRow.kind == "policy_error", 1), else_=0))
+        evaluations = func.sum(case((AttemptRow.kind.in_(("child", "eval_failed")), 1), else_=0))
+        query = (select(AttemptRow.iteration, calls, errors, evaluations, func.sum(AttemptRow.completion_tokens),
+                        func.sum(AttemptRow.prompt_tokens), func.max(AttemptRow.run_elapsed_s))
+                 .where(AttemptRow.run_id == run_id, AttemptRow.iteration >= 1)
+                 .group_by(AttemptRow.iteration).order_by(AttemptRow.iteration))
+        with self._sessions() as session:
+            return [IterationCost(iteration=int(it), policy_calls=int(c or 0), policy_errors=int(e or 0),
+                                  evaluations=int(n or 0), completion_tokens=int(ct or 0), prompt_tokens=int(pt or 0),
+                                  elapsed_s=float(el) if el is not None else None)
+                    for it, c, e, n, ct, pt, el in session.execute(query)]
+
+    def run_elapsed_s(self, run_id: int) -> float:
+        """The largest active wall clock stored for the run (0 if none): where a resumed run's clock continues."""
+        with self._sessions() as session:
+            query = select(func.max(AttemptRow.run_elapsed_s)).where(AttemptRow.run_id == run_id)
+            return float(session.scalar(query) or 0.0)
+
+
+def _requests(records: Sequence[AttemptRecord | ChildRecord]
+              ) -> list[tuple[AttemptRecord | None, list[AttemptRecord | ChildRecord]]]:
+    """An iteration's records split into (policy call or None, its outcomes): an outcome belongs to the call
+    before it, or to the first call when none precedes it; a policy error belongs to no call and ends the
+    outcomes of the call before it."""
+    leading: list[AttemptRecord | ChildRecord] = []
+    groups: list[tuple[AttemptRecord | None, list[AttemptRecord | ChildRecord]]] = []
+    for record in records:
+        if isinstance(record, AttemptRecord) and record.kind == "policy_call":
+            first_call = not any(call is not None for call, _ in groups)
+            groups.append((record, leading if first_call else []))
+        elif isinstance(record, AttemptRecord) and record.kind == "policy_error":
+            groups.append((None, [record]))  # a failed request: nothing after it belongs to an earlier call
+        elif groups:
+            groups[-1][1].append(record)
+        else:
+            leading.append(record)
+    if not any(call is not None for call, _ in groups) and leading:
+        groups.insert(0, (None, leading))
+    return groups
+
 
 def _insert_programs(session: Session, run_id: int, iteration: int, children: Sequence[ChildRecord],
                      completion_id: int | None) -> list[Program]:
@@ -390,18 +452,19 @@ def _insert_attempt(session: Session, values: dict[str, Any]) -> int:
 
 
 def _attempt(run_id: int, iteration: int, record: AttemptRecord, policy: str, call_id: int | None,
-             parent_id: int | None = None) -> dict[str, Any]:
+             parent_id: int | None = None, run_elapsed_s: float | None = None) -> dict[str, Any]:
     return dict(run_id=run_id, iteration=iteration, kind=record.kind, reason=record.reason, policy=policy,
                 prompt=record.prompt, completion=record.completion, child_code=record.child_code, program_id=None,
                 call_id=call_id, parent_id=parent_id, latency_s=record.latency_s, prompt_tokens=record.prompt_tokens,
-                completion_tokens=record.completion_tokens)
+                completion_tokens=record.completion_tokens, run_elapsed_s=run_elapsed_s)
 
 
 def _child_attempt(run_id: int, iteration: int, child: ChildRecord, program_id: int, call_id: int | None,
-                   policy: str) -> dict[str, Any]:
+                   policy: str, run_elapsed_s: float | None = None) -> dict[str, Any]:
     return dict(run_id=run_id, iteration=iteration, kind="child", reason=None, policy=policy, prompt=None,
                 completion=child.edit, child_code=None, program_id=program_id, call_id=call_id,
-                parent_id=child.parent_id, latency_s=0.0, prompt_tokens=0, completion_tokens=0)
+                parent_id=child.parent_id, latency_s=0.0, prompt_tokens=0, completion_tokens=0,
+                run_elapsed_s=run_elapsed_s)
 
 
 def _with_scores() -> Any:

@@ -89,6 +89,8 @@ class AttemptRow(Base):
     latency_s: Mapped[float]
     prompt_tokens: Mapped[int]
     completion_tokens: Mapped[int]
+    # the run's active wall clock when this attempt's iteration was committed (time the run lay killed excluded)
+    run_elapsed_s: Mapped[float | None]
     created_at: Mapped[datetime] = mapped_column(default=utc_now)
 
 
@@ -122,8 +124,8 @@ Index("ix_cells_key", CellRow.experiment, CellRow.problem, CellRow.policy, CellR
 def missing_columns(engine: Engine) -> list[str]:
     """Columns this version needs that an existing database lacks (create_all never alters a table).
 
-    Nullable columns added since (attempts.parent_id) are added in place, so older stores keep working;
-    what is left is returned."""
+    Nullable columns added since (attempts.parent_id, attempts.run_elapsed_s) are added in place, so older stores
+    keep working; what is left is returned."""
     inspector = inspect(engine)
     missing: list[str] = []
     for table in Base.metadata.tables.values():

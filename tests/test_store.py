@@ -89,10 +89,48 @@ def test_iteration_links_children_and_failures_to_their_policy_call(store: Progr
     with sqlite3.connect(db) as connection:
         links = connection.execute("SELECT completion_id FROM programs ORDER BY id").fetchall()
     assert links == [(None,), (call.id,), (call.id,)]
-    with pytest.raises(ValueError, match="one iteration is one call"):
-        store.record_iteration(run, 2, [AttemptRecord("policy_call"), AttemptRecord("policy_call")])
     with pytest.raises(ValueError, match="is a ChildRecord"):
         AttemptRecord("child")
+
+
+def test_iteration_of_several_requests_links_each_outcome_to_its_own_call(store: ProgramStore, db: Path) -> None:
+    run = new_run(store)
+    (seed,) = store.record_iteration(run, 0, [child("seed", 0.1)])
+    records = [AttemptRecord("policy_call", prompt="P1", completion="C1"), child("a", 0.5, seed.id),
+               AttemptRecord("policy_error", "HTTP 400", prompt="P2"),
+               AttemptRecord("policy_call", prompt="P3", completion="C3"),
+               AttemptRecord("duplicate", "same code"), child("b", 0.6, seed.id)]
+    a, b = store.record_iteration(run, 1, records, policy="smollm2", parent_id=seed.id)
+    rows = [row for row in store.attempts(run) if row.iteration == 1]
+    assert [row.kind for row in rows] == ["policy_call", "child", "policy_error", "policy_call", "duplicate", "child"]
+    first, a_row, error, second, duplicate, b_row = rows
+    assert (a_row.call_id, error.call_id, duplicate.call_id, b_row.call_id) == (first.id, None, second.id, second.id)
+    assert all(row.parent_id == seed.id for row in rows)
+    with sqlite3.connect(db) as connection:
+        links = dict(connection.execute("SELECT id, completion_id FROM programs").fetchall())
+    assert (links[a.id], links[b.id]) == (first.id, second.id)
+    assert store.completed_iterations(run) == {0, 1}
+
+
+def test_iteration_costs_count_calls_errors_evaluations_tokens_and_the_commit_clock(store: ProgramStore) -> None:
+    run = new_run(store)
+    (seed,) = store.record_iteration(run, 0, [child("seed", 0.1)], run_elapsed_s=0.5)
+    store.record_iteration(run, 1, [
+        AttemptRecord("policy_call", prompt="P", completion="C", prompt_tokens=100, completion_tokens=30),
+        child("a", 0.5, seed.id), AttemptRecord("eval_failed", "crash: x", child_code="x"),
+        AttemptRecord("duplicate", "same code"), AttemptRecord("edit_failed", "no code"),
+        AttemptRecord("policy_error", "HTTP 400"),
+        AttemptRecord("policy_call", prompt="P", completion="C", prompt_tokens=90, completion_tokens=20),
+        child("b", 0.6, seed.id)], run_elapsed_s=12.5)
+    store.record_iteration(run, 3, [AttemptRecord("policy_error", "HTTP 500")], run_elapsed_s=20.0)
+    store.record_iteration(run, 2, [AttemptRecord("policy_call", completion_tokens=7), AttemptRecord("duplicate")])
+    costs = store.iteration_costs(run)
+    assert [(c.iteration, c.policy_calls, c.policy_errors, c.evaluations, c.completion_tokens, c.prompt_tokens,
+             c.elapsed_s) for c in costs] == [(1, 2, 1, 3, 50, 190, 12.5), (2, 1, 0, 0, 7, 0, None),
+                                              (3, 0, 1, 0, 0, 0, 20.0)]
+    assert store.run_elapsed_s(run) == 20.0
+    assert store.run_elapsed_s(new_run(store, "empty")) == 0.0
+    assert store.iteration_costs(new_run(store, "empty too")) == []
 
 
 def test_record_child_and_record_attempt_write_linked_rows(store: ProgramStore) -> None:
@@ -209,6 +247,20 @@ def test_store_from_before_attempts_had_a_parent_gains_the_column_and_keeps_its_
     reopened = ProgramStore(str(db))
     assert [row.parent_id for row in reopened.attempts(run)] == [None]
     assert reopened.programs(run)[0].code == "seed"
+
+
+def test_store_from_before_the_run_clock_gains_the_column_and_reports_no_elapsed_for_old_rows(db: Path) -> None:
+    store = ProgramStore(str(db))
+    run = new_run(store)
+    (seed,) = store.record_iteration(run, 0, [child("seed", 0.1)])
+    store.record_iteration(run, 1, [AttemptRecord("policy_call", completion_tokens=5), child("a", 0.5, seed.id)])
+    store.close()
+    with sqlite3.connect(db) as connection:  # attempts as an older evolve wrote it: no run_elapsed_s
+        connection.execute("ALTER TABLE attempts DROP COLUMN run_elapsed_s")
+    reopened = ProgramStore(str(db))
+    reopened.record_iteration(run, 2, [AttemptRecord("policy_call"), AttemptRecord("duplicate")], run_elapsed_s=3.0)
+    assert [(c.iteration, c.evaluations, c.completion_tokens, c.elapsed_s) for c in reopened.iteration_costs(run)] \
+        == [(1, 1, 5, None), (2, 0, 0, 3.0)]
 
 
 def test_database_from_another_schema_is_refused_with_a_clear_error(db: Path) -> None:
