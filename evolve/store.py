@@ -243,6 +243,16 @@ class ProgramStore:
                      .where(ProgramRow.run_id == run_id).order_by(ProgramRow.iteration, ProgramRow.id))
             return [(iteration, float(scalar), bool(solved)) for iteration, scalar, solved in session.execute(query)]
 
+    def score_vectors(self, run_id: int) -> list[tuple[int, dict[str, float], float, bool]]:
+        """(iteration, score vector, stored scalar, stored solved) of every program of the run, by iteration: what a
+        report needs to re-derive scalar and solved under a problem's current rule."""
+        with self._sessions() as session:
+            query = (select(ProgramRow.iteration, ScoreRow.vector_json, ScoreRow.scalar, ScoreRow.solved)
+                     .join(ScoreRow, ScoreRow.program_id == ProgramRow.id)
+                     .where(ProgramRow.run_id == run_id).order_by(ProgramRow.iteration, ProgramRow.id))
+            return [(iteration, {name: float(value) for name, value in json.loads(vector).items()}, float(scalar),
+                     bool(solved)) for iteration, vector, scalar, solved in session.execute(query)]
+
     def attempt_counts(self, run_id: int) -> dict[str, int]:
         """Attempts rows of the run by kind ('policy_call', 'child', 'policy_error', ...)."""
         with self._sessions() as session:
