@@ -35,11 +35,12 @@ def _parser() -> argparse.ArgumentParser:
     for command in (problems, check, new):
         command.add_argument("--programs-dir", default="programs", help="where problem folders live")
 
-    from evolve import cli_experiments, cli_runs, cli_train
+    from evolve import cli_experiments, cli_runs, cli_sample, cli_train
 
     cli_experiments.add_commands(commands)
     cli_runs.add_commands(commands)
     cli_train.add_commands(commands)
+    cli_sample.add_commands(commands)
 
     runs = commands.add_parser("runs", help="list the runs in a store")
     runs.add_argument("--db", default=None, help="SQLite file or SQLAlchemy URL (default: from config)")
@@ -153,12 +154,12 @@ def main(argv: list[str] | None = None) -> int:
 
     args = _parser().parse_args(argv)
     console = Console()
-    from evolve import cli_experiments, cli_runs, cli_train
+    from evolve import cli_experiments, cli_runs, cli_sample, cli_train
 
     handlers = {"run": _cmd_run, "runs": _cmd_runs, "problems": _cmd_problems, "check": _cmd_check,
                 "new-problem": _cmd_new_problem, "experiment": cli_experiments.cmd_experiment,
                 "report": cli_experiments.cmd_report, "show": cli_runs.cmd_show, "lineage": cli_runs.cmd_lineage,
-                "export": cli_runs.cmd_export, "train": cli_train.cmd_train}
+                "export": cli_runs.cmd_export, "train": cli_train.cmd_train, "sample": cli_sample.cmd_sample}
     try:
         return handlers[args.command](args, console)
     except ConfigError as exc:

@@ -87,7 +87,8 @@ class MapElitesSection(StrictModel):
 
 
 class SelectionConfig(StrictModel):
-    strategy: Literal["islands", "lexicase"] = "islands"
+    strategy: Literal["islands", "lexicase", "seed"] = Field(
+        "islands", description="seed: every parent is the seed program, with no inspirations (plain sampling)")
     islands: int = Field(3, ge=1, le=1000)
     population_size: int = Field(40, ge=2, description="programs kept per island")
     archive_size: int = Field(20, ge=1, description="elite archive size")

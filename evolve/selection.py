@@ -1,5 +1,8 @@
 """Parent and inspiration selection: islands with ring migration, a MAP-Elites grid, an elite archive, lexicase.
 
+Strategy "seed" is plain sampling (`evolve sample`): every iteration's parent is the seed program (iteration 0)
+with no inspirations, so each request is the prompt evolution's first iteration sends.
+
 Every structure is bounded (island populations, archive, occupied grid cells), so the work of
 `add` and `sample` depends on the population and archive sizes, never on how many programs the
 run has made. The RNG of iteration i is derived from (seed, i) alone and `sample` changes no
@@ -82,6 +85,7 @@ class Selector:
         self.islands = [Island() for _ in range(config.islands)]
         self.grid = MapElitesGrid(config.map_elites.features, self.objectives, config.map_elites.bins)
         self.archive: dict[int, Program] = {}  # the archive_size best programs ever added
+        self.seed_program: Program | None = None  # the iteration-0 program, the parent of strategy "seed"
         self._migrated: set[int] = set()
 
     def empty(self) -> bool:
@@ -95,6 +99,8 @@ class Selector:
 
     def add(self, program: Program) -> None:
         """Put a scored program on its island (program.island modulo the island count), the grid and the archive."""
+        if program.iteration == 0 and self.seed_program is None:
+            self.seed_program = program
         self._place(self.islands[program.island % len(self.islands)], program)
         self.grid.add(program)
         self.archive[program.id] = program
@@ -123,6 +129,10 @@ class Selector:
         """Island (round robin by iteration unless given), parent and inspirations for one iteration."""
         if self.empty():
             raise ValueError("no programs to select from: add the seed program first")
+        if self.config.strategy == "seed":
+            if self.seed_program is None:
+                raise ValueError("strategy 'seed' needs the seed program (iteration 0): add it first")
+            return self.seed_program.island, self.seed_program, ()
         rng = iteration_rng(self.seed, iteration)
         index = (iteration if island is None else island) % len(self.islands)
         while not self.islands[index].programs:
