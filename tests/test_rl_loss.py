@@ -26,11 +26,54 @@ def test_clipped_loss_by_hand() -> None:
     # ratios e^0 = 1, 1.5, 0.5 on row 0 (A = +1) and the same on row 1 (A = -1)
     ratios = torch.tensor([[1.0, 1.5, 0.5], [1.0, 1.5, 0.5]])
     logp, old = torch.log(ratios), torch.zeros(2, 3)
-    loss, clipped = clipped_pg_loss(logp, old, torch.tensor([1.0, -1.0]), clip=0.2)
+    out = clipped_pg_loss(logp, old, torch.tensor([1.0, -1.0]), clip=0.2)
     # A = +1: -min(r, clip(r)) -> -1, -1.2 (clipped above), -0.5 (not clipped: min takes 0.5 < 0.8)
-    # A = -1: -min(-r, -clip(r)) -> 1, 1.5 (not clipped: max(r, clip r)), 0.8 (clipped below)
-    assert close(loss, [[-1.0, -1.2, -0.5], [1.0, 1.5, 0.8]])
-    assert clipped.tolist() == [[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
+    # A = -1: -min(-r, -clip(r)) -> 1, 1.5 (not clipped: max(r, clip r)), 0.8 (clipped below); all under 3 |A|
+    assert close(out.loss, [[-1.0, -1.2, -0.5], [1.0, 1.5, 0.8]])
+    assert out.clipped.tolist() == [[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
+    assert out.dual_clipped.tolist() == [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+
+
+def test_dual_clip_caps_a_negative_advantage_tokens_loss_at_c_times_its_advantage_by_hand() -> None:
+    # ratios 2, 5, 10 under A = -0.5 (row 0) and A = +0.5 (row 1); clip 0.2, clip_ratio_c 3
+    logp = torch.log(torch.tensor([[2.0, 5.0, 10.0], [2.0, 5.0, 10.0]])).requires_grad_(True)
+    out = clipped_pg_loss(logp, torch.zeros(2, 3), torch.tensor([-0.5, 0.5]), clip=0.2, clip_ratio_c=3.0)
+    # A < 0: PPO alone gives max(.5 r, .5 * 1.2) = 1, 2.5, 5; the dual clip caps it at 3 * .5 = 1.5
+    # A > 0: -min(.5 r, .5 * 1.2) = -.6 everywhere, the dual clip does not apply
+    assert close(out.loss, [[1.0, 1.5, 1.5], [-0.6, -0.6, -0.6]])
+    assert out.dual_clipped.tolist() == [[0.0, 1.0, 1.0], [0.0, 0.0, 0.0]]
+    out.loss.sum().backward()
+    # d(.5 r)/d logp = .5 r = 1 for the unclipped token; capped and clipped tokens get no gradient
+    assert close(logp.grad, [[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    with pytest.raises(ValueError, match="clip_ratio_c"):
+        clipped_pg_loss(logp, torch.zeros(2, 3), torch.tensor([-0.5, 0.5]), clip_ratio_c=1.0)
+    parts = rl_loss(logp.detach(), torch.zeros(2, 3), None, torch.tensor([-0.5, 0.5]), torch.ones(2, 3))
+    # the ratio clip binds only on row 1 (A > 0, r > 1.2); for A < 0 PPO keeps the larger, unclipped loss
+    assert parts.dual_clip_frac == pytest.approx(2 / 6) and parts.clip_frac == pytest.approx(3 / 6)
+    assert parts.ppo_kl == pytest.approx(-float(torch.log(torch.tensor([2.0, 5.0, 10.0])).mean()))
+
+
+def test_a_token_far_from_its_old_log_prob_gives_a_finite_loss_and_gradient() -> None:
+    # log-ratios of +100 and -100 (float32: exp(100) is inf) under both signs of the advantage
+    logp = torch.tensor([[0.0, -100.0], [0.0, -100.0]], requires_grad=True)
+    old = torch.tensor([[-100.0, 0.0], [-100.0, 0.0]])
+    out = clipped_pg_loss(logp, old, torch.tensor([1.0, -1.0]))
+    # the log-ratio is clamped to +-20 before exp: A = +1 gives -min(r, 1.2) = -1.2 and -min(e^-20, .8) = -e^-20;
+    # A = -1 gives min(max(r, 1.2), 3) = 3 (dual clip) and max(e^-20, .8) = .8
+    assert close(out.loss, [[-1.2, -math.exp(-20)], [3.0, 0.8]])
+    out.loss.sum().backward()
+    assert bool(torch.isfinite(logp.grad).all())  # without the clamp: 0 * inf = NaN from the branch not taken
+    assert out.log_ratio.abs().max().item() == 20.0
+
+
+def test_k3_kl_is_clamped_for_a_token_the_policy_ruled_out() -> None:
+    logp = torch.tensor([-100.0, -30.0, -2.0], requires_grad=True)
+    ref = torch.tensor([0.0, 0.0, -1.0])
+    kl = k3_kl(logp, ref)
+    # d = ref - logp = 100, 30 (both clamped to 20, then the KL to 10) and 1: e - 2
+    assert kl.tolist() == pytest.approx([10.0, 10.0, math.e - 2])
+    kl.sum().backward()
+    assert bool(torch.isfinite(logp.grad).all()) and logp.grad[:2].tolist() == [0.0, 0.0]
 
 
 def test_k3_kl_by_hand() -> None:

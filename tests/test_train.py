@@ -266,3 +266,63 @@ def test_a_missing_parents_db_is_one_line_and_creates_no_file(tmp_path: Path,
     missing = tmp_path / "missing.db"
     assert main(["train", "--parents-db", str(missing), "--steps", "1", "--out", str(tmp_path / "out")]) == 2
     assert "no such file" in " ".join(capsys.readouterr().out.split()) and not missing.exists()
+
+
+def _tiny_llama() -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize(("epochs", "minibatches"), [(1, 1), (1, 2), (2, 1)])
+def test_updates_after_the_first_measure_their_ratio_against_the_policy_that_sampled(epochs: int,
+                                                                                      minibatches: int) -> None:
+    import numpy as np
+
+    from evolve.rl.trainer import TrainConfig, optimise, reference_scope
+
+    torch.manual_seed(0)
+    model = _tiny_llama()
+    batches = [(torch.randint(0, 50, (6,)), torch.randint(0, 50, (3, 5)), torch.ones(3, 5)) for _ in range(2)]
+    advantages = [np.array([1.0, -1.0, 0.5]), np.array([-1.0, 1.0, 0.3])]
+    config = TrainConfig(prompts_per_step=2, minibatches=minibatches, epochs=epochs, kl_coef=0.0, device="cpu")
+    optimizer = torch.optim.SGD(model.parameters(), lr=20.0)  # one update moves the policy far
+    stats = optimise(model, reference_scope(model, model), batches, advantages, config, optimizer)
+    assert all(np.isfinite(value) for value in stats.values())
+    if epochs * minibatches == 1:  # one on-policy update: every ratio is exactly 1
+        assert stats["ppo_kl"] == 0.0 and stats["clip_frac"] == 0.0
+    else:  # old log-probs taken before the first update, so the later update sees the policy moved
+        assert abs(stats["ppo_kl"]) > 1e-3 and stats["clip_frac"] > 0
+
+
+def test_max_at_k_minibatches_and_ppo_epochs_settings_and_their_one_line_refusals(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from pydantic import ValidationError
+
+    from evolve.cli import main
+    from evolve.cli_train import add_commands, train_config
+    from evolve.rl.trainer import TrainConfig, minibatch_groups
+
+    parser = argparse.ArgumentParser()
+    add_commands(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["train", "--algo", "max-at-k", "--k", "3", "--group-size", "6", "--ppo-epochs", "2",
+                              "--minibatches", "2", "--prompts-per-step", "4"])
+    config = train_config(args)
+    assert (config.algo, config.max_at_k_k, config.epochs, config.minibatches, config.m) == ("max-at-k", 3, 2, 2, 1)
+    assert config.estimator_settings.max_at_k == 3 and config.clip_ratio_c == 3.0
+    assert TrainConfig(algo="max-at-k", group_size=4).m == 1  # default k = max(2, 4 // 2) = 2 < 4
+    with pytest.raises(ValidationError, match="k <= group_size - 1"):
+        TrainConfig(algo="max-at-k", group_size=2)  # default k = 2 = G
+    with pytest.raises(ValidationError, match="not of vpo"):
+        TrainConfig(max_at_k_k=2)
+    with pytest.raises(ValidationError, match="clip_ratio_c"):
+        TrainConfig(clip_ratio_c=1.0)
+    assert main(["train", "--minibatches", "2"]) == 2  # one prompt per step: nothing to split
+    assert "at most prompts_per_step" in " ".join(capsys.readouterr().out.split())
+    assert main(["train", "--algo", "max-at-k", "--k", "4"]) == 2  # G = 4 by default
+    assert "max-at-k needs k <= group_size - 1" in " ".join(capsys.readouterr().out.split())
+    assert minibatch_groups(5, 2) == [[0, 1], [2, 3, 4]] and minibatch_groups(2, 1) == [[0, 1]]

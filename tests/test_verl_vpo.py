@@ -1,4 +1,4 @@
-"""evolve on veRL: VPO / Multi-RLVR in veRL's advantage-estimator registry, and the evolve reward function for veRL.
+"""evolve on veRL: VPO / Multi-RLVR / Max@K in veRL's estimator registry, and the evolve reward function for veRL.
 
 The estimator tests need veRL and skip without it (bash scripts/install_verl.sh && bash scripts/check_verl.sh run
 them in .venv-verl). The reward-function tests need only evolve and run everywhere.
@@ -21,7 +21,13 @@ import torch
 from evolve.edits import apply_rewrite
 from evolve.evaluation import evaluate_program
 from evolve.problems import load_problem
-from evolve.rl.advantages import group_seed, multi_rlvr_advantages, vpo_advantages
+from evolve.rl.advantages import (
+    default_max_at_k,
+    group_seed,
+    max_at_k_advantages,
+    multi_rlvr_advantages,
+    vpo_advantages,
+)
 from evolve.rl.verl_reward import compute_score, compute_score_async, decode_vectors
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,6 +60,13 @@ def as_json(rewards: np.ndarray) -> np.ndarray:
     return np.array([json.dumps(r.tolist()) for r in rewards], dtype=object)
 
 
+def multi_batch(rewards: np.ndarray, duplicates: np.ndarray, weights: list[float]) -> dict[str, np.ndarray]:
+    """What the reward function hands veRL for Multi-RLVR: vectors, duplicate flags and the declared weights."""
+    return {"reward_vectors": as_json(rewards),
+            "duplicate_answers": np.array([json.dumps(row.astype(int).tolist()) for row in duplicates], dtype=object),
+            "objective_weights": np.array([json.dumps(weights)] * len(rewards), dtype=object)}
+
+
 def expected(rewards: np.ndarray, per_group) -> np.ndarray:
     """Per-row scalars, groups numbered in order of first appearance of their uid."""
     out = np.zeros(len(UIDS))
@@ -68,6 +81,7 @@ def test_both_names_are_in_verls_registry(vpo: ModuleType) -> None:
 
     assert core_algos.get_adv_estimator_fn("vpo") is vpo.compute_vpo_advantage
     assert core_algos.get_adv_estimator_fn("multi_rlvr") is vpo.compute_multi_rlvr_advantage
+    assert core_algos.get_adv_estimator_fn("max_at_k") is vpo.compute_max_at_k_advantage
     vpo.register()  # idempotent
     core_algos.ADV_ESTIMATOR_REGISTRY["vpo"] = core_algos.compute_grpo_outcome_advantage
     try:
@@ -100,10 +114,38 @@ def test_vpo_token_advantages_are_ours_per_group_broadcast_over_the_mask(vpo: Mo
 
 def test_multi_rlvr_token_advantages_are_ours(vpo: ModuleType) -> None:
     rewards = vectors(seed=3)
+    duplicates = np.zeros((len(UIDS), M), dtype=bool)
+    duplicates[[0, 5], 1] = True  # a repeated answer in each group
+    weights = [0.4, 0.3, 0.2, 0.1]
     advantages, _ = vpo.compute_multi_rlvr_advantage(torch.zeros(len(UIDS), T), mask(), UIDS, None,
-                                                     non_tensor_batch={"reward_vectors": as_json(rewards)})
-    scalars = expected(rewards, lambda r, j: multi_rlvr_advantages(r))
+                                                     non_tensor_batch=multi_batch(rewards, duplicates, weights))
+    rows = {uid: np.flatnonzero(UIDS == uid) for uid in dict.fromkeys(UIDS)}
+    scalars = np.zeros(len(UIDS))
+    for uid_rows in rows.values():
+        scalars[uid_rows] = multi_rlvr_advantages(rewards[uid_rows], weights, duplicates[uid_rows])
     assert torch.allclose(advantages, torch.tensor(scalars, dtype=torch.float32)[:, None] * mask())
+    ignoring = expected(rewards, lambda r, j: multi_rlvr_advantages(r))
+    assert not np.allclose(scalars, ignoring)  # the flags and the weights changed the advantages
+    with pytest.raises(ValueError, match="duplicate_answers"):
+        vpo.compute_multi_rlvr_advantage(torch.zeros(len(UIDS), T), mask(), UIDS, None,
+                                         non_tensor_batch={"reward_vectors": as_json(rewards)})
+
+
+def test_max_at_k_token_advantages_are_ours_on_verls_scalar_reward(vpo: ModuleType) -> None:
+    from omegaconf import OmegaConf
+
+    r = np.random.default_rng(4).random(len(UIDS))
+    token_level_rewards = torch.zeros(len(UIDS), T)
+    token_level_rewards[torch.arange(len(UIDS)), torch.tensor(LENGTHS) - 1] = torch.tensor(r, dtype=torch.float32)
+    for k in (None, 3):
+        config = OmegaConf.create({"adv_estimator": "max_at_k", "use_kl_in_reward": True,  # reads veRL's reward
+                                   "vpo": {} if k is None else {"max_at_k_k": k}})
+        advantages, returns = vpo.compute_max_at_k_advantage(token_level_rewards, mask(), UIDS, config)
+        chosen = default_max_at_k(G) if k is None else k
+        scalars = expected(r.reshape(-1, 1, 1), lambda g, j: max_at_k_advantages(
+            g[:, 0, 0].astype(np.float32).astype(np.float64), chosen))
+        assert torch.equal(advantages, returns)
+        assert torch.allclose(advantages, torch.tensor(scalars, dtype=torch.float32)[:, None] * mask(), atol=1e-6)
 
 
 def test_scalar_case_matches_verls_grpo_up_to_its_sample_std(vpo: ModuleType) -> None:
@@ -115,7 +157,7 @@ def test_scalar_case_matches_verls_grpo_up_to_its_sample_std(vpo: ModuleType) ->
     token_level_rewards = torch.zeros(len(UIDS), T)
     token_level_rewards[torch.arange(len(UIDS)), torch.tensor(LENGTHS) - 1] = torch.tensor(r, dtype=torch.float32)
     verl_adv, _ = core_algos.compute_grpo_outcome_advantage(token_level_rewards, mask(), UIDS)
-    batch = {"reward_vectors": as_json(r.reshape(-1, 1, 1))}
+    batch = multi_batch(r.reshape(-1, 1, 1), np.zeros((len(UIDS), 1), dtype=bool), [1.0])
     ours, _ = vpo.compute_vpo_advantage(token_level_rewards, mask(), UIDS, None, non_tensor_batch=batch, step=1)
     multi, _ = vpo.compute_multi_rlvr_advantage(token_level_rewards, mask(), UIDS, None, non_tensor_batch=batch)
     assert torch.allclose(ours, verl_adv * math.sqrt(G / (G - 1)), atol=1e-5)
@@ -193,7 +235,8 @@ def test_reward_function_scores_fizzbuzz_answers_in_the_sandbox() -> None:
     text = completion(CORRECT, PARTIAL, "def fizzbuzz(n:\n    return")
     info = {"problem": "fizzbuzz", "answers": 3, "programs_dir": str(PROGRAMS)}
     result = compute_score(data_source="evolve", solution_str=text, ground_truth="", extra_info=info)
-    assert set(result) == {"score", "reward_vectors", "scored_answers"}
+    assert set(result) == {"score", "reward_vectors", "duplicate_answers", "objective_weights", "scored_answers"}
+    assert json.loads(result["duplicate_answers"]) == [0, 0, 0] and json.loads(result["objective_weights"]) == [1] * 20
     matrix = decode_vectors(result["reward_vectors"])
     problem = load_problem("fizzbuzz", PROGRAMS)
     partial = asyncio.run(evaluate_program(problem, apply_rewrite(problem.initial_code, PARTIAL)))
@@ -209,6 +252,11 @@ def test_reward_function_async_settings_and_duplicates() -> None:
                                              answers=2, programs_dir=str(PROGRAMS)))  # extra_info wins: m = 3
     matrix = decode_vectors(result["reward_vectors"])
     assert matrix.shape == (3, 20) and np.array_equal(matrix[0], matrix[1]) and not matrix[2].any()
+    assert json.loads(result["duplicate_answers"]) == [0, 1, 0]  # the repeat is flagged, the missing third is not
+    commented = completion(PARTIAL, PARTIAL.replace(":\n", ":  # same program\n", 1))
+    again = asyncio.run(compute_score_async("evolve", commented, "fizzbuzz", {"answers": 2},
+                                            programs_dir=str(PROGRAMS)))
+    assert json.loads(again["duplicate_answers"]) == [0, 1]  # the same AST with a comment is the same answer
     assert 0 < result["score"] < 1
     with pytest.raises(ValueError, match="extra_info"):
         compute_score("evolve", text, None, {"answers": 2})

@@ -1,10 +1,15 @@
-"""Group advantage estimators for RL post-training: VPO (vector rewards, answer sets), GRPO and Multi-RLVR.
+"""Group advantage maths for RL post-training: VPO (vector rewards, answer sets), GRPO, Multi-RLVR and Max@K.
 
 Shape contract (everything is one prompt's group, as numpy float64):
 
 - ``rewards: [G, m, d]``: G rollouts, m answers per rollout, d objectives. An unparseable (or missing)
   answer is a row of zeros, as in the VPO paper; ``reward_array`` builds this array. GRPO is the m = 1 case.
+- ``duplicates: [G, m]`` (bool): answer j of rollout g repeats an earlier answer of the same rollout
+  (``duplicate_mask``; code answers compared by normalised AST, ``answer_key``). Its row holds a copy of the first.
+- ``weights: [d]``: the problem's declared objective weights (ones for a plain mean); an answer's declared scalar
+  is ``r . w / sum(w)`` (``declared_scalars``), exactly ``Problem.scalar``.
 - Every estimator returns ``advantages: [G]``, one scalar per rollout, to broadcast to all its tokens.
+  ``evolve.rl.estimators`` puts them behind one registry and one call signature.
 - Zero spread: when the group's std is below ``ZERO_SPREAD_TOL`` (absolute; rewards are taken to be O(1),
   e.g. pass fractions) every advantage is 0, as in the authors' code (``std < 1e-6``). A group of one is 0.
 
@@ -17,9 +22,10 @@ Paper: "Vector Policy Optimization", arXiv 2605.22817 (see ../shared/VPO.md).
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import math
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from typing import Literal
 
 import numpy as np
@@ -49,7 +55,7 @@ def reward_array(
     whose key equals an earlier parsed answer's key in the same rollout gets a copy of that earlier vector.
     For VPO this is exactly dropping the duplicate, since the set value takes a max over answers and a
     copy can never change a max. Zeroing it instead would be wrong when rewards can be negative (0 could win
-    the max). Multi-RLVR sums every row, so there a duplicate still counts twice.
+    the max). Multi-RLVR sums rows, so it also needs ``duplicate_mask(keys, m)`` to leave the copies out.
     """
     if m < 1 or d < 1:
         raise ValueError(f"m and d must be >= 1, got m={m}, d={d}")
@@ -73,6 +79,33 @@ def reward_array(
             out[g, j] = row
             if key is not None:
                 first_of[key] = j
+    return out
+
+
+def answer_key(code: str) -> str:
+    """A key equal for two programs with the same normalised AST (comments, blank lines and layout ignored).
+
+    As the VPO authors' ``ast_dedup`` (vpo/utils/ast_dedup.py): ``ast.dump(ast.parse(code))``, and for code that
+    does not parse (or nests too deep) its whitespace-collapsed, lower-cased text.
+    """
+    try:
+        fingerprint = "ast:" + ast.dump(ast.parse(code))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        fingerprint = "text:" + " ".join(code.split()).lower()
+    return hashlib.sha1(fingerprint.encode()).hexdigest()
+
+
+def duplicate_mask(keys: Sequence[Sequence[Hashable | None]], m: int) -> NDArray[np.bool_]:
+    """``[G, m]``: True where an answer's key (not None) equals an earlier key of the same rollout; missing: False."""
+    out = np.zeros((len(keys), m), dtype=bool)
+    for g, rollout_keys in enumerate(keys):
+        if len(rollout_keys) > m:
+            raise ValueError(f"rollout {g} has {len(rollout_keys)} keys, more than m={m}")
+        seen: set[Hashable] = set()
+        for j, key in enumerate(rollout_keys):
+            if key is not None:
+                out[g, j] = key in seen
+                seen.add(key)
     return out
 
 
@@ -194,58 +227,82 @@ def vpo_advantages(
     return group_normalise(vpo_set_values(r, weights), ddof=0, eps=eps)
 
 
-def multi_rlvr_advantages(rewards: ArrayLike, eps: float = 1e-6) -> NDArray[np.float64]:
-    """Multi-RLVR: ``[G, m, d] -> [G]``, scalar = sum of all m x d entries of a rollout, then GRPO."""
-    return grpo_advantages(_check_rewards(rewards).sum(axis=(1, 2)), eps=eps)
-
-
-def _grpo_estimator(
-    rewards: ArrayLike,
-    *,
-    seed: int | None = None,
-    eps: float = 1e-6,
-    reduction: Callable[[NDArray[np.float64]], float] | None = None,
-    weights: ArrayLike | None = None,
-) -> NDArray[np.float64]:
-    """GRPO on ``[G, 1, d]``: reduce each vector to a scalar (plain mean, weighted mean, or a callable)."""
-    del seed  # deterministic: accepted for the common signature only
+def declared_scalars(rewards: ArrayLike, weights: ArrayLike | None = None) -> NDArray[np.float64]:
+    """``[G, m]``: each answer's declared scalar ``r . w / sum(w)`` (``weights [d]``; None: the plain mean)."""
     r = _check_rewards(rewards)
-    if r.shape[1] != 1:
-        raise ValueError(f"GRPO takes one answer per rollout ([G, 1, d]), got m={r.shape[1]}")
-    vectors = r[:, 0, :]
-    if reduction is not None and weights is not None:
-        raise ValueError("give GRPO a reduction or weights, not both")
-    if reduction is not None:
-        scalars = np.array([float(reduction(v)) for v in vectors])
-    elif weights is not None:
-        w = np.asarray(weights, dtype=np.float64)
-        if w.shape != (r.shape[2],) or not np.all(w >= 0) or w.sum() <= 0:
-            raise ValueError(f"weights must be {r.shape[2]} non-negative numbers with a positive sum")
-        scalars = vectors @ w / w.sum()
-    else:
-        scalars = vectors.mean(axis=1)
-    return grpo_advantages(scalars, eps=eps)
+    if weights is None:
+        return r.mean(axis=2)
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != (r.shape[2],) or not np.all(np.isfinite(w)) or not np.all(w >= 0) or w.sum() <= 0:
+        raise ValueError(f"weights must be {r.shape[2]} non-negative numbers with a positive sum, got {weights!r}")
+    return r @ (w / w.sum())
 
 
-def _multi_rlvr_estimator(
-    rewards: ArrayLike, *, seed: int | None = None, eps: float = 1e-6
+def multi_rlvr_advantages(
+    rewards: ArrayLike, weights: ArrayLike | None = None, duplicates: ArrayLike | None = None, eps: float = 1e-6
 ) -> NDArray[np.float64]:
-    del seed  # deterministic: accepted for the common signature only
-    return multi_rlvr_advantages(rewards, eps=eps)
+    """Multi-RLVR as the authors' code does it: ``[G, m, d] -> [G]``.
+
+    Each rollout's scalar is the sum of its distinct answers' declared scalars: duplicates ``[G, m]`` are dropped
+    and the set padded back to m with zero rows (vpo_tasks/maze.py ``score_multi``: ``dedup_routes``,
+    ``pad_matrix``, ``sum(weighted_scalar(row))``), then GRPO (sample std). ``weights [d]``: declared objective
+    weights (None: plain mean). With a plain mean this ranks rollouts as the authors' LiveCodeBench ``sum_all``
+    (sum of every entry of the de-duplicated matrix) does: the two differ by the factor d, which GRPO divides out.
+    """
+    scalars = declared_scalars(rewards, weights)
+    if duplicates is not None:
+        mask = np.asarray(duplicates, dtype=bool)
+        if mask.shape != scalars.shape:
+            raise ValueError(f"duplicates must be [G, m] = {list(scalars.shape)}, got shape {mask.shape}")
+        scalars = np.where(mask, 0.0, scalars)
+    return grpo_advantages(scalars.sum(axis=1), eps=eps)
 
 
-# name -> estimator(rewards [G, m, d], *, seed=None, eps=1e-6, **options) -> advantages [G]
-ESTIMATORS: dict[str, Callable[..., NDArray[np.float64]]] = {
-    "grpo": _grpo_estimator,  # options: reduction (callable on a [d] vector) or weights [d]; m must be 1
-    "vpo": vpo_advantages,  # options: k, alpha, sampler, weights; seed required unless weights given
-    "multi_rlvr": _multi_rlvr_estimator,
-}
+def default_max_at_k(group_size: int) -> int:
+    """The authors' default k for Max@K: max(2, G // 2)."""
+    return max(2, group_size // 2)
 
 
-def compute_advantages(
-    algo: str, group_rewards: ArrayLike, *, seed: int | None = None, **options: object
-) -> NDArray[np.float64]:
-    """Advantages ``[G]`` for one group's ``group_rewards [G, m, d]`` with the estimator named ``algo``."""
-    if algo not in ESTIMATORS:
-        raise ValueError(f"unknown advantage estimator {algo!r}: use one of {', '.join(sorted(ESTIMATORS))}")
-    return ESTIMATORS[algo](group_rewards, seed=seed, **options)
+def _check_k(r: NDArray[np.float64], k: int) -> None:
+    if r.ndim != 1 or r.size < 2 or not np.all(np.isfinite(r)):
+        raise ValueError(f"Max@K needs a finite [G] reward array with G >= 2, got shape {r.shape}")
+    if not 1 <= k < r.size:
+        raise ValueError(f"Max@K needs 1 <= k <= G - 1, got k={k} for G={r.size} (k = G leaves no advantage "
+                         "after the group mean is subtracted)")
+
+
+def max_at_k_value(rewards: ArrayLike, k: int) -> float:
+    """The unbiased estimate of E[max of k samples] from G samples: the mean of max over all k-subsets,
+    ``sum_i C(i - 1, k - 1) r_(i) / C(G, k)`` with r_(1) <= ... <= r_(G)."""
+    r = np.sort(np.asarray(rewards, dtype=np.float64))
+    _check_k(r, k)
+    weights = np.array([math.comb(i, k - 1) for i in range(r.size)], dtype=np.float64)
+    return float(weights @ r / math.comb(r.size, k))
+
+
+def max_at_k_rewards(rewards: ArrayLike, k: int) -> NDArray[np.float64]:
+    """``[G] -> [G]``: the per-sample reward whose policy gradient is an unbiased gradient of max@k.
+
+    Sample i gets the mean over all k-subsets S of the group of ``max(S) * [i in S]``:
+    ``(C(rank_i - 1, k - 1) r_i + sum_{rank_j > rank_i} C(rank_j - 2, k - 2) r_j) / C(G, k)`` with 1-based ranks
+    in ascending order ("The Best of N Worlds", arXiv 2510.23393; the authors' veRL
+    ``compute_max_at_k_outcome_advantage``). Tied rewards get equal values whatever order the sort gives them.
+    """
+    r = np.asarray(rewards, dtype=np.float64)
+    _check_k(r, k)
+    n = r.size
+    order = np.argsort(r, kind="stable")
+    ranked = r[order]
+    own = np.array([math.comb(i, k - 1) for i in range(n)], dtype=np.float64) * ranked
+    above = np.zeros(n)
+    if k >= 2:  # sample j (0-based rank) is the max of a subset holding i < j in C(j - 1, k - 2) ways
+        paid = np.array([math.comb(j - 1, k - 2) if j >= 1 else 0 for j in range(n)], dtype=np.float64) * ranked
+        above[:-1] = np.cumsum(paid[::-1])[::-1][1:]
+    out = np.empty(n)
+    out[order] = (own + above) / math.comb(n, k)
+    return out
+
+
+def max_at_k_advantages(rewards: ArrayLike, k: int, eps: float = 1e-6) -> NDArray[np.float64]:
+    """Max@K: ``[G] -> [G]``, ``max_at_k_rewards`` group-normalised as GRPO (sample std); 0 on zero spread."""
+    return group_normalise(max_at_k_rewards(rewards, k), ddof=1, eps=eps)

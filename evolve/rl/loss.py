@@ -1,4 +1,4 @@
-"""The policy-gradient loss for RL on sampled completions: token log-probs, PPO-clip, k3 KL to a reference, entropy.
+"""The policy-gradient loss for RL on sampled completions: token log-probs, dual-clip PPO, k3 KL to a reference.
 
 Shapes: a group is one prompt ``[P]`` and its G sampled completions ``[G, C]`` (right-padded; ``mask [G, C]`` is 1
 on real tokens). Each rollout has one advantage ``[G]``, broadcast to every one of its completion tokens.
@@ -109,22 +109,55 @@ def _entropy(logits: Tensor) -> Tensor:
     return -(logprobs.exp() * logprobs).sum(-1)
 
 
-def clipped_pg_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, clip: float = 0.2) -> tuple[Tensor, Tensor]:
-    """Per-token PPO-clip loss ``-min(r A, clip(r, 1-c, 1+c) A)`` with r = exp(logp - old_logp), and where it clipped.
+LOG_RATIO_CLAMP = 20.0  # |log(pi / pi_old)| and |log(pi_ref / pi)| are clamped here before exp, as veRL does
+KL_CLAMP = 10.0  # a token's k3 KL is clamped to [-KL_CLAMP, KL_CLAMP], as veRL's low_var_kl
 
-    ``advantages [G]`` is broadcast over each row's tokens.
+
+@dataclass(frozen=True)
+class ClippedLoss:
+    """Per-token PPO loss ``[G, C]`` and, per token, 1.0 where each clip was the one that bound."""
+
+    loss: Tensor
+    clipped: Tensor  # the ratio clip (1 - c, 1 + c) set the loss
+    dual_clipped: Tensor  # a negative-advantage token whose loss the dual clip capped at clip_ratio_c * |A|
+    log_ratio: Tensor  # log(pi / pi_old) after the clamp
+
+
+def clipped_pg_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, clip: float = 0.2,
+                    clip_ratio_c: float = 3.0) -> ClippedLoss:
+    """Dual-clip PPO per token, as veRL's ``compute_policy_loss_vanilla``; ``advantages [G]`` is broadcast over tokens.
+
+    r = exp(clamp(logp - old_logp, -20, 20)); the PPO loss is ``max(-r A, -clip(r, 1 - c, 1 + c) A)``, and for
+    A < 0 it is further capped at ``-clip_ratio_c A`` (Ye et al. 2019, arXiv 1912.09729): a token the policy now
+    finds far likelier than when it was sampled cannot make the loss unbounded. The clamp keeps exp finite, so no
+    0 * inf = NaN reaches the gradient of the branch that was not chosen.
     """
-    ratio = torch.exp(logp - old_logp)
+    if clip_ratio_c <= 1.0:
+        raise ValueError(f"clip_ratio_c must be > 1 (dual-clip PPO), got {clip_ratio_c}")
+    log_ratio = torch.clamp(logp - old_logp, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio = torch.exp(log_ratio)
     adv = advantages.to(logp.dtype).unsqueeze(-1).expand_as(logp)
-    unclipped = ratio * adv
-    clipped = torch.clamp(ratio, 1.0 - clip, 1.0 + clip) * adv
-    return -torch.minimum(unclipped, clipped), (clipped < unclipped).to(logp.dtype)
+    unclipped = -adv * ratio
+    clipped = -adv * torch.clamp(ratio, 1.0 - clip, 1.0 + clip)
+    ppo = torch.maximum(unclipped, clipped)
+    capped = torch.minimum(ppo, -adv * clip_ratio_c)
+    negative = adv < 0
+    return ClippedLoss(
+        loss=torch.where(negative, capped, ppo),
+        clipped=(clipped > unclipped).to(logp.dtype),
+        dual_clipped=(negative & (ppo > -adv * clip_ratio_c)).to(logp.dtype),
+        log_ratio=log_ratio,
+    )
 
 
 def k3_kl(logp: Tensor, ref_logp: Tensor) -> Tensor:
-    """Per-token KL(policy || reference) in the low-variance k3 form: exp(d) - d - 1 with d = ref_logp - logp (>= 0)."""
-    delta = ref_logp - logp
-    return torch.exp(delta) - delta - 1.0
+    """Per-token KL(policy || reference) in the low-variance k3 form: exp(d) - d - 1 with d = ref_logp - logp (>= 0).
+
+    d is clamped to [-20, 20] and the result to [-10, 10], as veRL's ``low_var_kl``, so one token the policy has
+    all but ruled out cannot make the KL term (or its gradient) infinite.
+    """
+    delta = torch.clamp(ref_logp - logp, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    return torch.clamp(torch.exp(delta) - delta - 1.0, -KL_CLAMP, KL_CLAMP)
 
 
 @dataclass(frozen=True)
@@ -136,25 +169,30 @@ class LossParts:
     kl: float
     clip_frac: float
     tokens: int
+    dual_clip_frac: float = 0.0  # negative-advantage tokens whose loss the dual clip capped
+    ppo_kl: float = 0.0  # mean of log(pi_old / pi): how far the policy has moved from the one that sampled
 
 
 def rl_loss(
     logp: Tensor, old_logp: Tensor, ref_logp: Tensor | None, advantages: Tensor, mask: Tensor,
-    clip: float = 0.2, kl_coef: float = 1e-3, denom: float | None = None,
+    clip: float = 0.2, kl_coef: float = 1e-3, denom: float | None = None, clip_ratio_c: float = 3.0,
 ) -> LossParts:
-    """PPO-clip policy-gradient loss plus ``kl_coef`` x k3 KL to the reference, masked mean over completion tokens."""
+    """Dual-clip PPO policy-gradient loss plus ``kl_coef`` x k3 KL to the reference, masked mean over completion
+    tokens (``denom``: see masked_mean)."""
     mask = mask.to(logp.dtype)
-    pg, clipped = clipped_pg_loss(logp, old_logp, advantages, clip)
-    per_token = pg
+    pg = clipped_pg_loss(logp, old_logp, advantages, clip, clip_ratio_c)
+    per_token = pg.loss
     kl = torch.zeros((), dtype=logp.dtype)
     if ref_logp is not None:
         kl_tokens = k3_kl(logp, ref_logp)
-        per_token = pg + kl_coef * kl_tokens
+        per_token = pg.loss + kl_coef * kl_tokens
         kl = masked_mean(kl_tokens.detach(), mask)
     return LossParts(
         loss=masked_mean(per_token, mask, denom),
-        pg_loss=float(masked_mean(pg.detach(), mask)),
+        pg_loss=float(masked_mean(pg.loss.detach(), mask)),
         kl=float(kl),
-        clip_frac=float(masked_mean(clipped, mask)),
+        clip_frac=float(masked_mean(pg.clipped, mask)),
         tokens=int(mask.sum()),
+        dual_clip_frac=float(masked_mean(pg.dual_clipped, mask)),
+        ppo_kl=float(masked_mean(-pg.log_ratio.detach(), mask)),
     )

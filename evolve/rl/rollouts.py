@@ -10,6 +10,7 @@ fails its evaluation scores a zero vector (VPO paper).
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 from numpy.typing import NDArray
+from sqlalchemy import select
 from transformers import GenerationConfig, StoppingCriteriaList
 
 from evolve.config import ConfigError
@@ -32,8 +34,10 @@ from evolve.problems import Problem
 from evolve.prompt_templates import PromptTemplate
 from evolve.prompts import Prompt, PromptOptions, build_prompt
 from evolve.records import Evaluation, MutationRequest, Program
-from evolve.rl.advantages import reward_array
+from evolve.rl.advantages import answer_key, duplicate_mask, reward_array
+from evolve.rl.estimators import GroupRewards, objective_weights
 from evolve.store import ProgramStore
+from evolve.store_tables import ExperimentRow
 
 
 @dataclass(frozen=True)
@@ -60,13 +64,19 @@ class Rollout:
 
 @dataclass
 class Group:
-    """G rollouts of one prompt, with rewards ``[G, m, d]`` and the best answer's declared scalar per rollout."""
+    """G rollouts of one prompt, with rewards ``[G, m, d]``, which answers repeat an earlier one of their rollout
+    (``[G, m]``, by normalised AST) and the best answer's declared scalar per rollout."""
 
     task: Task
     rollouts: list[Rollout]
     rewards: NDArray[np.float64]
     scalars: NDArray[np.float64]  # Problem.scalar of the rollout's best answer (0 when none scored); m = 1: GRPO's
+    duplicates: NDArray[np.bool_]  # [G, m]
     seconds_generating: float = 0.0
+
+    def estimator_input(self) -> GroupRewards:
+        """What the advantage estimators read: rewards, duplicates and the problem's declared weights."""
+        return GroupRewards(self.rewards, self.duplicates, objective_weights(self.task.problem))
 
 
 def render(tokenizer: Any, prompt: Prompt) -> str:
@@ -92,7 +102,7 @@ def parent_prompt(problem: Problem, parent: Program, options: PromptOptions, tem
     """The engine's mutation prompt for `parent`: what `evolve run` sends when it selects that program."""
     request = MutationRequest(iteration=1, island=0, parent=parent, inspirations=(),
                               problem_description=problem.description, objective_names=problem.objectives)
-    return build_prompt(request, options, template)
+    return build_prompt(request, options, template, problem.prompt)
 
 
 async def seed_prompt(problem: Problem, options: PromptOptions, template: PromptTemplate) -> tuple[Program, Prompt]:
@@ -115,6 +125,21 @@ def parents_store(spec: str) -> ProgramStore:
     if "://" not in spec and not Path(spec).expanduser().is_file():
         raise ConfigError(f"parents_db '{spec}': no such file (give the store of earlier `evolve run`s)")
     return ProgramStore(spec)
+
+
+def tested_problems(store: ProgramStore) -> dict[str, str]:
+    """The test problems of the experiments saved in an evolve store (by name, or a folder's last part), each with
+    the experiment that tests it: training on them with that store's parents would leak its test set."""
+    tested: dict[str, str] = {}
+    with store.engine.connect() as connection:
+        for name, spec_json in connection.execute(select(ExperimentRow.name, ExperimentRow.spec_json)):
+            try:
+                problems = json.loads(spec_json).get("problems", [])
+            except (ValueError, AttributeError):
+                continue
+            for problem in problems:
+                tested.setdefault(Path(str(problem).rstrip("/")).name, name)
+    return tested
 
 
 def stored_parents(store: ProgramStore, problem: Problem, count: int) -> list[Program]:
@@ -206,11 +231,11 @@ async def score_group(task: Task, rollouts: list[Rollout], scorer: Scorer) -> Gr
     pending = [[scorer.vector(problem, code) if code is not None else _none() for code in r.codes] for r in rollouts]
     for rollout, vectors in zip(rollouts, pending, strict=True):
         rollout.vectors = list(await asyncio.gather(*vectors))
-    keys = [[code_key(code) if code is not None else None for code in r.codes] for r in rollouts]
+    keys = [[answer_key(code) if code is not None else None for code in r.codes] for r in rollouts]
     rewards = reward_array([r.vectors for r in rollouts], m, d, keys)
     scalars = np.array([max((problem.scalar(dict(zip(problem.objectives, v, strict=True)))
                              for v in r.vectors if v is not None), default=0.0) for r in rollouts])
-    return Group(task, rollouts, rewards, scalars)
+    return Group(task, rollouts, rewards, scalars, duplicate_mask(keys, m))
 
 
 async def _none() -> None:

@@ -1,9 +1,9 @@
-"""`evolve train`: VPO / GRPO / Multi-RLVR post-training of a local HF model on the engine's own prompts and rewards.
+"""`evolve train`: VPO / GRPO / Multi-RLVR / Max@K post-training of a local HF model on the engine's own prompts.
 
 One step: sample G completions for each of `prompts_per_step` prompts (rollouts.py; vllm_rollouts.py with
-`rollouts = "vllm"`), turn each group's rewards into advantages (advantages.compute_advantages), take `epochs` AdamW
-steps on the PPO-clip loss plus k3 KL to the reference (loss.py), append the step's statistics to
-OUT/train_log.jsonl. Checkpoints OUT/step_N/ and OUT/final/ are full HF folders (LoRA merged) that
+`rollouts = "vllm"`), turn each group's rewards into advantages (estimators.compute_advantages), take `epochs` passes
+of `minibatches` AdamW steps each on the dual-clip PPO loss plus k3 KL to the reference (loss.py), append the step's
+statistics to OUT/train_log.jsonl. Checkpoints OUT/step_N/ and OUT/final/ are full HF folders (LoRA merged) that
 `evolve run --set policy.model=OUT/final` loads; OUT/final/adapter/ holds the LoRA adapter alone (for vLLM's
 `policy.lora`). OUT/resume/state.pt (checkpoints.py) lets `evolve train --resume OUT` go on after a kill.
 """
@@ -29,12 +29,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from evolve.problems import load_problem
 from evolve.prompt_templates import PromptTemplate, load_template
 from evolve.prompts import PromptOptions
-from evolve.rl.advantages import compute_advantages, group_seed
+from evolve.rl.advantages import default_max_at_k, group_seed
 from evolve.rl.checkpoints import load_state, save_checkpoint, save_state
+from evolve.rl.estimators import EstimatorSettings, compute_advantages
 from evolve.rl.loss import completion_logprobs, rl_loss
 from evolve.rl.rollouts import Group, Scorer, Task, collect, make_task, parents_store, stored_parents
 
-Algo = Literal["vpo", "grpo", "multi-rlvr"]
+Algo = Literal["vpo", "grpo", "multi-rlvr", "max-at-k"]
+ESTIMATOR_NAMES: dict[str, str] = {"vpo": "vpo", "grpo": "grpo", "multi-rlvr": "multi_rlvr", "max-at-k": "max_at_k"}
+SINGLE_ANSWER_ALGOS = ("grpo", "max-at-k")
 
 
 class LoraSettings(BaseModel):
@@ -59,16 +62,22 @@ class TrainConfig(BaseModel):
     steps: int = Field(20, ge=1)
     group_size: int = Field(4, ge=2, description="G rollouts per prompt")
     prompts_per_step: int = Field(1, ge=1, description="groups per step, problems taken in turn")
-    answers: int = Field(3, ge=1, le=16, description="m for vpo and multi-rlvr; grpo always writes one")
+    answers: int = Field(3, ge=1, le=16, description="m for vpo and multi-rlvr; grpo and max-at-k always write one")
     k: int = Field(100, ge=1, description="VPO Dirichlet weight draws per group")
+    max_at_k_k: int | None = Field(None, ge=1, description="max-at-k: the k of max@k (--k); default max(2, G // 2), "
+                                   "at most group_size - 1")
     alpha: float = Field(1.0, gt=0, description="VPO Dirichlet concentration")
     sampler: Literal["mc", "sobol"] = "mc"
     lr: float = Field(1e-5, gt=0)
     weight_decay: float = Field(0.01, ge=0)
     grad_clip: float = Field(1.0, gt=0)
     clip: float = Field(0.2, gt=0, lt=1)
+    clip_ratio_c: float = Field(3.0, gt=1, description="dual clip: a negative-advantage token's loss is at most "
+                                "clip_ratio_c * |A| (veRL's default 3)")
     kl_coef: float = Field(1e-3, ge=0)
-    epochs: int = Field(1, ge=1, description="gradient steps on each batch of rollouts")
+    epochs: int = Field(1, ge=1, description="PPO epochs: passes over each step's rollouts (--ppo-epochs)")
+    minibatches: int = Field(1, ge=1, description="AdamW steps per pass, the step's groups split in order; at most "
+                             "prompts_per_step")
     temperature: float = Field(1.0, gt=0)
     max_new_tokens: int = Field(384, ge=8, description="cap; each prompt fits its budget to the block, as in a run")
     edit_format: Literal["rewrite", "diff"] = "rewrite"
@@ -116,9 +125,33 @@ class TrainConfig(BaseModel):
                              "drop --full or use rollouts = 'local'")
         return self
 
+    @model_validator(mode="after")
+    def _max_at_k_fits_the_group(self) -> TrainConfig:
+        if self.max_at_k_k is not None and self.algo != "max-at-k":
+            raise ValueError(f"--k (max_at_k_k) is the k of --algo max-at-k, not of {self.algo} "
+                             "(VPO's weight draws are --set k=N)")
+        if self.algo == "max-at-k":
+            k = self.max_at_k_k if self.max_at_k_k is not None else default_max_at_k(self.group_size)
+            if k >= self.group_size:
+                raise ValueError(f"max-at-k needs k <= group_size - 1, got k={k} with group_size {self.group_size} "
+                                 "(k = G leaves every advantage 0); give --k or a larger --group-size")
+        return self
+
+    @model_validator(mode="after")
+    def _minibatches_have_groups(self) -> TrainConfig:
+        if self.minibatches > self.prompts_per_step:
+            raise ValueError(f"minibatches ({self.minibatches}) must be at most prompts_per_step "
+                             f"({self.prompts_per_step}): a minibatch is a run of whole groups")
+        return self
+
     @property
     def m(self) -> int:
-        return 1 if self.algo == "grpo" else self.answers
+        return 1 if self.algo in SINGLE_ANSWER_ALGOS else self.answers
+
+    @property
+    def estimator_settings(self) -> EstimatorSettings:
+        return EstimatorSettings(weight_draws=self.k, alpha=self.alpha, sampler=self.sampler,
+                                 max_at_k=self.max_at_k_k)
 
 
 def load_model(config: TrainConfig) -> tuple[Any, Any, Path]:
@@ -156,18 +189,15 @@ def reference_scope(model: Any, frozen: Any | None) -> Callable[[], contextlib.A
 
 
 def group_advantages(config: TrainConfig, group: Group, step: int, index: int) -> np.ndarray:
-    seed = group_seed(config.seed, step, index)
-    if config.algo == "vpo":
-        return compute_advantages("vpo", group.rewards, seed=seed, k=config.k, alpha=config.alpha,
-                                  sampler=config.sampler)
-    if config.algo == "grpo":
-        problem = group.task.problem
-        return compute_advantages("grpo", group.rewards, seed=seed, reduction=lambda vector: problem.scalar(
-            dict(zip(problem.objectives, vector.tolist(), strict=True))))
-    return compute_advantages("multi_rlvr", group.rewards, seed=seed)
+    """Advantages ``[G]`` of one group with the configured estimator; the seed is that group's at that step."""
+    return compute_advantages(ESTIMATOR_NAMES[config.algo], group.estimator_input(), config.estimator_settings,
+                              group_seed(config.seed, step, index))
 
 
-def _batch(group: Group, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def group_batch(group: Group, device: torch.device) -> Batch:
     """prompt [P], completions [G, C] right-padded with token 0, mask [G, C], on `device`."""
     width = max(1, max(len(r.completion_ids) for r in group.rollouts))
     ids = torch.zeros(len(group.rollouts), width, dtype=torch.long)
@@ -178,36 +208,58 @@ def _batch(group: Group, device: torch.device) -> tuple[torch.Tensor, torch.Tens
     return torch.tensor(group.task.prompt_ids, dtype=torch.long).to(device), ids.to(device), mask.to(device)
 
 
-def optimise(model: Any, reference: Callable[[], contextlib.AbstractContextManager[Any]], groups: list[Group],
+def minibatch_groups(count: int, minibatches: int) -> list[list[int]]:
+    """Group indices split in order into `minibatches` runs of near-equal length (none empty)."""
+    bounds = np.linspace(0, count, min(minibatches, count) + 1).round().astype(int)
+    return [list(range(start, stop)) for start, stop in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def optimise(model: Any, reference: Callable[[], contextlib.AbstractContextManager[Any]], batches: list[Batch],
              advantages: list[np.ndarray], config: TrainConfig, optimizer: torch.optim.Optimizer) -> dict[str, float]:
-    """`epochs` gradient steps on the step's rollouts; the token mean runs over the whole step's tokens."""
+    """`epochs` passes over the step's groups, each `minibatches` AdamW steps (groups split in order).
+
+    The old log-probs of every group are the policy's before the step's first update: the first minibatch's are
+    taken from its first forward (nothing has moved yet), every later minibatch's are computed up front without
+    gradients. Each update's loss is the token mean over its minibatch; the logged terms are the last pass's,
+    token-weighted over the step.
+    """
     device = config.torch_device
-    batches = [_batch(group, device) for group in groups]
     total = float(sum(mask.sum() for _, _, mask in batches))
     refs: list[torch.Tensor | None] = [None] * len(batches)
     if config.kl_coef > 0:
         with torch.no_grad(), reference() as ref_model:
             refs = [completion_logprobs(ref_model, p, c, config.temperature)[0] for p, c, _ in batches]
-    olds: list[torch.Tensor] = []
-    sums = {"pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "entropy": 0.0}
+    runs = minibatch_groups(len(batches), config.minibatches)
+    olds: list[torch.Tensor | None] = [None] * len(batches)
+    if config.epochs * len(runs) > 1:
+        with torch.no_grad():
+            for index in (i for run in runs[1:] for i in run):
+                olds[index] = completion_logprobs(model, batches[index][0], batches[index][1], config.temperature)[0]
+    sums = {"pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "dual_clip_frac": 0.0, "ppo_kl": 0.0, "entropy": 0.0}
     params = [p for p in model.parameters() if p.requires_grad]
     grad_norm = 0.0
     for epoch in range(config.epochs):
-        for index, (prompt, completion, mask) in enumerate(batches):
-            logp, entropy = completion_logprobs(model, prompt, completion, config.temperature, with_entropy=epoch == 0)
-            if epoch == 0:  # parameters have not moved yet: these are the log-probs at sampling time
-                olds.append(logp.detach())
-            adv = torch.as_tensor(advantages[index], dtype=torch.float32, device=device)
-            parts = rl_loss(logp, olds[index], refs[index], adv, mask, config.clip, config.kl_coef, denom=total)
-            parts.loss.backward()
-            if epoch == config.epochs - 1:  # report the last epoch's loss terms, token-weighted
-                for key in ("pg_loss", "kl", "clip_frac"):
-                    sums[key] += getattr(parts, key) * parts.tokens / max(total, 1.0)
-            if entropy is not None:
-                sums["entropy"] += float((entropy * mask).sum()) / max(total, 1.0)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.grad_clip))
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        for run in runs:
+            run_tokens = float(sum(batches[i][2].sum() for i in run))
+            for index in run:
+                prompt, completion, mask = batches[index]
+                logp, entropy = completion_logprobs(model, prompt, completion, config.temperature,
+                                                    with_entropy=epoch == 0)
+                old = olds[index]
+                if old is None:  # the first minibatch of the first pass: the parameters have not moved yet
+                    old = olds[index] = logp.detach()
+                adv = torch.as_tensor(advantages[index], dtype=torch.float32, device=device)
+                parts = rl_loss(logp, old, refs[index], adv, mask, config.clip, config.kl_coef, denom=run_tokens,
+                                clip_ratio_c=config.clip_ratio_c)
+                parts.loss.backward()
+                if epoch == config.epochs - 1:
+                    for key in ("pg_loss", "kl", "clip_frac", "dual_clip_frac", "ppo_kl"):
+                        sums[key] += getattr(parts, key) * parts.tokens / max(total, 1.0)
+                if entropy is not None:
+                    sums["entropy"] += float((entropy * mask).sum()) / max(total, 1.0)
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.grad_clip))
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
     return sums | {"grad_norm": grad_norm}
 
 
@@ -310,7 +362,8 @@ async def _train(config: TrainConfig, console: Console, resume: bool = False) ->
                 groups = await sample_step(config, step, tasks, model, tokenizer, sampler, scorer)
                 rollout_s = time.monotonic() - started
                 advantages = [group_advantages(config, group, step, i) for i, group in enumerate(groups)]
-                trained = optimise(model, reference, groups, advantages, config, optimizer)
+                batches = [group_batch(group, config.torch_device) for group in groups]
+                trained = optimise(model, reference, batches, advantages, config, optimizer)
                 seconds = time.monotonic() - started
                 record = {"step": step, "algo": config.algo, **step_stats(config, groups, advantages), **trained,
                           "gen_s": sum(g.seconds_generating for g in groups), "rollout_s": rollout_s,

@@ -15,8 +15,8 @@ Settings: each veRL dataset row's ``extra_info`` dict, over run-wide defaults gi
   ``programs_dir`` (default $EVOLVE_PROGRAMS_DIR, else ./programs, else the programs/ folder beside the evolve package),
   ``eval_workers`` (sandboxed evaluations at once per event loop, default the CPU count).
 
-Returns, per response, ``{"score", "reward_vectors", "scored_answers"}``, the same three keys every time (veRL reads
-the key set off the batch's first response):
+Returns, per response, ``{"score", "reward_vectors", "duplicate_answers", "objective_weights", "scored_answers"}``,
+the same five keys every time (veRL reads the key set off the batch's first response):
 
 - ``score``: the problem's declared scalar of the best answer (0 when none scored), what veRL logs and GRPO trains on;
 - ``reward_vectors``: a JSON string of the ``m x d`` matrix built exactly as in evolution and ``evolve train``: the
@@ -25,6 +25,10 @@ the key set off the batch's first response):
   child copies its first occurrence (reward_array). A string, not a nested list, because veRL's agent loop calls
   ``np.array`` on each extra key over the batch (nested lists would be stacked, or raise when problems of different
   d share a batch) and its validation metrics skip strings;
+- ``duplicate_answers``: a JSON string of m 0/1 flags, 1 where the answer's child repeats an earlier answer's by
+  normalised AST (advantages.answer_key, as the VPO authors' ast_dedup); Multi-RLVR leaves those out;
+- ``objective_weights``: a JSON string of the problem's d declared objective weights (ones for a plain mean), which
+  make Multi-RLVR's per-answer scalar the problem's own;
 - ``scored_answers``: how many answers built a child that evaluated successfully.
 """
 
@@ -46,10 +50,13 @@ from evolve.controller import code_key
 from evolve.edits import EditError, apply_diff, apply_rewrite, split_answers
 from evolve.evaluation import evaluate_program
 from evolve.problems import Problem, load_problem
-from evolve.rl.advantages import reward_array
+from evolve.rl.advantages import answer_key, duplicate_mask, reward_array
+from evolve.rl.estimators import objective_weights
 
 SCORE_KEY = "score"
 VECTORS_KEY = "reward_vectors"  # evolve.rl.verl_vpo reads this key from veRL's non_tensor_batch
+DUPLICATES_KEY = "duplicate_answers"  # and these two for Multi-RLVR
+WEIGHTS_KEY = "objective_weights"
 SCORED_KEY = "scored_answers"
 SETTINGS = ("problem", "answers", "answer_tag", "edit_format", "prefill", "parent_code", "programs_dir", "eval_workers")
 _CACHE_SIZE = 4096  # evaluations kept per process; evaluators are taken to be deterministic, as the engine does
@@ -114,11 +121,14 @@ async def score_response(solution_str: str, settings: Mapping[str, Any]) -> dict
     answers = split_answers(text, m, str(settings.get("answer_tag", "response")))[:m]
     codes = [_child(parent, answer, str(settings.get("edit_format", "rewrite"))) for answer in answers]
     vectors = list(await asyncio.gather(*(_vector(problem, code, workers) for code in codes)))
-    keys = [code_key(code) if code is not None else None for code in codes]
+    keys = [answer_key(code) if code is not None else None for code in codes]
     rewards = reward_array([vectors], m, len(problem.objectives), [keys])[0]
+    duplicates = duplicate_mask([keys], m)[0]
     scored = [v for v in vectors if v is not None]
     best = max((problem.scalar(dict(zip(problem.objectives, v, strict=True))) for v in scored), default=0.0)
-    return {SCORE_KEY: float(best), VECTORS_KEY: json.dumps(rewards.tolist()), SCORED_KEY: len(scored)}
+    return {SCORE_KEY: float(best), VECTORS_KEY: json.dumps(rewards.tolist()),
+            DUPLICATES_KEY: json.dumps([int(flag) for flag in duplicates]),
+            WEIGHTS_KEY: json.dumps(objective_weights(problem).tolist()), SCORED_KEY: len(scored)}
 
 
 async def compute_score_async(
@@ -155,3 +165,23 @@ def decode_vectors(value: Any) -> NDArray[np.float64]:
     if matrix.ndim != 2 or 0 in matrix.shape or not np.all(np.isfinite(matrix)):
         raise ValueError(f"a {VECTORS_KEY} entry must be a finite non-empty m x d matrix, got shape {matrix.shape}")
     return matrix
+
+
+def decode_flags(value: Any, m: int) -> NDArray[np.bool_]:
+    """The ``[m]`` duplicate flags of one ``duplicate_answers`` entry (JSON string or sequence), padded with False."""
+    if isinstance(value, bytes):
+        value = value.decode()
+    flags = np.asarray(json.loads(value) if isinstance(value, str) else value, dtype=bool).reshape(-1)
+    if flags.size > m:
+        raise ValueError(f"a {DUPLICATES_KEY} entry has {flags.size} flags for {m} answers")
+    return np.pad(flags, (0, m - flags.size))
+
+
+def decode_weights(value: Any) -> NDArray[np.float64]:
+    """The ``[d]`` declared weights of one ``objective_weights`` entry (JSON string or sequence)."""
+    if isinstance(value, bytes):
+        value = value.decode()
+    weights = np.asarray(json.loads(value) if isinstance(value, str) else value, dtype=np.float64).reshape(-1)
+    if weights.size == 0 or not np.all(np.isfinite(weights)) or np.any(weights < 0) or weights.sum() <= 0:
+        raise ValueError(f"a {WEIGHTS_KEY} entry must be non-negative finite numbers with a positive sum")
+    return weights
