@@ -28,6 +28,9 @@ class RunSection(StrictModel):
     name: str = ""
     stop_after_policy_errors: int = Field(16, ge=0, description="stop the run (resumable) after this many failed "
                                           "policy calls in a row, rather than spend its budget on errors; 0: never")
+    answers_per_iteration: int = Field(0, ge=0, le=256, description="candidate answers asked for per iteration: "
+                                       "answers_per_iteration / policy.answers requests on one parent; "
+                                       "0: policy.answers (one request)")
 
 
 class PolicySection(StrictModel):
@@ -111,6 +114,14 @@ class RunConfig(StrictModel):
     run: RunSection = RunSection()
     policy: PolicySection = PolicySection()
     selection: SelectionConfig = SelectionConfig()
+
+    @model_validator(mode="after")
+    def _answers_divide_the_iteration(self) -> RunConfig:
+        per_iteration, answers = self.run.answers_per_iteration, self.policy.answers
+        if per_iteration % answers:
+            raise ValueError(f"run.answers_per_iteration = {per_iteration} is not a multiple of policy.answers = "
+                             f"{answers} (each iteration makes answers_per_iteration / answers requests)")
+        return self
 
 
 def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:

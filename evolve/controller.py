@@ -16,7 +16,7 @@ from evolve.evaluation import evaluate_program
 from evolve.policies.base import Policy, PolicyUnavailable
 from evolve.problems import Problem
 from evolve.prompt_templates import load_template
-from evolve.prompts import PromptOptions, build_prompt
+from evolve.prompts import Prompt, PromptOptions, build_prompt
 from evolve.records import Completion, Evaluation, MutationRequest, Program
 from evolve.selection import Selector
 from evolve.store import AttemptRecord, ChildRecord, ProgramStore
@@ -91,6 +91,8 @@ class Controller:
         self._errors_in_row = 0
         self._clock_started = time.monotonic()
         self._clock_base = 0.0  # active seconds of earlier processes of this run, read from the store in run()
+        self.requests_per_iteration = requests_per_iteration(config)
+        self._request_slots = asyncio.Semaphore(config.run.concurrency)  # requests in flight, all iterations
         # an experiment passes one semaphore to all its cells: eval_workers then bounds them together
         self._eval_slots = eval_slots or asyncio.Semaphore(config.run.eval_workers)
 
@@ -152,6 +154,7 @@ class Controller:
             await self._iterate(iteration)
 
     async def _iterate(self, iteration: int) -> None:
+        """One iteration: `requests_per_iteration` requests on one parent, committed together once all are done."""
         island, parent, inspirations = self.selector.sample(iteration)
         request = MutationRequest(
             iteration=iteration,
@@ -161,29 +164,44 @@ class Controller:
             problem_description=self.problem.description,
             objective_names=self.problem.objectives,
         )
-        prompt = build_prompt(request, self.prompt_options, self.template)
-        prompt_text = prompt.text if prompt.text is not None else render_prompt_text(prompt.messages, prompt.prefill)
-        started = time.monotonic()
+        prompt = build_prompt(request, self.prompt_options, self.template, self.problem.prompt)
+        seen_in_iteration: set[str] = set()  # children of every request of this iteration, for duplicates
+        tasks = [asyncio.create_task(self._request(iteration, attempt, island, parent, prompt, seen_in_iteration))
+                 for attempt in range(self.requests_per_iteration)]
         try:
-            completion = await self.policy.generate(prompt, request_seed(self.config.run.seed, iteration))
-        except PolicyUnavailable:
-            raise  # the run stops; this iteration stays unrecorded so that a resume asks again
-        except Exception as exc:  # any backend failure is a recorded attempt, never a crash
-            reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-            self._errors_in_row += 1
-            limit = self.config.run.stop_after_policy_errors
-            if limit and self._errors_in_row >= limit:  # this iteration stays unrecorded: a resume asks again
-                raise PolicyUnavailable(f"the policy failed {self._errors_in_row} calls in a row (last: {reason}); "
-                                        "stopped rather than spend the budget on errors "
-                                        "(run.stop_after_policy_errors)") from exc
-            self._commit(iteration, [AttemptRecord("policy_error", reason, prompt=prompt_text)], island, parent.id)
-            return
+            outcomes = await asyncio.gather(*tasks)
+        finally:  # PolicyUnavailable in one request: the others are dropped, the iteration stays unrecorded
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self._commit(iteration, [record for records in outcomes for record in records], island, parent.id)
+
+    async def _request(self, iteration: int, attempt: int, island: int, parent: Program, prompt: Prompt,
+                       seen_in_iteration: set[str]) -> list[AttemptRecord | ChildRecord]:
+        """One request of an iteration, with its own sampling seed: its policy call and outcomes, or its error."""
+        prompt_text = prompt.text if prompt.text is not None else render_prompt_text(prompt.messages, prompt.prefill)
+        seed = request_seed(self.config.run.seed, iteration, attempt)
+        async with self._request_slots:
+            started = time.monotonic()
+            try:
+                completion = await self.policy.generate(prompt, seed)
+            except PolicyUnavailable:
+                raise  # the run stops; this iteration stays unrecorded so that a resume asks again
+            except Exception as exc:  # any backend failure is a recorded attempt, never a crash
+                reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+                self._errors_in_row += 1
+                limit = self.config.run.stop_after_policy_errors
+                if limit and self._errors_in_row >= limit:  # this iteration stays unrecorded: a resume asks again
+                    raise PolicyUnavailable(f"the policy failed {self._errors_in_row} calls in a row (last: "
+                                            f"{reason}); stopped rather than spend the budget on errors "
+                                            "(run.stop_after_policy_errors)") from exc
+                return [AttemptRecord("policy_error", reason, prompt=prompt_text)]
         self._errors_in_row = 0
         completion = dataclasses.replace(completion, latency_s=completion.latency_s or time.monotonic() - started)
         self.stats.policy_calls += 1
         self.stats.completion_tokens += completion.completion_tokens
         self.stats.generation_s += completion.latency_s
-        records = await self._children(iteration, island, parent, prompt.prefill, completion)
+        records = await self._children(island, parent, prompt.prefill, completion, seen_in_iteration)
         call = AttemptRecord(
             "policy_call",
             completion.finish_reason or None,
@@ -193,14 +211,15 @@ class Controller:
             prompt_tokens=completion.prompt_tokens,
             completion_tokens=completion.completion_tokens,
         )
-        self._commit(iteration, [call, *records], island, parent.id)
+        return [call, *records]
 
     async def _children(
-        self, iteration: int, island: int, parent: Program, prefill: str, completion: Completion
+        self, island: int, parent: Program, prefill: str, completion: Completion, seen_in_iteration: set[str]
     ) -> list[AttemptRecord | ChildRecord]:
+        """The completion's answers as children (evaluated) or failures; `seen_in_iteration` holds the code of
+        the children of this iteration's other requests, which are not in the store yet."""
         records: list[AttemptRecord | ChildRecord] = []
         candidates: list[tuple[str, str]] = []
-        keys_in_this_call: set[str] = set()
         policy = self.config.policy
         for answer in split_answers(prefill + completion.text, policy.answers, policy.answer_tag):
             try:
@@ -213,10 +232,10 @@ class Controller:
                 records.append(AttemptRecord(kind, exc.reason, completion=answer))
                 continue
             key = code_key(code)
-            if key in self._seen_code or key in keys_in_this_call:
+            if key in self._seen_code or key in seen_in_iteration:
                 records.append(AttemptRecord("duplicate", "same code as an earlier program", child_code=code))
                 continue
-            keys_in_this_call.add(key)
+            seen_in_iteration.add(key)
             candidates.append((answer, code))
         if not records and not candidates:
             records.append(AttemptRecord("edit_failed", "no answer in the completion", completion=completion.text))
@@ -263,6 +282,11 @@ class Controller:
         self.stats.iterations_done += 1
         self.stats.note(describe_iteration(iteration, island, programs, records))
         self.on_update(self.stats)
+
+
+def requests_per_iteration(config: RunConfig) -> int:
+    """Policy requests per iteration: run.answers_per_iteration / policy.answers (1 when it is 0, today's default)."""
+    return max(1, config.run.answers_per_iteration // config.policy.answers)
 
 
 def prompt_options(policy: PolicySection) -> PromptOptions:

@@ -49,9 +49,14 @@ class ExperimentSpec(StrictModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str = ""
     db: str = Field(description="SQLite file or SQLAlchemy URL holding every cell's run")
-    problems: tuple[str, ...] = Field(min_length=1)
+    problems: tuple[str, ...] = Field(min_length=1, description="the test problems")
+    train_problems: tuple[str, ...] = Field((), description="problems a policy may be trained on (`evolve train "
+                                            "--experiment`); never any of the test problems")
     seeds: tuple[int, ...] = Field((0,), min_length=1)
-    iterations: int = Field(ge=1, description="policy calls per cell")
+    iterations: int = Field(ge=1, description="iterations per cell")
+    answers_per_iteration: int = Field(0, ge=0, le=256, description="candidate answers per iteration for every "
+                                       "policy (a policy with answers = a makes answers_per_iteration / a requests); "
+                                       "0: the largest answers of the policies")
     parallel_cells: int = Field(2, ge=1, le=256, description="cells of one policy running at once")
     run: CellDefaults = CellDefaults()
     selection: SelectionConfig = SelectionConfig()
@@ -66,6 +71,29 @@ class ExperimentSpec(StrictModel):
                 raise ValueError(f"{what} must be distinct; repeated: {', '.join(repeated)}")
         return self
 
+    @model_validator(mode="after")
+    def _train_and_test_are_disjoint(self) -> ExperimentSpec:
+        tests = {Path(name.rstrip("/")).name for name in self.problems}
+        shared = sorted({name for name in self.train_problems if Path(name.rstrip("/")).name in tests})
+        if shared:
+            raise ValueError(f"train_problems and problems (the test problems) must not overlap; in both: "
+                             f"{', '.join(shared)}")
+        return self
+
+    @model_validator(mode="after")
+    def _answers_divide_the_iteration(self) -> ExperimentSpec:
+        per_iteration = self.answers_per_iteration_of_cells()
+        for index, policy in enumerate(self.policies):
+            if per_iteration % policy.answers:
+                raise ValueError(f"answers_per_iteration = {per_iteration} is not a multiple of policies[{index}]."
+                                 f"answers = {policy.answers} (policy '{policy.name}'); every policy must get the "
+                                 "same candidate answers per iteration")
+        return self
+
+    def answers_per_iteration_of_cells(self) -> int:
+        """What every cell gets: answers_per_iteration, or the largest policy's answers when it is 0."""
+        return self.answers_per_iteration or max(policy.answers for policy in self.policies)
+
     def cells(self) -> list[CellKey]:
         """Every cell, policy by policy, then seed by seed, so an interrupted experiment has whole seeds."""
         return [(problem, policy.name, seed) for policy in self.policies for seed in self.seeds
@@ -77,7 +105,8 @@ class ExperimentSpec(StrictModel):
     def cell_config(self, problem: str, policy: str, seed: int) -> RunConfig:
         run = RunSection(problem=problem, iterations=self.iterations, seed=seed, db=self.db,
                          programs_dir=self.run.programs_dir, concurrency=self.run.concurrency,
-                         eval_workers=self.run.eval_workers, name=f"{self.name}/{problem}/{policy}/s{seed}")
+                         eval_workers=self.run.eval_workers, name=f"{self.name}/{problem}/{policy}/s{seed}",
+                         answers_per_iteration=self.answers_per_iteration_of_cells())
         return RunConfig(run=run, policy=self.policy(policy), selection=self.selection)
 
 
@@ -127,6 +156,7 @@ class ExperimentRunner:
     def run(self) -> ExperimentOutcome:
         for problem in self.spec.problems:  # a missing or broken problem folder stops us before any model loads
             load_problem(problem, Path(self.spec.run.programs_dir))
+        refuse_policies_trained_on_tests(self.spec)  # before any model loads, too
         self.store.save_experiment(self.spec.name, self.spec.model_dump_json())
         runs = {cell.run_id: cell for cell in self.store.experiment_cells(self.spec.name)}
         for info in self.store.list_runs():
@@ -221,6 +251,21 @@ class ExperimentRunner:
         for cell in cells:
             if cell.status == "running":
                 self._set(cell, status, "")
+
+
+def refuse_policies_trained_on_tests(spec: ExperimentSpec) -> None:
+    """ConfigError naming the policy, its checkpoint and the problems when a policy's checkpoint (its model folder
+    or LoRA adapter, as `evolve train` wrote it) was trained on any of the experiment's test problems."""
+    from evolve.rl.checkpoints import trained_on
+
+    for policy in spec.policies:
+        for checkpoint in (policy.model, policy.lora):
+            found = trained_on(checkpoint, spec.problems) if checkpoint else None
+            if found is not None:
+                path, overlap = found
+                raise ConfigError(f"policy '{policy.name}': its checkpoint {checkpoint} was trained on test problems "
+                                  f"of experiment {spec.name}: {', '.join(overlap)} (see {path}); evaluate it on "
+                                  "problems it was not trained on")
 
 
 def _resting_status(info: RunInfo) -> str:

@@ -22,8 +22,10 @@ Endpoints: `GET /health`, `GET /v1/models`, `POST /v1/chat/completions`, `POST /
 Fault injection counts POST generation requests (chat and completions) whose body was read, in arrival order from 1,
 invalid JSON included: `--stall-first N` reads the first N and never answers them (the connection stays open),
 `--stall-after N` does so for every one after the N-th, and `--die-after N` ends the process with exit code 3
-(`os._exit`, like a crash) as soon as the N-th generation response has been written. SIGTERM and SIGINT close the
-policy and exit 0.
+(`os._exit`, like a crash) as soon as the N-th generation response has been written, and `--fail-every N` answers
+every N-th with 400 (a request the client cannot retry). `--log-requests FILE` appends each generation request's
+JSON body to FILE as one line, before it is answered, so tests can see what a client sent (seed, sampling, budget).
+SIGTERM and SIGINT close the policy and exit 0.
 """
 
 from __future__ import annotations
@@ -87,6 +89,7 @@ class Faults:
     stall_first: int = 0
     stall_after: int | None = None
     die_after: int | None = None
+    fail_every: int = 0
     arrived: int = 0  # POST generation requests read so far
     answered: int = 0  # responses to them written so far
 
@@ -99,6 +102,7 @@ class Server:
     policy: HFPolicy
     name: str
     faults: Faults
+    request_log: Path | None = None
     connections: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -129,8 +133,13 @@ class Server:
             generation = request.method == "POST" and request.path in GENERATION_PATHS
             if generation:
                 self.faults.arrived += 1
+                if self.request_log is not None:
+                    with self.request_log.open("a") as log:
+                        log.write(request.body.decode("utf-8", "replace").replace("\n", " ") + "\n")
                 if self.faults.stalls(self.faults.arrived):
                     await asyncio.Event().wait()  # read, never answered; cancelled only at shutdown
+                if self.faults.fail_every and self.faults.arrived % self.faults.fail_every == 0:
+                    raise HTTPError(400, f"generation request {self.faults.arrived} refused (--fail-every)")
             status, body, headers = 200, await self.route(request), {}
         except HTTPError as error:
             status, body, headers = error.status, error.body(), error.headers
@@ -367,13 +376,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="never answer generation requests after the N-th")
     parser.add_argument("--die-after", type=int, default=None, metavar="N",
                         help="exit with code 3 once the N-th generation response is written")
+    parser.add_argument("--fail-every", type=int, default=0, metavar="N",
+                        help="answer every N-th generation request with 400")
+    parser.add_argument("--log-requests", type=Path, default=None, metavar="FILE",
+                        help="append each generation request's JSON body to FILE, one line each")
     return parser.parse_args(argv)
 
 
 async def serve(args: argparse.Namespace) -> int:
     policy = HFPolicy(args.name, resolve_model(args.model, None), temperature=args.temperature, top_p=args.top_p,
                       max_batch=args.max_batch, threads=args.threads)
-    state = Server(policy, args.name, Faults(args.stall_first, args.stall_after, args.die_after))
+    state = Server(policy, args.name, Faults(args.stall_first, args.stall_after, args.die_after, args.fail_every),
+                   args.log_requests)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
