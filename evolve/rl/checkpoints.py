@@ -1,4 +1,5 @@
-"""Training checkpoints: HF folders that a policy loads, and the resume state that lets a killed `evolve train` go on.
+"""Training checkpoints: HF folders that a policy loads, the resume state that lets a killed `evolve train` go on,
+and each checkpoint's training provenance (which problems it was trained on), so a held-out test set stays held out.
 
 The resume state (OUT/resume/state.pt) is written after every step, atomically (a temporary file renamed over the
 old one), so a kill at any moment leaves the last finished step's state: the trainable weights (the LoRA adapter,
@@ -10,13 +11,18 @@ Sampling seeds and VPO weights are derived from (seed, step), so a resumed run c
 from __future__ import annotations
 
 import copy
+import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 STATE_FILE = Path("resume") / "state.pt"
+PROVENANCE_FILE = "evolve_training.json"  # in OUT/final: what the checkpoint was trained on
+TRAIN_CONFIG_FILE = "train_config.json"  # in OUT, written when training starts (step_N folders sit beside it)
 
 
 class ResumeError(RuntimeError):
@@ -60,3 +66,54 @@ def load_state(out: Path, model: Any, optimizer: torch.optim.Optimizer) -> tuple
     model.load_state_dict(state["trainable"], strict=False)
     optimizer.load_state_dict(state["optimizer"])
     return int(state["step"]), list(state["records"])
+
+
+class TrainingProvenance(BaseModel):
+    """What `evolve train` wrote into a checkpoint folder about its training: the problems (their names), the
+    estimator, the step budget and the base model."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    problems: tuple[str, ...]
+    algo: str = ""
+    steps: int = 0
+    base: str = ""
+
+
+def write_provenance(folder: Path, provenance: TrainingProvenance) -> Path:
+    path = folder / PROVENANCE_FILE
+    path.write_text(provenance.model_dump_json(indent=2) + "\n")
+    return path
+
+
+def checkpoint_provenance(model: str | Path) -> tuple[Path, TrainingProvenance] | None:
+    """Where a checkpoint says what it was trained on, and what: FOLDER/evolve_training.json, else the training
+    output it sits in (OUT/step_N or OUT/final/adapter: OUT/train_config.json, OUT/final/evolve_training.json).
+    None for anything else (the embedded model, a served model's name, a folder no `evolve train` wrote)."""
+    folder = Path(model).expanduser()
+    if not folder.is_dir():
+        return None
+    candidates = [folder / PROVENANCE_FILE, folder.parent / PROVENANCE_FILE, folder.parent / TRAIN_CONFIG_FILE,
+                  folder.parent.parent / TRAIN_CONFIG_FILE]
+    for path in candidates:
+        if path.is_file():
+            try:
+                return path, TrainingProvenance.model_validate(json.loads(path.read_text()))
+            except (ValueError, ValidationError):
+                continue  # not ours, or unreadable: look further up
+    return None
+
+
+def problem_keys(names: Iterable[str]) -> set[str]:
+    """Names to compare problems by: a name, or a folder path's last part ('programs/humaneval/he_001' -> 'he_001')."""
+    return {Path(name.rstrip("/")).name for name in names if name.strip()}
+
+
+def trained_on(model: str | Path, test_problems: Iterable[str]) -> tuple[Path, list[str]] | None:
+    """The provenance file and the test problems a checkpoint was trained on, or None when it was trained on none."""
+    found = checkpoint_provenance(model)
+    if found is None:
+        return None
+    path, provenance = found
+    overlap = sorted(problem_keys(provenance.problems) & problem_keys(test_problems))
+    return (path, overlap) if overlap else None
