@@ -34,6 +34,7 @@ class Series:
     low: Sequence[float] | None = None
     high: Sequence[float] | None = None
     note: str = ""  # shown after the label in the legend and tooltips, e.g. "n = 3 seeds"
+    steps: bool = False  # a step function: each value holds until the next x (best so far), drawn as steps
 
 
 def palette(names: Sequence[str]) -> dict[str, str]:
@@ -204,10 +205,10 @@ def _series_svg(item: Series, pts: list[Point], px: Scale, py: Scale, stroke: fl
                f"{cx - 5:.1f},{py(low):.1f}"
         line = f"M{cx - 0.01:.2f},{py(mean):.1f} L{cx + 0.01:.2f},{py(mean):.1f}"
     else:
-        upper = [f"{px(x):.1f},{py(high):.1f}" for x, _, _, high in pts]
-        lower = [f"{px(x):.1f},{py(low):.1f}" for x, _, low, _ in reversed(pts)]
+        upper = [f"{px(x):.1f},{py(y):.1f}" for x, y in _path([(p[0], p[3]) for p in pts], item.steps)]
+        lower = [f"{px(x):.1f},{py(y):.1f}" for x, y in reversed(_path([(p[0], p[2]) for p in pts], item.steps))]
         band = " ".join(upper + lower)
-        line = "M" + " L".join(f"{px(x):.1f},{py(mean):.1f}" for x, mean, _, _ in pts) if pts else ""
+        line = "M" + " L".join(f"{px(x):.1f},{py(y):.1f}" for x, y in _path([(p[0], p[1]) for p in pts], item.steps))
     parts = [f'<g class="series" data-series="{escape(item.label)}">',
              f'<polygon class="band" points="{band}" fill="{colour}" fill-opacity="0.16" stroke="none">'
              f'<title>{name}: band</title></polygon>',
@@ -219,6 +220,17 @@ def _series_svg(item: Series, pts: list[Point], px: Scale, py: Scale, stroke: fl
                   for x, mean, _, _ in pts]
     parts.append("</g>")
     return "".join(parts)
+
+
+def _path(points: list[tuple[float, float]], steps: bool) -> list[tuple[float, float]]:
+    """The vertices through `points`: straight segments, or for a step function a level run to each next x, then
+    the jump there."""
+    if not steps:
+        return points
+    out = points[:1]
+    for (_, previous), (x, y) in zip(points, points[1:], strict=False):
+        out += [(x, previous), (x, y)]
+    return out
 
 
 def _hover_columns(series: Sequence[Series], points: list[list[Point]], px: Scale, top: float, plot_h: float,

@@ -20,7 +20,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     report.add_argument("--db", help="the experiment's store (default: from the experiment file)")
     report.add_argument("--out", help="folder for report.html, report.json and CSV files "
                                       "(default: reports/NAME/)")
-    report.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples for the bands")
+    report.add_argument("--pairs", choices=("all", "first"), default="all",
+                        help="paired differences between every pair of policies, or the first against each other")
+    report.add_argument("--score-range", default="0,1", metavar="LOW,HIGH",
+                        help="the range every ranking scalar lies in, which the mean intervals assume (default 0,1)")
 
 
 def experiment_file(name_or_path: str) -> Path:
@@ -59,12 +62,15 @@ def cmd_experiment(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_report(args: argparse.Namespace, console: Console) -> int:
+    from evolve.config import ConfigError
     from evolve.experiment import load_experiment
     from evolve.report_html import report_html
     from evolve.report_terminal import render_report
-    from evolve.results import collect, write_csvs, write_json
+    from evolve.results import collect
+    from evolve.results_files import write_csvs, write_json
     from evolve.store import ProgramStore
 
+    score_range = _score_range(args.score_range, ConfigError)
     spec = load_experiment(experiment_file(args.experiment), args.db)
     store = ProgramStore(spec.db)
     stored = store.experiment_spec(spec.name)
@@ -76,7 +82,7 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
         console.print(f"[yellow]warning:[/] {experiment_file(args.experiment)} changed since the experiment last "
                       "ran; the report follows the file (cells it no longer names are left out, new ones show as "
                       "not run)", highlight=False)
-    results = collect(store, spec, samples=args.bootstrap)
+    results = collect(store, spec, score_range=score_range, pairs=args.pairs)
     render_report(results, console)
     out = Path(args.out or Path("reports") / spec.name)
     out.mkdir(parents=True, exist_ok=True)
@@ -85,3 +91,14 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
     written = [out / "report.html", out / "report.json", *write_csvs(results, out)]
     console.print("wrote " + ", ".join(str(path) for path in written), highlight=False)
     return 0
+
+
+def _score_range(text: str, error: type[Exception]) -> tuple[float, float]:
+    """--score-range LOW,HIGH as two numbers with LOW < HIGH, else one error line."""
+    try:
+        low, high = (float(part) for part in text.split(","))
+    except ValueError:
+        raise error(f"--score-range {text!r}: write LOW,HIGH, e.g. --score-range 0,1") from None
+    if not low < high:
+        raise error(f"--score-range {text!r}: LOW must be below HIGH")
+    return low, high

@@ -197,7 +197,7 @@ class PairedDifference:
 
 def paired_difference(metric: str, policy_a: str, policy_b: str, problems: tuple[str, ...], a: np.ndarray,
                       b: np.ndarray, confidence: float = 0.95,
-                      value_range: tuple[float, float] = (0.0, 1.0)) -> PairedDifference:
+                      value_range: tuple[float, float] = (0.0, 1.0), samples: int = 100_000) -> PairedDifference:
     """The paired per-problem difference a - b (each a per-problem value in `value_range`).
 
     Interval: the differences live in [-(hi - lo), hi - lo]; rescaled to [0, 1] they go through `mean_interval`,
@@ -207,7 +207,7 @@ def paired_difference(metric: str, policy_a: str, policy_b: str, problems: tuple
     differences = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
     width = value_range[1] - value_range[0]
     interval = mean_interval(differences, confidence, (-width, width))
-    permutation_p, exact = permutation_test(differences)
+    permutation_p, exact = permutation_test(differences, samples=samples)
     return PairedDifference(metric, policy_a, policy_b, problems, tuple(map(float, differences)), interval,
                             sign_test(differences), permutation_p, exact, int(np.sum(differences > 0)),
                             int(np.sum(differences < 0)), int(np.sum(differences == 0)))

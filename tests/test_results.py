@@ -1,0 +1,202 @@
+"""The report's numbers from a store written through the real store API, judged by real problem folders.
+
+Two problems made by `evolve new-problem` (14 tests each, solved when all pass), one problem whose folder is gone,
+two policies, three seeds, six iterations. Each stored program says how many tests it passed; its stored `solved`
+flag follows an OLD rule (half the tests), so the report must re-judge it by the folder's current rule. Policy "A"
+writes three children per iteration (three evaluations), spends 40 tokens and 2 s per iteration; "B" one child,
+10 tokens and 1 s. A on beta seed 2 never cracks: a censored seed.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from evolve.cli import main
+from evolve.experiment import ExperimentSpec
+from evolve.problem_check import new_problem
+from evolve.report_terminal import render_report
+from evolve.results import ExperimentResults, collect
+from evolve.results_files import write_csvs, write_json
+from evolve.stats import clopper_pearson
+from evolve.store import AttemptRecord, ChildRecord, ProgramStore
+
+TESTS = 14
+ITERATIONS = 6
+SEEDS = (0, 1, 2)
+# (problem, policy, seed) -> {iteration: tests passed by the best child of that iteration}; the seed passes 3
+SCRIPTS: dict[tuple[str, str, int], dict[int, int]] = {
+    ("alpha", "A", 0): {1: 8, 2: 14}, ("alpha", "A", 1): {3: 14}, ("alpha", "A", 2): {1: 10, 5: 14},
+    ("beta", "A", 0): {4: 14}, ("beta", "A", 1): {2: 14}, ("beta", "A", 2): {1: 9, 6: 13},  # never all 14
+    ("alpha", "B", 0): {6: 14}, ("alpha", "B", 1): {2: 12}, ("alpha", "B", 2): {3: 7},
+    ("beta", "B", 0): {}, ("beta", "B", 1): {5: 4}, ("beta", "B", 2): {},
+    ("gone", "A", 0): {1: 9}, ("gone", "A", 1): {}, ("gone", "A", 2): {},
+    ("gone", "B", 0): {}, ("gone", "B", 1): {}, ("gone", "B", 2): {},
+}
+COST = {"A": (3, 40, 2.0), "B": (1, 10, 1.0)}  # children per iteration, tokens per iteration, seconds per iteration
+
+
+def _vector(passed: int) -> dict[str, float]:
+    return {f"test_{i:02d}": float(i < passed) for i in range(TESTS)}
+
+
+def _child(passed: int, parent_id: int | None, policy: str) -> ChildRecord:
+    return ChildRecord(code=f"x = {passed}\n", parent_id=parent_id, island=0, policy=policy, edit="...",
+                       scores=_vector(passed), scalar=passed / TESTS, solved=passed >= TESTS // 2)  # the OLD rule
+
+
+def _write_cell(store: ProgramStore, spec: ExperimentSpec, key: tuple[str, str, int], script: dict[int, int]) -> None:
+    problem, policy, seed = key
+    config = spec.cell_config(problem, policy, seed)
+    run_id = store.create_run(name=config.run.name, problem=problem, policy=policy, seed=seed,
+                              config_json=config.model_dump_json(), iterations_target=ITERATIONS,
+                              experiment=spec.name)
+    (seed_program,) = store.record_iteration(run_id, 0, [_child(3, None, "")], run_elapsed_s=0.5)
+    children, tokens, seconds = COST[policy]
+    for iteration in range(1, ITERATIONS + 1):
+        call = AttemptRecord("policy_call", "stop", prompt="improve it", completion="...", latency_s=0.5,
+                             prompt_tokens=100, completion_tokens=tokens)
+        passed = script.get(iteration)
+        outcomes: list[AttemptRecord | ChildRecord] = [
+            _child(passed if passed is not None and answer == 0 else 1, seed_program.id, policy)
+            for answer in range(children)]
+        store.record_iteration(run_id, iteration, [call, *outcomes], policy=policy,
+                               run_elapsed_s=0.5 + seconds * iteration)
+    store.set_run_status(run_id, "finished")
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory: pytest.TempPathFactory) -> tuple[ProgramStore, ExperimentSpec, Path]:
+    root = tmp_path_factory.mktemp("results")
+    programs = root / "programs"
+    for name in ("alpha", "beta"):
+        new_problem(name, programs)
+    spec = ExperimentSpec.model_validate({
+        "name": "ab", "db": str(root / "ab.db"), "problems": ["alpha", "beta", "gone"], "seeds": list(SEEDS),
+        "iterations": ITERATIONS, "run": {"programs_dir": str(programs)},
+        "policies": [{"name": "A", "answers": 3}, {"name": "B"}]})
+    store = ProgramStore(spec.db)
+    store.save_experiment(spec.name, spec.model_dump_json())
+    for key, script in SCRIPTS.items():
+        _write_cell(store, spec, key, script)
+    return store, spec, programs
+
+
+@pytest.fixture(scope="module")
+def results(experiment: tuple[ProgramStore, ExperimentSpec, Path]) -> ExperimentResults:
+    store, spec, _ = experiment
+    return collect(store, spec)
+
+
+def test_cracked_follows_the_problems_current_rule_not_the_stored_flag(
+        experiment: tuple[ProgramStore, ExperimentSpec, Path], results: ExperimentResults) -> None:
+    alpha_b = results.row("alpha", "B")  # passed 14, 12, 7: stored flags say 3 cracked, the rule now says 1
+    assert (alpha_b.cracked, alpha_b.seeds_run) == (1, 3)
+    assert alpha_b.cracked_interval is not None and (alpha_b.cracked_interval.low, alpha_b.cracked_interval.high) \
+        == pytest.approx(clopper_pearson(1, 3))
+    assert results.row("beta", "A").cracked == 2 and all(c.rule == "current" for c in results.cells
+                                                         if c.problem != "gone")
+    store, spec, programs = experiment
+    toml = programs / "alpha" / "problem.toml"
+    original = toml.read_text()
+    try:  # the rule relaxed after the run: half the tests now solve it, and the report follows
+        toml.write_text(original.replace("all_at_least = 1.0", "scalar_at_least = 0.5"))
+        relaxed = collect(store, spec)
+        assert relaxed.row("alpha", "B").cracked == 3 and relaxed.row("alpha", "B").median_first_iteration == 3.0
+    finally:
+        toml.write_text(original)
+
+
+def test_a_problem_folder_that_no_longer_loads_falls_back_to_the_stored_flags_and_says_so(
+        results: ExperimentResults) -> None:
+    gone = results.row("gone", "A")
+    assert gone.cracked == 1 and {c.rule for c in results.cells if c.problem == "gone"} == {"stored"}
+    assert any(note.startswith("gone: the problem folder does not load now") for note in results.notes)
+
+
+def test_first_crack_counts_a_seed_that_never_cracked_as_censored(results: ExperimentResults) -> None:
+    beta = results.row("beta", "A")  # cracked at 4 and 2; seed 2 censored at 6
+    assert beta.first_crack is not None and beta.first_crack.censored == 1
+    assert beta.median_first_iteration == 4.0  # KM reaches 1/2 at 4 (2/3 by then); dropping the censored seed: 3
+    never = results.row("alpha", "B")  # one crack at 6 out of 3 seeds: KM never reaches one half
+    assert never.median_first_iteration is None and never.first_crack.longest_budget == ITERATIONS
+
+
+def test_mean_best_interval_never_has_zero_width_when_seeds_agree(results: ExperimentResults) -> None:
+    agree = results.row("alpha", "A").mean_best_scalar  # every seed reached 1.0
+    assert agree is not None and agree.estimate == 1.0 and agree.n == 3
+    assert agree.low == pytest.approx(0.025 ** (1 / 3)) and agree.high == 1.0
+
+
+def test_curves_exist_against_all_four_axes_on_a_common_grid(results: ExperimentResults) -> None:
+    for policy in ("A", "B"):
+        for axis in ("iterations", "evaluations", "tokens", "wall_s"):
+            curve = results.curve(policy, "cracked_share", axis=axis)
+            assert curve.seeds == 3 and curve.problems == 3 and curve.x[0] == 0
+    a_evals = results.curve("A", "cracked_share", axis="evaluations")
+    b_evals = results.curve("B", "best_score", axis="evaluations")
+    assert a_evals.x[-1] == ITERATIONS * 3 and b_evals.x[-1] == ITERATIONS  # the budget each seed reached
+    a_iter = results.curve("A", "cracked_share")
+    # A cracks alpha at 2, 3, 5, beta at 4, 2 (never seed 2) and gone (stored flag) at 1 on seed 0: at iteration 2,
+    # seed 0 has 2 of 3 problems, seed 1 has 1, seed 2 none
+    assert a_iter.mean[2] == pytest.approx((2 / 3 + 1 / 3 + 0) / 3)
+    # on the evaluations axis A's iteration t ends at 3t evaluations: the same value at x = 6
+    assert a_evals.mean[list(a_evals.x).index(6.0)] == pytest.approx(a_iter.mean[2])
+    a_wall = results.curve("A", "cracked_share", axis="wall_s")
+    assert a_wall.x[-1] == pytest.approx(0.5 + 2.0 * ITERATIONS)
+    assert all(lo <= m <= hi for lo, m, hi in zip(a_wall.low, a_wall.mean, a_wall.high, strict=True))
+    assert all(hi > lo for lo, hi in zip(a_iter.low, a_iter.high, strict=True))  # never zero width
+
+
+def test_budgets_state_what_each_arm_spent(results: ExperimentResults) -> None:
+    a, b = results.budget("A"), results.budget("B")
+    assert (a.cells, a.iterations, a.evaluations, a.completion_tokens, a.policy_calls) == (9, 54, 162, 2160, 54)
+    assert (b.evaluations, b.completion_tokens) == (54, 540)
+    assert a.wall_s == pytest.approx(9 * (0.5 + 12.0)) and b.wall_s == pytest.approx(9 * 6.5)
+
+
+def test_objectives_reached_per_problem_and_policy(results: ExperimentResults) -> None:
+    reach = {(o.problem, o.policy, o.objective): o for o in results.objectives}
+    last = reach[("alpha", "B", "test_13")]  # only seed 0 passed every test
+    assert (last.threshold, last.seeds, last.reached, last.best) == (1.0, 3, 1, 1.0)
+    assert reach[("alpha", "B", "test_06")].reached == 3 and reach[("beta", "B", "test_03")].reached == 1
+
+
+def test_paired_differences_over_the_problems_both_policies_ran(results: ExperimentResults) -> None:
+    cracked = next(d for d in results.differences if d.metric == "cracked_share")
+    assert (cracked.policy_a, cracked.policy_b, cracked.problems) == ("A", "B", ("alpha", "beta", "gone"))
+    assert cracked.per_problem == pytest.approx((1 - 1 / 3, 2 / 3 - 0, 1 / 3 - 0))
+    assert (cracked.wins, cracked.losses, cracked.ties) == (3, 0, 0) and cracked.permutation_exact
+    assert cracked.permutation_p == pytest.approx(2 / 8) and cracked.sign_p == pytest.approx(2 / 8)
+    assert cracked.mean.n == 3 and cracked.mean.low < np.mean(cracked.per_problem) < cracked.mean.high
+
+
+def test_files_and_terminal_carry_every_number(results: ExperimentResults, tmp_path: Path) -> None:
+    written = write_csvs(results, tmp_path)
+    assert {p.name for p in written} == {"table.csv", "cells.csv", "curves.csv", "objectives.csv", "budgets.csv",
+                                         "differences.csv"}
+    curves = list(csv.DictReader((tmp_path / "curves.csv").open()))
+    assert {row["axis"] for row in curves} == {"iterations", "evaluations", "tokens", "wall_s"}
+    table = {(r["problem"], r["policy"]): r for r in csv.DictReader((tmp_path / "table.csv").open())}
+    assert table[("beta", "A")]["median_first_iteration_km"] == "4.0" and table[("beta", "A")]["seeds_censored"] == "1"
+    write_json(results, tmp_path / "report.json")
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert len(data["differences"]) == 2 and data["budgets"][0]["evaluations"] == 162
+    console = Console(record=True, width=200)
+    render_report(results, console)
+    text = console.export_text()
+    assert "1/3 cracked [0.01, 0.91]" in text and "median first crack > 6 (KM, 2 censored)" in text
+    assert "median first crack it 4 (KM, 1 censored)" in text and "162 (3.0/it)" in text
+    assert "A - B" in text and "gone: the problem folder does not load now" in text
+
+
+def test_report_command_rejects_a_bad_score_range_in_one_line(tmp_path: Path, capsys) -> None:
+    experiment_file = tmp_path / "x.toml"
+    experiment_file.write_text('problems = ["fizzbuzz"]\niterations = 1\n[[policies]]\nname = "p"\n')
+    assert main(["report", str(experiment_file), "--score-range", "1,0"]) == 2
+    assert "--score-range '1,0': LOW must be below HIGH" in capsys.readouterr().out
