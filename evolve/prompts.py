@@ -8,20 +8,23 @@ stop strings, token budget, and the raw text for completion APIs.
 from __future__ import annotations
 
 import ast
+import re
 import string
 import textwrap
 from dataclasses import dataclass
 from typing import Literal
 
-from evolve.edits import EditError, block_body, defined_names
+from evolve.edits import EditError, block_body, defined_names, find_blocks
 from evolve.evaluator_api import FEEDBACK_CHARS
+from evolve.problems import ProblemPrompt
 from evolve.prompt_templates import PromptTemplate, load_template
 from evolve.records import MutationRequest, Program
 
 _CHARS_PER_TOKEN = 3.0  # SmolLM2's tokenizer on indented Python, measured on the example programs
 _WEAKEST_SHOWN = 3
-_DESCRIPTION_CHARS = 700
 _INSPIRATION_CHARS = 600
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PROBLEM_DEFAULTS = ProblemPrompt()  # a problem without a [prompt] table
 # a line that starts at column 0 after a one-function block is never part of it: stop there
 _TOP_LEVEL_STARTS = tuple("\n" + c for c in string.ascii_letters + "_#@")
 DIFF_PREFILL = "<<<<<<< SEARCH\n"
@@ -164,23 +167,83 @@ def _inspiration(request: MutationRequest, show_docstrings: bool) -> dict[str, s
     return {"code": block, "score": score_summary(best)} if len(block) <= _INSPIRATION_CHARS else None
 
 
-def _description(request: MutationRequest) -> str:
-    text = " ".join(request.problem_description.split())
-    return text if len(text) <= _DESCRIPTION_CHARS else text[:_DESCRIPTION_CHARS].rsplit(" ", 1)[0] + " ..."
+def _description(request: MutationRequest, shown: ProblemPrompt) -> str:
+    """The problem's description on one line or as written, cut past shown.description_chars (0: never)."""
+    text = request.problem_description
+    if shown.description == "flattened":
+        text = " ".join(text.split())
+    limit = shown.description_chars
+    if not limit or len(text) <= limit:
+        return text
+    cut = text[:limit]
+    return cut[: max(cut.rfind(" "), cut.rfind("\n"))].rstrip() + " ..."
+
+
+def _top_level_outside(code: str) -> list[tuple[ast.stmt, str]]:
+    """The top-level statements outside the EVOLVE blocks, with their source as written, in file order; imports,
+    the module docstring and an `if __name__ == ...` part are left out (imports are listed on their own)."""
+    tree = _tree(code)
+    if tree is None:
+        return []
+    lines = code.split("\n")
+    inside = [range(start, end) for start, end in find_blocks(code)]
+    kept = []
+    for index, node in enumerate(tree.body):
+        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])]) - 1
+        if any(first in span for span in inside) or isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if index == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue
+        if isinstance(node, ast.If) and "__name__" in ast.unparse(node.test):
+            continue
+        kept.append((node, "\n".join(lines[first:node.end_lineno or node.lineno]).rstrip()))
+    return kept
+
+
+def _defines(node: ast.stmt) -> set[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+    return {name.id for target in targets if target is not None for name in ast.walk(target)
+            if isinstance(name, ast.Name)}
+
+
+def context_code(code: str, which: str) -> str:
+    """The code outside the block that a prompt shows: "all" of it, or what the block "used" (the definitions
+    whose names the block mentions, in code or docstrings, and the ones those mention in turn), as written."""
+    if which == "none":
+        return ""
+    pieces = _top_level_outside(code)
+    if which == "used":
+        words = set(_WORD.findall(_block(code)))
+        chosen: set[int] = set()
+        grew = True
+        while grew:
+            grew = False
+            for index, (node, source) in enumerate(pieces):
+                if index not in chosen and _defines(node) & words:
+                    chosen.add(index)
+                    words |= set(_WORD.findall(source))
+                    grew = True
+        pieces = [piece for index, piece in enumerate(pieces) if index in chosen]
+    return "\n\n".join(source for _, source in pieces)
 
 
 def build_prompt(request: MutationRequest, options: PromptOptions = PromptOptions(),
-                 template: PromptTemplate | None = None) -> Prompt:
-    """Messages (and raw text, for completion APIs), prefill, stops and token budget for one mutation."""
+                 template: PromptTemplate | None = None, problem: ProblemPrompt = _PROBLEM_DEFAULTS) -> Prompt:
+    """Messages (and raw text, for completion APIs), prefill, stops and token budget for one mutation; `problem`
+    is the problem's [prompt] settings (docstrings, description, context)."""
     template = template or load_template("default")
     parent = request.parent
     block = _block(parent.code)
     diff = options.edit_format == "diff"
-    shown = block if diff or options.docstrings else without_docstrings(block)  # a diff's SEARCH must match
+    docstrings = diff or options.docstrings or problem.docstrings  # a diff's SEARCH must match the block
+    shown = block if docstrings else without_docstrings(block)
     messages = template.messages(
-        description=_description(request), code=shown, target=_name_of(block), score=score_summary(parent),
+        description=_description(request, problem), code=shown, target=_name_of(block), score=score_summary(parent),
         scalar=parent.scalar, scores=dict(parent.scores), imports=_imports(parent.code) if options.imports else "",
-        inspiration=_inspiration(request, diff or options.docstrings), feedback=_feedback(parent),
+        context=context_code(parent.code, problem.context),
+        inspiration=_inspiration(request, docstrings), feedback=_feedback(parent),
         edit_format=options.edit_format, answers=options.answers, tag=options.answer_tag,
         example=options.example and not diff and options.answers == 1,
         iteration=request.iteration, island=request.island, objectives=list(request.objective_names),
