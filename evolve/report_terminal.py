@@ -119,14 +119,18 @@ def render_differences(results: ExperimentResults, console: Console) -> None:
 
 
 def objectives_text(reaches: list[ObjectiveReach]) -> str:
-    """`name k/n` per objective (seeds that reached the bar), or `name best` where the problem has no bar."""
-    parts = []
+    """Objectives grouped by how many seeds reached the bar ("3/3: 7 tests"), names listed for small groups; the
+    best value per objective where the problem has no bar."""
+    if any(reach.reached is None for reach in reaches):
+        return "  ".join(f"{reach.objective} {reach.best:.3g}" for reach in reaches)
+    groups: dict[tuple[int, int], list[str]] = {}
     for reach in reaches:
-        if reach.reached is None:
-            parts.append(f"{reach.objective} {reach.best:.3g}")
-        else:
-            parts.append(f"{reach.objective} {reach.reached}/{reach.seeds}")
-    return "  ".join(parts)
+        groups.setdefault((reach.reached or 0, reach.seeds), []).append(reach.objective)
+    parts = []
+    for (reached, seeds), names in sorted(groups.items(), key=lambda item: -item[0][0] / max(item[0][1], 1)):
+        listed = " ".join(names) if len(names) <= 6 else f"{len(names)} of {len(reaches)} objectives"
+        parts.append(f"{reached}/{seeds} seeds: {listed}")
+    return "; ".join(parts)
 
 
 def render_objectives(results: ExperimentResults, console: Console) -> None:
