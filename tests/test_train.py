@@ -1,4 +1,5 @@
-"""`evolve train` for real: 2 CPU steps of VPO, GRPO and Multi-RLVR on SmolLM2-135M, then `evolve run` on the result."""
+"""`evolve train` for real: 2 CPU steps of VPO, GRPO, Multi-RLVR and Max@K on SmolLM2-135M, then `evolve run` on the
+result; the update loop (PPO epochs, minibatches, old log-probs) on a tiny model; the settings and their refusals."""
 
 from __future__ import annotations
 
@@ -11,15 +12,16 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 FIELDS = {"step", "algo", "reward", "reward_objectives", "scored_answers", "diversity", "reward_std", "adv_std",
-          "zero_spread_groups", "tokens", "pg_loss", "kl", "clip_frac", "entropy", "grad_norm", "gen_s",
+          "zero_spread_groups", "tokens", "pg_loss", "kl", "clip_frac", "dual_clip_frac", "ppo_kl", "entropy",
+          "grad_norm", "gen_s",
           "rollout_s", "train_s", "seconds", "evaluations"}
 # G and the token cap are small so that the three runs take a few minutes on two shared cores; the seeds give a
 # reward spread (hence a gradient) within 2 steps on this model
-SETTINGS = {"vpo": ("3", "96"), "grpo": ("4", "96"), "multi-rlvr": ("3", "96")}
+SETTINGS = {"vpo": ("3", "96"), "grpo": ("4", "96"), "multi-rlvr": ("3", "96"), "max-at-k": ("4", "96")}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", ["vpo", "grpo", "multi-rlvr"])
+@pytest.mark.parametrize("algo", ["vpo", "grpo", "multi-rlvr", "max-at-k"])
 def test_two_real_steps_then_evolve_run_loads_the_checkpoint(tmp_path: Path, algo: str,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     from safetensors.torch import load_file
@@ -37,7 +39,7 @@ def test_two_real_steps_then_evolve_run_loads_the_checkpoint(tmp_path: Path, alg
 
     log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
     assert [record["step"] for record in log] == [1, 2]
-    m = 1 if algo == "grpo" else 3
+    m = 1 if algo in ("grpo", "max-at-k") else 3
     for record in log:
         assert FIELDS <= record.keys() and record["algo"] == algo
         assert 0.0 <= record["reward"] <= 1.0 and 0.0 <= record["scored_answers"] <= 1.0
