@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from evolve.edits import apply_diff, apply_rewrite, split_answers
-from evolve.prompts import PromptOptions, build_prompt, prefill_for, without_docstrings
+from evolve.problem_check import new_problem
+from evolve.problems import ProblemError, ProblemPrompt, load_problem
+from evolve.prompts import PromptOptions, build_prompt, context_code, prefill_for, without_docstrings
 from evolve.records import MutationRequest, Program
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -163,3 +166,97 @@ def test_prompts_for_the_shipped_problems_show_their_function(name: str) -> None
     prompt = build_prompt(request(program(code, 0.5)))
     assert prompt.prefill.startswith("def ") and prompt.prefill in user_text(prompt.messages)
     assert len(user_text(prompt.messages)) < 1500
+
+
+HELPERS_CODE = '''"""A module docstring that no prompt shows."""
+
+import math
+
+SCALE = 3.0
+UNRELATED = 99
+
+
+def helper(x: float) -> float:
+    """Scaled, by SCALE."""
+    return x * SCALE
+
+
+def cousin(x: float) -> float:
+    return x
+
+
+# EVOLVE-BLOCK-START
+def f(x: float) -> float:
+    """Use helper() on x,
+    keeping these line breaks."""
+    return x
+# EVOLVE-BLOCK-END
+
+
+if __name__ == "__main__":
+    print(f(1.0))
+'''
+
+LONG_DESCRIPTION = "Write f(x).\n  Line two, indented.\n" + "More words to make it long. " * 40
+
+
+def described(code: str, description: str = LONG_DESCRIPTION) -> MutationRequest:
+    parent = program(code, 0.25)
+    return MutationRequest(iteration=3, island=0, parent=parent, inspirations=(), problem_description=description,
+                           objective_names=tuple(parent.scores))
+
+
+def test_default_prompt_settings_flatten_and_cut_the_description_and_hide_docstrings_and_context() -> None:
+    text = user_text(build_prompt(described(HELPERS_CODE)).messages)
+    assert "Write f(x). Line two, indented. More words" in text and text.count("More words") < 40
+    assert " ...\n" in text and "keeping these line breaks" not in text
+    assert "def helper" not in text and "SCALE" not in text and "Already imported: import math" in text
+    assert build_prompt(described(HELPERS_CODE)) == build_prompt(described(HELPERS_CODE), problem=ProblemPrompt())
+
+
+def test_description_as_written_keeps_line_breaks_and_zero_chars_never_cuts() -> None:
+    shown = ProblemPrompt(description="as_written", description_chars=0, docstrings=True)
+    text = user_text(build_prompt(described(HELPERS_CODE), problem=shown).messages)
+    assert "Task: " + LONG_DESCRIPTION in text
+    assert '    """Use helper() on x,\n    keeping these line breaks."""\n    return x' in text
+    cut = user_text(build_prompt(described(HELPERS_CODE), problem=ProblemPrompt(description_chars=100)).messages)
+    assert "Line two, indented. More" in cut and len(cut.split("Task: ")[1].split("\n")[0]) <= 104
+
+
+def test_context_used_shows_the_helpers_the_block_mentions_and_what_they_use() -> None:
+    assert context_code(HELPERS_CODE, "used") == 'SCALE = 3.0\n\n\ndef helper(x: float) -> float:\n' \
+        '    """Scaled, by SCALE."""\n    return x * SCALE'.replace("\n\n\n", "\n\n")
+    everything = context_code(HELPERS_CODE, "all")
+    assert "UNRELATED = 99" in everything and "def cousin" in everything
+    for never in ("module docstring", "import math", "__main__", "def f("):
+        assert never not in everything
+    assert context_code(HELPERS_CODE, "none") == ""
+    text = user_text(build_prompt(described(HELPERS_CODE), problem=ProblemPrompt(context="used")).messages)
+    assert "```python\nSCALE = 3.0\n\ndef helper(x: float) -> float:" in text and "def cousin" not in text
+    assert text.index("def helper") < text.index("Current code")
+
+
+@pytest.mark.parametrize("table, fragment", [
+    ("[prompt]\ndocstring = true\n", "unknown key 'prompt.docstring'"),
+    ("[prompt]\ndescription = 'verbatim'\n", "invalid value for 'prompt.description'"),
+    ("[prompt]\ndescription_chars = -1\n", "invalid value for 'prompt.description_chars'"),
+    ("[prompt]\ncontext = true\n", "invalid value for 'prompt.context'"),
+])
+def test_a_mistake_in_the_prompt_table_is_one_line(tmp_path: Path, table: str, fragment: str) -> None:
+    folder = new_problem("toy", tmp_path)
+    (folder / "problem.toml").write_text((folder / "problem.toml").read_text() + "\n" + table)
+    with pytest.raises(ProblemError, match=re.escape(fragment)) as caught:
+        load_problem("toy", tmp_path)
+    assert "\n" not in str(caught.value) and "problem.toml" in str(caught.value)
+
+
+def test_the_prompt_table_reaches_the_problem(tmp_path: Path) -> None:
+    folder = new_problem("toy", tmp_path)
+    toml = (folder / "problem.toml").read_text()
+    flat = load_problem("toy", tmp_path)
+    assert flat.prompt == ProblemPrompt() and "\n" not in flat.description
+    (folder / "problem.toml").write_text(toml + "\n[prompt]\ndocstrings = true\ndescription = 'as_written'\n"
+                                         "description_chars = 0\ncontext = 'used'\n")
+    problem = load_problem("toy", tmp_path)
+    assert problem.prompt == ProblemPrompt(True, "as_written", 0, "used")
+    assert "\n" in problem.description and " ".join(problem.description.split()) == flat.description
