@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 
@@ -88,12 +89,23 @@ def cmd_sample(args: argparse.Namespace, console: Console) -> int:
                   f"), {per_request}; {len(plans)} problems ({len(plans) - todo} already sampled), store "
                   f"{base.run.db}", highlight=False, soft_wrap=True)
 
-    def done(plan: Any, run_id: int) -> None:
-        result = problem_sample(store, plan, run_id, args.n)
-        console.print(f"  {plan.problem.name}: {result.c}/{result.n} answers solved, best {max(result.scalars):.3f} "
-                      f"(run {run_id})", highlight=False)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    progress = Progress(*columns, console=console, transient=True)
+    bar = progress.add_task("requests", total=sum(plan.config.run.iterations for plan in plans))
+    requests_done = {plan.config.run.name: plan.config.run.iterations for plan in plans if plan.finished}
 
-    outcome = run_samples(store, plans, args.parallel, done)
+    def moved(plan: Any, done: int) -> None:
+        requests_done[plan.config.run.name] = done
+        progress.update(bar, completed=sum(requests_done.values()))
+
+    def finished(plan: Any, run_id: int) -> None:
+        result = problem_sample(store, plan, run_id, args.n)
+        progress.console.print(f"  {plan.problem.name}: {result.c}/{result.n} answers solved, best "
+                               f"{max(result.scalars):.3f} (run {run_id})", highlight=False)
+
+    with progress:
+        progress.update(bar, completed=sum(requests_done.values()))
+        outcome = run_samples(store, plans, args.parallel, finished, moved)
     for error in outcome.errors:
         console.print(f"[red]error:[/] {error}", highlight=False)
     samples = [problem_sample(store, plan, outcome.finished[plan.config.run.name], args.n) for plan in plans

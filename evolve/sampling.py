@@ -48,6 +48,9 @@ class SamplePlan:
     finished: bool
 
 
+PlanCallback = Callable[[SamplePlan, int], None]  # (plan, run id) when it finishes, (plan, requests done) as it goes
+
+
 @dataclass(frozen=True)
 class ProblemSample:
     """What one problem's answers scored, in sampling order (the first n answers of its run)."""
@@ -151,8 +154,10 @@ def raise_budget(store: ProgramStore, run_id: int, config: RunConfig) -> None:
 
 
 def run_samples(store: ProgramStore, plans: Sequence[SamplePlan], parallel: int = 2,
-                on_done: Callable[[SamplePlan, int], None] | None = None) -> SampleOutcome:
-    """Sample every unfinished plan with one policy object (loaded once); plans already finished are not touched."""
+                on_done: PlanCallback | None = None,
+                on_request: PlanCallback | None = None) -> SampleOutcome:
+    """Sample every unfinished plan with one policy object (loaded once); plans already finished are not touched.
+    `on_done(plan, run_id)` follows each finished plan, `on_request(plan, requests_done)` each committed request."""
     outcome = SampleOutcome(finished={plan.config.run.name: plan.run_id for plan in plans
                                       if plan.finished and plan.run_id is not None})
     todo = [plan for plan in plans if not plan.finished]
@@ -162,14 +167,16 @@ def run_samples(store: ProgramStore, plans: Sequence[SamplePlan], parallel: int 
     concurrency = todo[0].config.run.concurrency * parallel
     try:
         with open_policy(policy, todo[0].config.run.seed, concurrency) as backend:
-            asyncio.run(_sample_all(store, backend, todo, parallel, outcome, on_done or (lambda plan, run: None)))
+            asyncio.run(_sample_all(store, backend, todo, parallel, outcome, on_done or (lambda plan, run: None),
+                                    on_request or (lambda plan, done: None)))
     except (KeyboardInterrupt, asyncio.CancelledError):
         outcome.interrupted = True
     return outcome
 
 
 async def _sample_all(store: ProgramStore, backend: Policy, todo: Sequence[SamplePlan], parallel: int,
-                      outcome: SampleOutcome, on_done: Callable[[SamplePlan, int], None]) -> None:
+                      outcome: SampleOutcome, on_done: PlanCallback,
+                      on_request: PlanCallback) -> None:
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -177,7 +184,7 @@ async def _sample_all(store: ProgramStore, backend: Policy, todo: Sequence[Sampl
             loop.add_signal_handler(sig, main.cancel)
     slots = asyncio.Semaphore(parallel)
     eval_slots = asyncio.Semaphore(todo[0].config.run.eval_workers)
-    tasks = [asyncio.create_task(_sample_one(store, backend, plan, slots, eval_slots, outcome, on_done))
+    tasks = [asyncio.create_task(_sample_one(store, backend, plan, slots, eval_slots, outcome, on_done, on_request))
              for plan in todo]
     try:
         await asyncio.gather(*tasks)
@@ -195,7 +202,7 @@ async def _sample_all(store: ProgramStore, backend: Policy, todo: Sequence[Sampl
 
 async def _sample_one(store: ProgramStore, backend: Policy, plan: SamplePlan, slots: asyncio.Semaphore,
                       eval_slots: asyncio.Semaphore, outcome: SampleOutcome,
-                      on_done: Callable[[SamplePlan, int], None]) -> None:
+                      on_done: PlanCallback, on_request: PlanCallback) -> None:
     async with slots:
         config = plan.config
         run_id = plan.run_id
@@ -204,7 +211,8 @@ async def _sample_one(store: ProgramStore, backend: Policy, plan: SamplePlan, sl
                                       seed=config.run.seed, config_json=config.model_dump_json(),
                                       iterations_target=config.run.iterations)
         store.set_run_status(run_id, "running")
-        controller = Controller(config, plan.problem, store, backend, run_id, eval_slots=eval_slots)
+        controller = Controller(config, plan.problem, store, backend, run_id, eval_slots=eval_slots,
+                                on_update=lambda stats: on_request(plan, stats.iterations_done))
         try:
             await controller.run()
         except SeedProgramError as exc:
