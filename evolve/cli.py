@@ -115,6 +115,8 @@ def _cmd_runs(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_problems(args: argparse.Namespace, console: Console) -> int:
+    from rich.markup import escape
+
     from evolve.problem_check import reduction_rule, solved_rule
     from evolve.problems import list_problems, load_problem
 
@@ -126,7 +128,7 @@ def _cmd_problems(args: argparse.Namespace, console: Console) -> int:
         problem = load_problem(name, programs_dir)
         first = problem.description.split(". ")[0].rstrip(".") + "."
         table.add_row(name, str(len(problem.objectives)), reduction_rule(problem), solved_rule(problem),
-                      first[:90])
+                      escape(first[:90]))  # a description may hold [brackets], which rich reads as markup
     console.print(table)
     return 0
 

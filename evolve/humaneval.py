@@ -18,6 +18,7 @@ import json
 import math
 import re
 import shutil
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,8 +113,7 @@ def parse_ids(spec: str, count: int) -> list[int]:
 def toml_string(text: str) -> str:
     """`text` as a TOML string: a multi-line literal string when it can be one (read as written), else a basic
     string with every quote, backslash and control character escaped."""
-    if "'''" not in text and not text.endswith("'") and not _TOML_CONTROL.search(text.replace("\r\n", "\n")) \
-            and "\r" not in text:
+    if "'''" not in text and not text.endswith("'") and not _TOML_CONTROL.search(text):
         return "'''\n" + text + "'''"
     escaped = []
     for char in text:
@@ -123,7 +123,7 @@ def toml_string(text: str) -> str:
             escaped.append("\\n")
         elif char == "\t":
             escaped.append("\\t")
-        elif _TOML_CONTROL.match(char) or char == "\r":
+        elif _TOML_CONTROL.match(char):
             escaped.append(f"\\u{ord(char):04x}")
         else:
             escaped.append(char)
@@ -212,7 +212,7 @@ def problem_toml(task: HumanEvalTask, objectives: int) -> str:
     return "\n".join([
         f'name = "{task.name}"',
         f"description = {toml_string(description)}",
-        f"provenance = {toml_string(provenance)}",
+        f"provenance = {toml_string(textwrap.fill(provenance, 110))}",
         f"objectives = {objectives_text}",
         "",
         "[score]", 'reduction = "mean"', "",
