@@ -21,11 +21,12 @@ import json
 import os
 import resource
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 # Landlock (Linux >= 5.13). Syscall numbers are the same on every architecture.
 _SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
 _READ = (1 << 0) | (1 << 2) | (1 << 3)  # execute, read_file, read_dir
+_READ_DIR = 1 << 3
 _WRITE_BY_ABI = {
     1: sum(1 << bit for bit in (1, 4, 5, 6, 7, 8, 9, 10, 11, 12)),  # write_file, remove_*, make_*
     2: 1 << 13,  # refer
@@ -49,8 +50,9 @@ def landlock_abi(libc: ctypes.CDLL) -> int:
     return max(0, libc.syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))
 
 
-def landlock(libc: ctypes.CDLL, workdir: str, read_roots: list[str]) -> int:
-    """Writes only under workdir, reads only under read_roots; returns the ABI applied, 0 where unsupported."""
+def landlock(libc: ctypes.CDLL, workdir: str, read_roots: list[str], list_roots: Sequence[str] = ()) -> int:
+    """Writes only under workdir, reads only under read_roots, and only listing of the folders in list_roots;
+    returns the ABI applied, 0 where unsupported."""
     abi = landlock_abi(libc)
     if abi == 0:
         return 0
@@ -62,6 +64,7 @@ def landlock(libc: ctypes.CDLL, workdir: str, read_roots: list[str]) -> int:
     if ruleset < 0:
         return 0
     rules = [(workdir, handled), ("/dev/null", handled & _FILE_ONLY)] + [(root, _READ) for root in read_roots]
+    rules += [(folder, _READ_DIR) for folder in list_roots]
     for path, rights in rules:
         try:
             fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
@@ -206,7 +209,7 @@ def confine(job: dict) -> dict | object | None:
             return {"ok": False, "kind": "crash", "detail": f"the driver failed to load: {describe(exc)}"}
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    landlock(libc, job["workdir"], job["read_roots"])
+    landlock(libc, job["workdir"], job["read_roots"], job["list_roots"])
     drop_privileges(libc, job["uid"])  # raises (and the candidate is never run) if it cannot
     return driver
 

