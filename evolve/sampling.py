@@ -122,9 +122,12 @@ def latest_run(store: ProgramStore, name: str) -> RunInfo | None:
 def plan_samples(store: ProgramStore, base: RunConfig, problems: Sequence[str], answers: int) -> list[SamplePlan]:
     """Load every problem (a broken one is an error before any model loads) and find or plan its run."""
     programs_dir = Path(base.run.programs_dir)
-    plans = []
+    plans: list[SamplePlan] = []
     for spec in problems:
         problem = load_problem(spec, programs_dir)
+        twin = next((plan.config.run.problem for plan in plans if plan.problem.name == problem.name), None)
+        if twin is not None:
+            raise SampleError(f"{twin} and {spec} are the same problem ({problem.name}); name it once")
         wanted = sample_config(base, spec, problem.name, answers)
         info = latest_run(store, wanted.run.name)
         if info is None:

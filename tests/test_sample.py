@@ -135,6 +135,8 @@ def test_a_stored_run_with_other_sampling_settings_is_refused_and_a_larger_n_ext
     assert (plan.run_id, plan.finished) == (run_id, True)
     with pytest.raises(SampleError, match=r"policy.temperature 0.8 -> 1.0.*--set policy.name"):
         plan_samples(store, base_config(db, "policy.temperature=1.0"), ["fizzbuzz"], 2)
+    with pytest.raises(SampleError, match=r"fizzbuzz and .*/programs/fizzbuzz are the same problem"):
+        plan_samples(store, base, ["fizzbuzz", str(PROGRAMS / "fizzbuzz")], 2)
     (plan,) = plan_samples(store, base, ["fizzbuzz"], 5)
     assert (plan.run_id, plan.finished, plan.config.run.iterations) == (run_id, False, 5)
     assert store.get_run(run_id).iterations_target == 5
