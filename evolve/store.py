@@ -7,7 +7,10 @@ Tables
   scores    one row per program: the score vector as a JSON object (key order kept), the scalar used for
             ranking (indexed with run_id for top-k), solved, artifacts.
   attempts  every policy call ('policy_call') and every outcome of an answer (AttemptKind in records.py);
-            outcomes point at their call (call_id), children at their program (program_id).
+            outcomes point at their call (call_id), children at their program (program_id). An iteration may
+            hold several calls (run.answers_per_iteration); each row carries the run's active wall clock at the
+            iteration's commit (run_elapsed_s), which `iteration_costs` reports with the calls, evaluations
+            and tokens of each iteration.
 
 Durability: every public write is one transaction, committed before the method returns. SQLite runs in WAL
 mode with synchronous=NORMAL, so a commit survives the process being killed at any instant (a power cut may
