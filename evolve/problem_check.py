@@ -59,15 +59,22 @@ def reduction_rule(problem: Problem) -> str:
     return "mean"
 
 
-def check_problem(name_or_path: str, programs_dir: Path) -> CheckReport:
-    """Load the folder, then score initial.py twice and a broken candidate once, in the real sandbox."""
+def _loaded(name_or_path: str, programs_dir: Path) -> CheckReport:
+    """A report on the loaded problem, or one holding the load error (report.problem is None)."""
     try:
-        problem = load_problem(name_or_path, programs_dir)
+        return CheckReport(load_problem(name_or_path, programs_dir))
     except ProblemError as exc:
         report = CheckReport(None)
         report.add("error", str(exc))
         return report
-    report = CheckReport(problem)
+
+
+def check_problem(name_or_path: str, programs_dir: Path) -> CheckReport:
+    """Load the folder, then score initial.py twice and a broken candidate once, in the real sandbox."""
+    report = _loaded(name_or_path, programs_dir)
+    if report.problem is None:
+        return report
+    problem = report.problem
     report.add("ok", f"{problem.path / 'problem.toml'}: {len(problem.objectives)} objectives, scalar = "
                      f"{reduction_rule(problem)}, solved when {solved_rule(problem)}")
     first, second, broken = asyncio.run(_evaluations(problem))
@@ -114,13 +121,10 @@ def check_problem(name_or_path: str, programs_dir: Path) -> CheckReport:
 def check_solution(name_or_path: str, programs_dir: Path, solution: Path) -> CheckReport:
     """Load the folder and score `solution` (a whole program) with its evaluator in the real sandbox; an error
     finding unless it meets the solved rule. The report's `initial` holds the solution's evaluation."""
-    try:
-        problem = load_problem(name_or_path, programs_dir)
-    except ProblemError as exc:
-        report = CheckReport(None)
-        report.add("error", str(exc))
+    report = _loaded(name_or_path, programs_dir)
+    if report.problem is None:
         return report
-    report = CheckReport(problem)
+    problem = report.problem
     try:
         code = solution.read_text()
     except (OSError, UnicodeDecodeError) as exc:
