@@ -96,7 +96,8 @@ def _header(results: ExperimentResults) -> str:
         ("generated", escape(results.generated_at)),
         ("design", f"{len(results.policies)} policies &times; {len(results.problems)} problems &times; {seeds} "
                    f"seeds ({', '.join(escape(str(s)) for s in results.seeds)})"),
-        ("iterations", f"{results.iterations} per cell (one policy call each)"),
+        ("iterations", f"{results.iterations} per cell, {results.answers_per_iteration} candidate answers each "
+                       "(a policy writing m per request makes answers / m requests)"),
         ("intervals", f"{level}: Clopper-Pearson for cracked k/n; Hoeffding relative-entropy for means of scores "
                       f"in {results.score_range[0]:g}..{results.score_range[1]:g}"),
     ]

@@ -153,7 +153,8 @@ def render_report(results: ExperimentResults, console: Console) -> None:
     level = f"{results.confidence:.0%}"
     console.print(f"[bold]experiment {results.name}[/]  {results.description}", highlight=False)
     console.print(f"{len(results.policies)} policies x {len(results.problems)} problems x {len(results.seeds)} seeds, "
-                  f"{results.iterations} iterations per cell; store {results.db}", highlight=False)
+                  f"{results.iterations} iterations per cell, "
+                  f"{results.answers_per_iteration} candidate answers each; store {results.db}", highlight=False)
     console.print(f"intervals ({level}): cracked k/n Clopper-Pearson (exact); means Hoeffding relative-entropy "
                   f"(at least {level} for any scores in {results.score_range[0]:g}..{results.score_range[1]:g}, "
                   f"n = seeds); first crack Kaplan-Meier, seeds that never cracked censored at their budget",

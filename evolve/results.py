@@ -123,6 +123,7 @@ class ExperimentResults:
     db: str
     generated_at: str
     iterations: int
+    answers_per_iteration: int  # candidate answers every arm gets per iteration (the protocol)
     problems: tuple[str, ...]
     policies: tuple[str, ...]
     seeds: tuple[int, ...]
@@ -279,6 +280,7 @@ def collect(store: ProgramStore, spec: ExperimentSpec, samples: int = 100_000, c
     return ExperimentResults(
         name=spec.name, description=spec.description, db=spec.db,
         generated_at=datetime.now(UTC).isoformat(timespec="seconds"), iterations=spec.iterations,
+        answers_per_iteration=spec.answers_per_iteration_of_cells(),
         problems=spec.problems, policies=policies, seeds=spec.seeds, confidence=confidence, score_range=score_range,
         axes=AXES, cells=cells, table=table_t, curves=tuple(curves), problem_curves=tuple(problem_curves),
         objectives=tuple(objectives), budgets=tuple(_budget(p, [c for c in cells if c.policy == p]) for p in policies),
