@@ -157,16 +157,9 @@ def held_out_config(args: argparse.Namespace, config: Any) -> Any:  # -> TrainCo
                               f"test problems of experiment {spec.name} ({source}); train on its train_problems "
                               f"({', '.join(spec.train_problems) or 'none declared'}) instead")
     if config.parents_db:
-        from evolve.rl.rollouts import parents_store, tested_problems
+        from evolve.rl.rollouts import refuse_tested_parents
 
-        tested = tested_problems(parents_store(config.parents_db))
-        leaked = [f"{name} (experiment {tested[key]})" for name in config.problems
-                  for key in problem_keys([name]) if key in tested]
-        if leaked:
-            raise ConfigError(f"--parents-db {config.parents_db}: {', '.join(leaked)} "
-                              f"{'is a test problem' if len(leaked) == 1 else 'are test problems'} of that store's "
-                              "experiments; parents from their runs would train on the test set (drop them from "
-                              "the training problems)")
+        refuse_tested_parents(config.parents_db, config.problems)
     return config
 
 

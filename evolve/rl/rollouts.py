@@ -35,6 +35,7 @@ from evolve.prompt_templates import PromptTemplate
 from evolve.prompts import Prompt, PromptOptions, build_prompt
 from evolve.records import Evaluation, MutationRequest, Program
 from evolve.rl.advantages import answer_key, duplicate_mask, reward_array
+from evolve.rl.checkpoints import problem_keys
 from evolve.rl.estimators import GroupRewards, objective_weights
 from evolve.store import ProgramStore
 from evolve.store_tables import ExperimentRow
@@ -141,6 +142,18 @@ def tested_problems(store: ProgramStore) -> dict[str, str]:
                 tested.setdefault(Path(str(problem).rstrip("/")).name, name)
     return tested
 
+
+def refuse_tested_parents(parents_db: str, problems: Sequence[str]) -> None:
+    """ConfigError when a training problem is a test problem of an experiment saved in the parents store: parents
+    from its runs would train on the test set."""
+    tested = tested_problems(parents_store(parents_db))
+    leaked = [f"{name} (experiment {tested[key]})" for name in problems for key in problem_keys([name])
+              if key in tested]
+    if leaked:
+        raise ConfigError(f"--parents-db {parents_db}: {', '.join(leaked)} "
+                          f"{'is a test problem' if len(leaked) == 1 else 'are test problems'} of that store's "
+                          "experiments; parents from their runs would train on the test set (drop them from "
+                          "the training problems)")
 
 def stored_parents(store: ProgramStore, problem: Problem, count: int) -> list[Program]:
     """Up to `count` evolved programs of `problem` from every run in the store: unsolved, distinct, best first."""

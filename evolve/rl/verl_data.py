@@ -28,7 +28,7 @@ from evolve.controller import SeedProgramError
 from evolve.problems import ProblemError, load_problem
 from evolve.prompt_templates import load_template
 from evolve.prompts import PromptOptions
-from evolve.rl.rollouts import parent_prompt, parents_store, seed_prompt, stored_parents
+from evolve.rl.rollouts import parent_prompt, parents_store, refuse_tested_parents, seed_prompt, stored_parents
 from evolve.rl.verl_reward import programs_dir
 
 DATA_SOURCE = "evolve"
@@ -50,6 +50,8 @@ async def dataset_rows(
     folder = programs_dir(programs)
     options = PromptOptions(edit_format=edit_format, answers=answers, answer_tag=answer_tag, prefill=False)
     chosen = load_template(template)
+    if parents_db:
+        refuse_tested_parents(parents_db, problems)
     store = parents_store(parents_db) if parents_db else None
     prompts: list[tuple[str, list[dict[str, str]], str]] = []
     for name in problems:
