@@ -159,7 +159,8 @@ class RunningChild:
         if message.get("ok") is True:
             return self._result("ok", value=message.get("value"), marks=marks, wall_s=took)
         kind = message.get("kind")
-        return self._result(kind if kind in _FAILURES else "crash", str(message.get("detail", ""))[:500],
+        detail = message.get("detail")
+        return self._result(kind if kind in _FAILURES else "crash", detail[:500] if isinstance(detail, str) else "",
                             marks=marks, wall_s=took)
 
     def _result(self, status: SandboxStatus, detail: str = "", value: Any = None, marks: dict[str, int] | None = None,
@@ -195,6 +196,8 @@ class RunningChild:
             if -returncode == signal.SIGXCPU or usage.ru_utime + usage.ru_stime >= limits.cpu_time_s:
                 return result("timeout", f"CPU limit of {limits.cpu_time_s:g}s exceeded ({name})")
             return result("crash", f"killed by {name}")
+        if self.streams["result"].strip():
+            return result("bad_output", "the result pipe held something other than one result line")
         stderr = bytes(self.streams["stderr"]).decode(errors="replace")
         if "MemoryError" in stderr or "memory allocation" in stderr.lower():  # e.g. OpenBLAS at import
             return result("memory", "memory allocation failed")
@@ -238,11 +241,13 @@ class RunningChild:
 
 
 def parse_result(raw: bytes) -> dict[str, Any] | None:
-    for line in reversed(raw.decode(errors="replace").splitlines()):
-        try:
-            message = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(message, dict):
-            return message
-    return None
+    """The JSON object when `raw` is exactly one line holding one, else None: the harness writes one line per
+    call, so anything more was written by the candidate. Bytes from the candidate never raise here."""
+    lines = raw.decode(errors="replace").splitlines()
+    if len(lines) != 1:
+        return None
+    try:
+        message = json.loads(lines[0])
+    except (ValueError, RecursionError, MemoryError):  # deeply nested lines exhaust the parser's stack
+        return None
+    return message if isinstance(message, dict) else None

@@ -387,3 +387,14 @@ def test_a_session_keeps_the_candidates_state_between_interactive_calls(sandbox:
         with pytest.raises(TypeError, match="use call"):
             session.drive({}, limit_s=1.0)
     assert answers == [1, 2, 3]
+
+
+def test_deeply_nested_json_on_the_result_pipe_is_bad_output_not_an_exception(sandbox: Sandbox) -> None:
+    result = run(sandbox, "deep_json", 1)
+    assert result.status == "bad_output", result
+    assert result.detail
+
+
+def test_deeply_nested_json_in_a_session_reply_is_bad_output(sandbox: Sandbox) -> None:
+    results = sandbox.call_each(HOSTILE / "deep_json.py", "solve", [[1], [2]], [1.0, 1.0])
+    assert [result.status for result in results] == ["bad_output", "bad_output"], results
