@@ -18,6 +18,7 @@ from evolve.problems import Problem
 from evolve.prompt_templates import load_template
 from evolve.prompts import Prompt, PromptOptions, build_prompt
 from evolve.records import Completion, Evaluation, MutationRequest, Program
+from evolve.seeds import request_seed
 from evolve.selection import Selector
 from evolve.store import AttemptRecord, ChildRecord, ProgramStore
 
@@ -52,12 +53,6 @@ class RunStats:
             self.best = program
         if program.solved and self.first_solved is None:
             self.first_solved = program
-
-
-def request_seed(run_seed: int, iteration: int, attempt: int = 0) -> int:
-    """A sampling seed per request, from the run's seed and the request's place in the run."""
-    digest = hashlib.blake2b(f"{run_seed}:{iteration}:{attempt}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & 0x7FFF_FFFF
 
 
 def code_key(code: str) -> str:

@@ -12,7 +12,6 @@ resumed run picks as the uninterrupted one would have.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import random
 from collections.abc import Iterable
@@ -20,14 +19,9 @@ from collections.abc import Iterable
 from evolve.config import SelectionConfig
 from evolve.map_elites import BUILTIN_FEATURES, MapElitesGrid, rank
 from evolve.records import Program
+from evolve.seeds import selection_rng
 
-__all__ = ["BUILTIN_FEATURES", "Island", "MapElitesGrid", "Selector", "iteration_rng", "lexicase", "rank"]
-
-
-def iteration_rng(seed: int, iteration: int) -> random.Random:
-    """The RNG for one iteration: a stable hash of (seed, iteration), the same in every process."""
-    digest = hashlib.sha256(f"evolve-selection/{seed}/{iteration}".encode()).digest()
-    return random.Random(int.from_bytes(digest[:8], "big"))
+__all__ = ["BUILTIN_FEATURES", "Island", "MapElitesGrid", "Selector", "lexicase", "rank"]
 
 
 def objective_value(program: Program, objective: str) -> float:
@@ -133,7 +127,7 @@ class Selector:
             if self.seed_program is None:
                 raise ValueError("strategy 'seed' needs the seed program (iteration 0): add it first")
             return self.seed_program.island, self.seed_program, ()
-        rng = iteration_rng(self.seed, iteration)
+        rng = selection_rng(self.seed, iteration)
         index = (iteration if island is None else island) % len(self.islands)
         while not self.islands[index].programs:
             index = (index + 1) % len(self.islands)

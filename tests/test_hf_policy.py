@@ -87,7 +87,7 @@ def test_cut_at_stop_excludes_the_earliest_stop_and_ignores_stops_inside_the_pre
 
 
 def test_batch_seed_depends_on_every_seed_and_their_order() -> None:
-    from evolve.policies.hf import batch_seed
+    from evolve.seeds import batch_seed
 
     assert batch_seed([1, 2]) == batch_seed([1, 2])
     assert len({batch_seed([1, 2]), batch_seed([2, 1]), batch_seed([1, 3]), batch_seed([1])}) == 4

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from evolve.controller import request_seed
 from evolve.experiment import ExperimentRunner, load_experiment
+from evolve.seeds import request_seed
 from evolve.store import ProgramStore
 
 ROOT = Path(__file__).resolve().parents[1]

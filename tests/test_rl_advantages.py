@@ -16,7 +16,6 @@ from evolve.rl.advantages import (
     dirichlet_weights,
     duplicate_mask,
     group_normalise,
-    group_seed,
     grpo_advantages,
     max_at_k_advantages,
     max_at_k_rewards,
@@ -34,6 +33,7 @@ from evolve.rl.estimators import (
     objective_weights,
     register_estimator,
 )
+from evolve.seeds import group_seed
 
 EPS = 1e-6
 SEEDS = range(200)

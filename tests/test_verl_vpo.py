@@ -23,12 +23,12 @@ from evolve.evaluation import evaluate_program
 from evolve.problems import load_problem
 from evolve.rl.advantages import (
     default_max_at_k,
-    group_seed,
     max_at_k_advantages,
     multi_rlvr_advantages,
     vpo_advantages,
 )
 from evolve.rl.verl_reward import compute_score, compute_score_async, decode_vectors
+from evolve.seeds import group_seed
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = ROOT / "programs"

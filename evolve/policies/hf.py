@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import threading
 import time
@@ -19,18 +18,13 @@ from transformers.utils import logging as transformers_logging
 from evolve.policies.base import PolicyError, cut_at_stop
 from evolve.policies.model_files import ModelFileError, offline_hub
 from evolve.records import Completion
+from evolve.seeds import batch_seed
 
 if TYPE_CHECKING:
     from evolve.prompts import Prompt
 
 _GATHER_S = 0.01  # once a request arrives, how long the batcher waits for others submitted alongside it
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def batch_seed(seeds: Sequence[int]) -> int:
-    """The torch seed for one batch: fixed by its requests' seeds, in order."""
-    digest = hashlib.blake2b(",".join(str(seed) for seed in seeds).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 1  # torch.manual_seed takes a non-negative int64
 
 
 @dataclass

@@ -37,12 +37,6 @@ Sampler = Literal["mc", "sobol"]
 _SOBOL_BITS = 30  # torch's SobolEngine returns multiples of 2**-30
 
 
-def group_seed(base_seed: int, step: int, group: int) -> int:
-    """A stable 63-bit seed for one group at one step (blake2b of the three ints; same in every process)."""
-    digest = hashlib.blake2b(f"{int(base_seed)}:{int(step)}:{int(group)}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") & (2**63 - 1)
-
-
 def reward_array(
     answers: Sequence[Sequence[ArrayLike | None]],
     m: int,

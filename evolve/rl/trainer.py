@@ -29,11 +29,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from evolve.problems import load_problem
 from evolve.prompt_templates import PromptTemplate, load_template
 from evolve.prompts import PromptOptions
-from evolve.rl.advantages import default_max_at_k, group_seed
+from evolve.rl.advantages import default_max_at_k
 from evolve.rl.checkpoints import load_state, save_checkpoint, save_state
 from evolve.rl.estimators import EstimatorSettings, compute_advantages
 from evolve.rl.loss import completion_logprobs, rl_loss
 from evolve.rl.rollouts import Group, Scorer, Task, collect, make_task, parents_store, stored_parents
+from evolve.seeds import group_seed
 
 Algo = Literal["vpo", "grpo", "multi-rlvr", "max-at-k"]
 ESTIMATOR_NAMES: dict[str, str] = {"vpo": "vpo", "grpo": "grpo", "multi-rlvr": "multi_rlvr", "max-at-k": "max_at_k"}

@@ -55,7 +55,6 @@ from numpy.typing import NDArray
 
 from evolve.rl.advantages import (
     default_max_at_k,
-    group_seed,
     max_at_k_advantages,
     multi_rlvr_advantages,
     vpo_advantages,
@@ -68,6 +67,7 @@ from evolve.rl.verl_reward import (
     decode_vectors,
     decode_weights,
 )
+from evolve.seeds import group_seed
 
 try:
     from verl.trainer.ppo import core_algos
