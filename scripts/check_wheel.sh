@@ -16,8 +16,8 @@ trap 'rm -rf "$WORK"' EXIT
 started=$SECONDS
 
 # Build from a copy of the files git sees (tracked or not ignored): a build/ or evolve.egg-info/ left in the
-# repository would otherwise hand the wheel files that package-data does not declare. Without isolation: .venv has
-# setuptools, so nothing is downloaded.
+# repository would otherwise hand the wheel files that package-data does not declare. Without build isolation when
+# .venv has setuptools, so nothing is downloaded.
 mkdir "$WORK/src"
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
     git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' path; do
@@ -26,7 +26,10 @@ if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
 else  # a copy without .git: what the build reads, without caches
     tar -cf - --exclude=__pycache__ pyproject.toml README.md evolve | tar -xf - -C "$WORK/src"
 fi
-"$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$WORK/dist" "$WORK/src" >/dev/null
+ISOLATION=--no-build-isolation
+"$PY" -c 'import setuptools, sys; sys.exit(int(setuptools.__version__.split(".")[0]) < 68)' 2>/dev/null \
+    || ISOLATION=""  # no recent setuptools in .venv (Python >= 3.12 venvs have none): pip fetches it from PyPI
+"$PY" -m pip wheel -q --no-deps $ISOLATION -w "$WORK/dist" "$WORK/src" >/dev/null
 WHEEL=$(ls "$WORK"/dist/evolve-*.whl)
 echo "built $(basename "$WHEEL")"
 
