@@ -17,7 +17,8 @@ Seed contract: VPO draws K Dirichlet weight rows once per group and shares them 
 (common random numbers). The caller passes ``seed=group_seed(run_seed, step, group_index)``, so every group
 and every step redraws, and a rerun with the same run seed reproduces the advantages exactly.
 
-Paper: "Vector Policy Optimization", arXiv 2605.22817 (see ../shared/VPO.md).
+Paper: "Vector Policy Optimization", arXiv 2605.22817 (https://arxiv.org/abs/2605.22817); the authors' code:
+https://github.com/ryanboldi/vpo.
 """
 
 from __future__ import annotations

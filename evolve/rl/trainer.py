@@ -52,7 +52,7 @@ class LoraSettings(BaseModel):
 
 
 class TrainConfig(BaseModel):
-    """Every setting of a training run; the defaults are the paper's where they fit a CPU (VPO.md)."""
+    """Every setting of a training run; the defaults are the paper's where they fit a CPU (VPO, arXiv 2605.22817)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
