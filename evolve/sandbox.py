@@ -11,18 +11,19 @@ clocks. Layers, each effective on its own (Linux only):
 
 - rlimits, set by the harness before any candidate code runs: CPU seconds (SIGXCPU, SIGKILL a second
   later), address space (memory; numpy still imports at 128 MB), file size, no core dumps.
-- a cgroup per run, nested under the caller's, where the caller may write one (root here and on CI:
-  cgroup v1 pids; a delegated cgroup v2 tree): every process of the run, setsid daemons included, is
-  found and killed at the end; with the pids controller, pids.max also caps their number.
+- a cgroup per run, nested under the caller's, where the caller may write one (the caller's cgroup v1
+  pids hierarchy, else its cgroup v2 tree, e.g. as root or in a delegated subtree): every process of the
+  run, setsid daemons included, is found and killed at the end; with the pids controller, pids.max also
+  caps their number.
 - an unused uid, as root, whenever the interpreter, its packages, the harness and the temporary
-  directory are reachable by any uid (not here: the interpreter is under a private /root): the
-  child runs as a random unused uid owning only its directory, so ordinary file permissions also
+  directory are reachable by any uid (not when, say, the interpreter is installed under a private /root):
+  the child runs as a random unused uid owning only its directory, so ordinary file permissions also
   guard the system, RLIMIT_NPROC (which does not bind root) caps its processes, and without a
   cgroup every process of that uid is killed at the end.
 - a normal user gets RLIMIT_NPROC above its current count; there, without a cgroup, a setsid daemon
   can outlive the run. Root with neither a cgroup nor the unused uid has only the process group and
   the wall clock.
-- Landlock (Linux >= 5.13, ABI read at run time; 7 on this kernel): writes only inside its directory,
+- Landlock (Linux >= 5.13; the kernel's ABI version is read at run time): writes only inside its directory,
   reads only of the interpreter, its packages and system directories (not the project, the evaluator
   or any expected answer), no TCP (ABI >= 4), no signals to processes outside (ABI >= 6). Without
   Landlock only the unused uid above (when used) stops writes outside.
