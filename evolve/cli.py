@@ -98,7 +98,7 @@ def _cmd_runs(args: argparse.Namespace, console: Console) -> int:
     from evolve.store import ProgramStore
 
     config = _load(args, console)
-    store = ProgramStore(config.run.db)
+    store = ProgramStore(config.run.db, mode="read")
     table = Table(title=f"runs in {config.run.db}")
     for column in ("id", "problem", "policy", "seed", "status", "iterations", "programs", "best"):
         table.add_column(column, no_wrap=True)

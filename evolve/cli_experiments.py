@@ -72,7 +72,7 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
 
     score_range = _score_range(args.score_range, ConfigError)
     spec = load_experiment(experiment_file(args.experiment), args.db)
-    store = ProgramStore(spec.db)
+    store = ProgramStore(spec.db, mode="read")
     stored = store.experiment_spec(spec.name)
     if stored is None:
         console.print(f"[red]error:[/] no experiment '{spec.name}' in {spec.db}; run `evolve experiment "

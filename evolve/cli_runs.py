@@ -33,7 +33,7 @@ def _store(args: argparse.Namespace, console: Console):  # -> ProgramStore
     from evolve.cli import _load
     from evolve.store import ProgramStore
 
-    return ProgramStore(args.db or _load(args, console).run.db)
+    return ProgramStore(args.db or _load(args, console).run.db, mode="read")
 
 
 def cmd_show(args: argparse.Namespace, console: Console) -> int:

@@ -73,7 +73,7 @@ async def _drive(controller: Controller, policy: Policy) -> RunStats:
 def run_evolution(config: RunConfig, resume: int | None = None, console: Console | None = None,
                   live: bool | None = None) -> RunOutcome:
     console = console or Console()
-    store = ProgramStore(config.run.db)
+    store = ProgramStore(config.run.db, mode="create" if resume is None else "existing")
     run_id, config = start_or_resume(store, config, resume)
     problem = problem_for(config)
     store.set_run_status(run_id, "running")

@@ -27,6 +27,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args
 
 from sqlalchemy import case, create_engine, event, func, insert, make_url, select, update
@@ -48,6 +49,7 @@ from evolve.store_tables import (
 
 RunStatus = Literal["running", "finished", "failed", "interrupted"]
 RUN_STATUSES: tuple[str, ...] = get_args(RunStatus)
+OpenMode = Literal["create", "existing", "read"]
 TERMINAL_KINDS: tuple[str, ...] = get_args(AttemptKind)  # an iteration with one of these is complete
 FAILURE_KINDS: tuple[str, ...] = tuple(kind for kind in TERMINAL_KINDS if kind != "child")
 ATTEMPT_KINDS: tuple[str, ...] = ("policy_call", *TERMINAL_KINDS)
@@ -175,24 +177,59 @@ def database_url(url_or_path: str) -> str:
     return url_or_path if "://" in url_or_path else f"sqlite:///{url_or_path}"
 
 
+def _require_sqlite_file(url: str) -> None:
+    """StoreError unless `url` is a SQLite file that exists (other databases and in-memory SQLite pass)."""
+    parsed = make_url(url)
+    database = parsed.database or ""
+    if parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:") and not database.startswith("file:") \
+            and not Path(database).is_file():
+        raise StoreError(f"no store at {database}")
+
+
+class _GuardedSessions:
+    """The store's session factory: a read session turns any database error (a damaged file, a missing table)
+    into one StoreError line; begin() (writes) is translated by ProgramStore._write."""
+
+    def __init__(self, factory: sessionmaker[Session], where: str) -> None:
+        self._factory, self._where = factory, where
+
+    def begin(self) -> Any:
+        return self._factory.begin()
+
+    @contextmanager
+    def __call__(self) -> Iterator[Session]:
+        try:
+            with self._factory() as session:
+                yield session
+        except (SQLAlchemyError, UnicodeDecodeError, json.JSONDecodeError) as exc:  # the latter two: damaged rows
+            raise StoreError(f"cannot read {self._where}: {_first_line(exc)}") from exc
+
+
 class ProgramStore:
     """Synchronous store over any SQLAlchemy URL; SQLite gets WAL, synchronous=NORMAL and a busy timeout."""
 
-    def __init__(self, url_or_path: str) -> None:
+    def __init__(self, url_or_path: str, mode: OpenMode = "create") -> None:
+        """mode "create" makes the store if it is missing; "existing" (resume) and "read" (the read-only commands)
+        open only a store that exists: a missing SQLite file is "no store at PATH". "read" also creates or
+        alters no table."""
         self.url = database_url(url_or_path)
         try:
             self._where = make_url(self.url).render_as_string(hide_password=True)
+            if mode != "create":
+                _require_sqlite_file(self.url)
             self.engine = create_engine(self.url)
             if self.engine.dialect.name == "sqlite":
                 event.listen(self.engine, "connect", _sqlite_pragmas)
-            Base.metadata.create_all(self.engine)
-            stale = missing_columns(self.engine)
+            stale: list[str] = []
+            if mode != "read":
+                Base.metadata.create_all(self.engine)
+                stale = missing_columns(self.engine)
         except (SQLAlchemyError, ValueError) as exc:
             raise StoreError(f"cannot open the store {url_or_path}: {_first_line(exc)}") from exc
         if stale:
             raise StoreError(f"the store {url_or_path} was written by another version of evolve "
                              f"(missing {', '.join(stale)}); use a new database file")
-        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._sessions = _GuardedSessions(sessionmaker(self.engine, expire_on_commit=False), self._where)
 
     def close(self) -> None:
         self.engine.dispose()

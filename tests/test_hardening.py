@@ -4,13 +4,19 @@ damaged stores and absurd budgets each end in one clear outcome."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from pathlib import Path
 
+import pytest
+
+from evolve.cli import main
+from evolve.config import load_config
 from evolve.evaluation import evaluate_program
 from evolve.problem_check import new_problem
 from evolve.problems import load_problem
 from evolve.records import Evaluation
+from evolve.store import AttemptRecord, ChildRecord, ProgramStore, StoreError
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = ROOT / "programs"
@@ -45,3 +51,78 @@ def test_a_memory_bomb_through_the_new_problem_scaffold_driver_is_scored_memory(
     evaluation, took = evaluate_timed(tmp_path, "stairs", HOARDER)
     assert evaluation.failure == "memory", evaluation
     assert took < 5.0
+
+
+# ---------------------------------------------------------------- read-only commands never create a store
+
+
+@pytest.fixture(autouse=True)
+def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "1000")  # rich wraps at 80 columns otherwise, and a line is what is checked
+
+
+def one_line_error(capsys: pytest.CaptureFixture[str], code: int) -> str:
+    out = capsys.readouterr()
+    text = (out.out + out.err).strip()
+    assert code != 0 and "Traceback" not in text and len(text.splitlines()) == 1, (code, text)
+    return text
+
+
+@pytest.mark.parametrize("command", [["runs"], ["show", "1"], ["show", "1", "--json"], ["lineage", "1"],
+                                     ["export", "1"], ["run", "--resume", "1", "--plain"]])
+def test_a_read_only_command_on_a_missing_store_says_so_and_creates_nothing(
+        command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)  # no evolve.toml here: defaults, plus --db
+    missing = tmp_path / "missing.db"
+    text = one_line_error(capsys, main([*command, "--db", str(missing)]))
+    assert f"no store at {missing}" in text
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_report_on_a_missing_store_says_so_and_creates_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "missing.db"
+    code = main(["report", str(ROOT / "experiments" / "default.toml"), "--db", str(missing),
+                 "--out", str(tmp_path / "report")])
+    assert f"no store at {missing}" in one_line_error(capsys, code)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_read_only_store_opens_an_existing_file_without_writing_its_schema(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    sqlite3.connect(db).close()  # an empty file: no tables
+    store = ProgramStore(str(db), mode="read")
+    with pytest.raises(StoreError, match="cannot read"):
+        store.list_runs()
+    with sqlite3.connect(db) as connection:
+        assert connection.execute("SELECT name FROM sqlite_master").fetchall() == []
+
+
+# ---------------------------------------------------------------- a damaged store is one line
+
+
+def damaged_store(tmp_path: Path) -> Path:
+    """A real store with a run of 300 programs, its middle pages then overwritten."""
+    db = tmp_path / "damaged.db"
+    store = ProgramStore(str(db))
+    run = store.create_run("r", "fizzbuzz", "p", 1, load_config(None, {}).model_dump_json(), 300)
+    for iteration in range(300):
+        child = ChildRecord(f"def fizzbuzz(n):\n    return {'x' * 300!r}  # {iteration}\n", None, 0, "p", "edit",
+                            {"test_00": 0.5}, 0.5, False)
+        store.record_iteration(run, iteration, [AttemptRecord("policy_call"), child], policy="p")
+    store.close()  # the last connection checkpoints the WAL into the file
+    size = db.stat().st_size
+    assert size > 100_000 and not Path(f"{db}-wal").exists() or Path(f"{db}-wal").stat().st_size == 0
+    with open(db, "r+b") as handle:
+        handle.seek(size // 4)
+        handle.write(b"\xab" * (size // 2))
+    return db
+
+
+@pytest.mark.parametrize("command", [["runs"], ["show", "1"]])
+def test_reading_a_damaged_store_is_one_line_not_a_traceback(
+        command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    db = damaged_store(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    text = one_line_error(capsys, main([*command, "--db", str(db)]))
+    assert "malformed" in text or "cannot read" in text, text
