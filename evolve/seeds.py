@@ -1,7 +1,25 @@
 """Every random stream of a run, derived in one place from (run seed, purpose, indices).
 
-The recipes below are the engine's four sub-seed recipes, moved here unchanged so that their values (and the
-runs recorded with them) stay the same; each is named for the stream it seeds.
+`derive(seed, purpose, *indices)` hashes the parts with blake2b (8 bytes, read big-endian) and keeps the low
+`bits` bits, so a value depends on nothing but its parts: the same in every process, on every Python version,
+and after a resume. Two streams never share a value by accident, because the purpose is part of the hash.
+
+Streams and their widths:
+
+- REQUEST (iteration, attempt): the sampling seed sent with one policy request; 31 bits, because servers
+  speaking the OpenAI API may hold it in a signed 32-bit int.
+- SELECTION (iteration,): the `random.Random` of one iteration's parent and inspiration draws; 63 bits.
+- BATCH: the torch seed of one hf `generate()` call, from its requests' seeds in order (they stand in for the
+  run seed: they already carry it); 63 bits, the non-negative int64 that `torch.manual_seed` takes.
+- ROLLOUT_SAMPLING (step, group): the torch or vLLM seed of one training group's G samples; 63 bits.
+- VPO_WEIGHTS (step, group): the Dirichlet (or Sobol) weight rows of one training group; 63 bits. Its own
+  purpose, so the weights are independent of the rollouts they score.
+- MODEL_INIT: torch's global seed when `evolve train` builds its model (the LoRA initialisation); 63 bits.
+
+Not derived here: a policy backend's engine seed (`open_policy(section, seed)`) is the run seed, or an
+experiment's first seed for a backend that serves all its cells; every request the engine sends carries its
+own REQUEST seed, so the engine seed draws nothing. The HumanEval test inputs use a fixed seed by design
+(part of the problem), and `stats.sign_flip_p_value` seeds its own resampling (analysis, not a run).
 """
 
 from __future__ import annotations
@@ -10,31 +28,38 @@ import hashlib
 import random
 from collections.abc import Sequence
 
-REQUEST = "request"  # one policy request: (iteration, attempt) -> its sampling seed
-SELECTION = "selection"  # one iteration's parent and inspiration draws: (iteration,)
-BATCH = "batch"  # one hf batch: its requests' seeds, in order -> torch seed
-GROUP = "group"  # one training group: (step, group) -> rollout sampling and VPO's Dirichlet weights
+REQUEST = "request"
+SELECTION = "selection"
+BATCH = "batch"
+ROLLOUT_SAMPLING = "rollout_sampling"
+VPO_WEIGHTS = "vpo_weights"
+MODEL_INIT = "model_init"
+PURPOSES = frozenset({REQUEST, SELECTION, BATCH, ROLLOUT_SAMPLING, VPO_WEIGHTS, MODEL_INIT})
+
+
+def derive(seed: int, purpose: str, *indices: int, bits: int = 63) -> int:
+    """A `bits`-bit non-negative seed for one stream: blake2b of "purpose:seed:index:...", 8 bytes big-endian."""
+    if purpose not in PURPOSES:
+        raise ValueError(f"unknown seed purpose {purpose!r}; one of {sorted(PURPOSES)}")
+    if not 1 <= bits <= 64:
+        raise ValueError(f"bits must be 1 to 64, got {bits}")
+    text = ":".join([purpose, *(str(int(part)) for part in (seed, *indices))])
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") & ((1 << bits) - 1)
 
 
 def request_seed(run_seed: int, iteration: int, attempt: int = 0) -> int:
-    """A 31-bit sampling seed per request, from the run's seed and the request's place in the run."""
-    digest = hashlib.blake2b(f"{run_seed}:{iteration}:{attempt}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & 0x7FFF_FFFF
+    """The 31-bit sampling seed of one policy request: attempt `attempt` of iteration `iteration`."""
+    return derive(run_seed, REQUEST, iteration, attempt, bits=31)
 
 
 def selection_rng(run_seed: int, iteration: int) -> random.Random:
-    """The RNG for one iteration's selection: a stable hash of (seed, iteration), the same in every process."""
-    digest = hashlib.sha256(f"evolve-selection/{run_seed}/{iteration}".encode()).digest()
-    return random.Random(int.from_bytes(digest[:8], "big"))
+    """The RNG of one iteration's selection draws."""
+    return random.Random(derive(run_seed, SELECTION, iteration))
 
 
 def batch_seed(seeds: Sequence[int]) -> int:
-    """The torch seed for one batch: fixed by its requests' seeds, in order."""
-    digest = hashlib.blake2b(",".join(str(seed) for seed in seeds).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 1  # torch.manual_seed takes a non-negative int64
-
-
-def group_seed(run_seed: int, step: int, group: int) -> int:
-    """A stable 63-bit seed for one group at one step (blake2b of the three ints; same in every process)."""
-    digest = hashlib.blake2b(f"{int(run_seed)}:{int(step)}:{int(group)}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") & (2**63 - 1)
+    """The torch seed of one hf batch: fixed by its requests' seeds, in order."""
+    if not seeds:
+        raise ValueError("batch_seed: a batch has at least one request")
+    return derive(seeds[0], BATCH, *seeds[1:])

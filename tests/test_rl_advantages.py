@@ -33,7 +33,7 @@ from evolve.rl.estimators import (
     objective_weights,
     register_estimator,
 )
-from evolve.seeds import group_seed
+from evolve.seeds import VPO_WEIGHTS, derive
 
 EPS = 1e-6
 SEEDS = range(200)
@@ -344,15 +344,12 @@ def test_gamma_inverse_cdf_matches_closed_forms():
     np.testing.assert_allclose(np.exp(_gamma_log_ppf(u, 0.5)), chi, rtol=1e-9)
 
 
-def test_seeds_reproduce_and_groups_redraw():
-    assert group_seed(0, 0, 0) == 3649034661406903291  # stable across processes and Python versions
-    seeds = {group_seed(7, step, group) for step in range(20) for group in range(20)}
-    assert len(seeds) == 400 and all(0 <= s < 2**63 for s in seeds)
+def test_weight_seeds_reproduce_and_groups_redraw():
     for sampler in ("mc", "sobol"):
-        a = dirichlet_weights(100, 5, seed=group_seed(7, 3, 1), sampler=sampler)
-        assert np.array_equal(a, dirichlet_weights(100, 5, seed=group_seed(7, 3, 1), sampler=sampler))
-        assert not np.allclose(a, dirichlet_weights(100, 5, seed=group_seed(7, 3, 2), sampler=sampler))
-        assert not np.allclose(a, dirichlet_weights(100, 5, seed=group_seed(7, 4, 1), sampler=sampler))
+        a = dirichlet_weights(100, 5, seed=derive(7, VPO_WEIGHTS, 3, 1), sampler=sampler)
+        assert np.array_equal(a, dirichlet_weights(100, 5, seed=derive(7, VPO_WEIGHTS, 3, 1), sampler=sampler))
+        assert not np.allclose(a, dirichlet_weights(100, 5, seed=derive(7, VPO_WEIGHTS, 3, 2), sampler=sampler))
+        assert not np.allclose(a, dirichlet_weights(100, 5, seed=derive(7, VPO_WEIGHTS, 4, 1), sampler=sampler))
     with pytest.raises(ValueError, match="seed"):
         dirichlet_weights(10, 3, seed=-1)
     with pytest.raises(ValueError, match="sampler"):

@@ -28,7 +28,7 @@ from evolve.rl.advantages import (
     vpo_advantages,
 )
 from evolve.rl.verl_reward import compute_score, compute_score_async, decode_vectors
-from evolve.seeds import group_seed
+from evolve.seeds import VPO_WEIGHTS, derive
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = ROOT / "programs"
@@ -101,7 +101,7 @@ def test_vpo_token_advantages_are_ours_per_group_broadcast_over_the_mask(vpo: Mo
     advantages, returns = vpo.compute_vpo_advantage(
         token_level_rewards=torch.zeros(len(UIDS), T), response_mask=mask(), index=UIDS, config=config,
         non_tensor_batch={"uid": UIDS, "reward_vectors": entries}, step=5)
-    scalars = expected(rewards, lambda r, j: vpo_advantages(r, seed=group_seed(11, 5, j), k=50))
+    scalars = expected(rewards, lambda r, j: vpo_advantages(r, seed=derive(11, VPO_WEIGHTS, 5, j), k=50))
     assert advantages.shape == (len(UIDS), T) and advantages.dtype == torch.float32
     assert torch.equal(advantages, returns)
     assert torch.allclose(advantages, torch.tensor(scalars, dtype=torch.float32)[:, None] * mask())
@@ -179,7 +179,7 @@ def test_veRL_trainer_compute_advantage_hands_our_estimator_the_vectors(vpo: Mod
                                meta_info={"global_steps": 7})
     config = OmegaConf.create({"adv_estimator": "vpo", "vpo": {"seed": 2}})
     out = ray_trainer.compute_advantage(data, adv_estimator="vpo", config=config)
-    scalars = expected(rewards, lambda r, j: vpo_advantages(r, seed=group_seed(2, 7, j)))
+    scalars = expected(rewards, lambda r, j: vpo_advantages(r, seed=derive(2, VPO_WEIGHTS, 7, j)))
     assert torch.allclose(out.batch["advantages"], torch.tensor(scalars, dtype=torch.float32)[:, None] * mask())
     scores = torch.rand(len(UIDS), T) * mask()  # other estimators still go to veRL's own code
     data.batch["token_level_rewards"] = scores

@@ -14,8 +14,9 @@ Shape contract (everything is one prompt's group, as numpy float64):
   e.g. pass fractions) every advantage is 0, as in the authors' code (``std < 1e-6``). A group of one is 0.
 
 Seed contract: VPO draws K Dirichlet weight rows once per group and shares them across its G rollouts
-(common random numbers). The caller passes ``seed=group_seed(run_seed, step, group_index)``, so every group
-and every step redraws, and a rerun with the same run seed reproduces the advantages exactly.
+(common random numbers). The caller passes ``seed=derive(run_seed, VPO_WEIGHTS, step, group_index)``
+(evolve.seeds), so every group and every step redraws, and a rerun with the same run seed reproduces the
+advantages exactly.
 
 Paper: "Vector Policy Optimization", arXiv 2605.22817 (https://arxiv.org/abs/2605.22817); the authors' code:
 https://github.com/ryanboldi/vpo.
@@ -173,7 +174,7 @@ def dirichlet_weights(
     if not (math.isfinite(alpha) and alpha > 0):
         raise ValueError(f"alpha must be a positive number, got {alpha}")
     if not isinstance(seed, int | np.integer) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int (use group_seed), got {seed!r}")
+        raise ValueError(f"seed must be a non-negative int (use evolve.seeds.derive), got {seed!r}")
     if d == 1:
         return np.ones((k, 1))
     if sampler == "mc":
@@ -211,13 +212,13 @@ def vpo_advantages(
     """VPO: ``[G, m, d] -> [G]``, group-normalised set values (population std, ddof=0) under shared weights.
 
     The K weight rows are drawn once from ``dirichlet_weights(k, d, alpha, seed=seed, sampler=sampler)`` and
-    used for every rollout of the group; pass ``seed=group_seed(run_seed, step, group)``. ``weights [K, d]``,
+    used for every rollout of the group; pass ``seed=derive(run_seed, VPO_WEIGHTS, step, group)``. ``weights [K, d]``,
     if given, replaces the draw (then seed, k, alpha and sampler are unused).
     """
     r = _check_rewards(rewards)
     if weights is None:
         if seed is None:
-            raise ValueError("vpo_advantages needs seed=group_seed(run_seed, step, group) or explicit weights")
+            raise ValueError("vpo_advantages needs seed=derive(run_seed, VPO_WEIGHTS, step, group) or explicit weights")
         weights = dirichlet_weights(k, r.shape[2], alpha, seed=seed, sampler=sampler)
     return group_normalise(vpo_set_values(r, weights), ddof=0, eps=eps)
 

@@ -10,7 +10,7 @@ Every estimator is ``estimator(group, settings, seed) -> advantages [G]`` where 
 Registered: ``vpo`` (reads the rewards only: duplicates cannot change a max, weights are drawn), ``grpo`` (m = 1,
 the declared scalar), ``multi_rlvr`` (sum of the distinct answers' declared scalars, then GRPO) and ``max_at_k``
 (m = 1, the declared scalar through the unbiased max@k transform, then GRPO). ``seed`` is
-``group_seed(run_seed, step, group_index)``; only VPO draws from it.
+``evolve.seeds.derive(run_seed, VPO_WEIGHTS, step, group_index)``; only VPO draws from it.
 """
 
 from __future__ import annotations

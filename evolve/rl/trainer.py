@@ -34,7 +34,7 @@ from evolve.rl.checkpoints import load_state, save_checkpoint, save_state
 from evolve.rl.estimators import EstimatorSettings, compute_advantages
 from evolve.rl.loss import completion_logprobs, rl_loss
 from evolve.rl.rollouts import Group, Scorer, Task, collect, make_task, parents_store, stored_parents
-from evolve.seeds import group_seed
+from evolve.seeds import MODEL_INIT, ROLLOUT_SAMPLING, VPO_WEIGHTS, derive
 
 Algo = Literal["vpo", "grpo", "multi-rlvr", "max-at-k"]
 ESTIMATOR_NAMES: dict[str, str] = {"vpo": "vpo", "grpo": "grpo", "multi-rlvr": "multi_rlvr", "max-at-k": "max_at_k"}
@@ -192,7 +192,7 @@ def reference_scope(model: Any, frozen: Any | None) -> Callable[[], contextlib.A
 def group_advantages(config: TrainConfig, group: Group, step: int, index: int) -> np.ndarray:
     """Advantages ``[G]`` of one group with the configured estimator; the seed is that group's at that step."""
     return compute_advantages(ESTIMATOR_NAMES[config.algo], group.estimator_input(), config.estimator_settings,
-                              group_seed(config.seed, step, index))
+                              derive(config.seed, VPO_WEIGHTS, step, index))
 
 
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -303,7 +303,7 @@ async def sample_step(config: TrainConfig, step: int, tasks: list[Task], model: 
                       sampler: Any, scorer: Scorer) -> list[Group]:
     """The step's groups: `prompts_per_step` tasks in turn, G rollouts each, from vLLM or the model."""
     chosen = [tasks[((step - 1) * config.prompts_per_step + i) % len(tasks)] for i in range(config.prompts_per_step)]
-    seeds = [group_seed(config.seed, step, i) for i in range(len(chosen))]
+    seeds = [derive(config.seed, ROLLOUT_SAMPLING, step, i) for i in range(len(chosen))]
     if sampler is not None:
         from evolve.rl.vllm_rollouts import collect_vllm
 
@@ -322,7 +322,7 @@ async def _train(config: TrainConfig, console: Console, resume: bool = False) ->
     if config.parents_db:  # before the model loads: a wrong path is one line at once
         parents_store(config.parents_db)
     torch.set_num_threads(config.threads or os.cpu_count() or 1)
-    torch.manual_seed(config.seed)
+    torch.manual_seed(derive(config.seed, MODEL_INIT))
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "train_config.json").write_text(config.model_dump_json(indent=2) + "\n")

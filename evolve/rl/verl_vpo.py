@@ -30,10 +30,11 @@ The module must be imported in veRL's driver process, where advantages are compu
 install evolve with the ``verl.plugins`` entry point (evolve_vpo = "evolve.rl.verl_vpo").
 
 Seeds and options: ``algorithm.vpo.{seed, k, alpha, sampler, eps}`` (add them with ``+algorithm.vpo.seed=0``;
-defaults 0, 100, 1.0, "mc", 1e-6). Group j of step s draws its Dirichlet weights with ``group_seed(seed, s, j)``,
-j counting uids in order of first appearance in the batch. s is the batch's ``meta_info["global_steps"]`` when
-set; veRL 0.9.1's legacy trainer sets it only on the generation batch, so there a per-process call counter (one
-call per step) numbers the steps, and a resumed run starts it again at 1. Multi-RLVR uses only ``eps``.
+defaults 0, 100, 1.0, "mc", 1e-6). Group j of step s draws its Dirichlet weights with
+``evolve.seeds.derive(seed, VPO_WEIGHTS, s, j)``, j counting uids in order of first appearance in the batch. s is the
+batch's ``meta_info["global_steps"]`` when set; veRL 0.9.1's legacy trainer sets it only on the generation batch, so
+there a per-process call counter (one call per step) numbers the steps, and a resumed run starts it again at 1.
+Multi-RLVR uses only ``eps``.
 
 VPO and Multi-RLVR read only the reward vectors, never ``token_level_rewards``: an in-reward KL penalty
 (``algorithm.use_kl_in_reward``) would be dropped without a word, so it is refused; use the KL loss
@@ -67,7 +68,7 @@ from evolve.rl.verl_reward import (
     decode_vectors,
     decode_weights,
 )
-from evolve.seeds import group_seed
+from evolve.seeds import VPO_WEIGHTS, derive
 
 try:
     from verl.trainer.ppo import core_algos
@@ -190,7 +191,7 @@ def compute_vpo_advantage(
     seed = int(chosen["seed"])
 
     def per_group(batch: Mapping[str, Any], rows: list[int], at: int, position: int) -> NDArray[np.float64]:
-        return vpo_advantages(group_rewards(batch[VECTORS_KEY], rows), seed=group_seed(seed, at, position),
+        return vpo_advantages(group_rewards(batch[VECTORS_KEY], rows), seed=derive(seed, VPO_WEIGHTS, at, position),
                               k=int(chosen["k"]), alpha=float(chosen["alpha"]), sampler=chosen["sampler"],
                               eps=float(chosen["eps"]))
 
