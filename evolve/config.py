@@ -19,7 +19,8 @@ class StrictModel(BaseModel):
 
 class RunSection(StrictModel):
     problem: str = "symbolic_regression"
-    iterations: int = Field(40, ge=1, description="iterations in the run (each: answers_per_iteration / answers calls)")
+    iterations: int = Field(40, ge=1, le=10_000_000,
+                            description="iterations in the run (each: answers_per_iteration / answers calls)")
     seed: int = 0
     db: str = Field("evolve.db", description="SQLite file path or any SQLAlchemy URL")
     programs_dir: str = "programs"

@@ -18,6 +18,7 @@ from evolve.problems import Problem
 from evolve.prompt_templates import load_template
 from evolve.prompts import Prompt, PromptOptions, build_prompt
 from evolve.records import Completion, Evaluation, MutationRequest, Program
+from evolve.schedule import IterationSchedule
 from evolve.seeds import request_seed
 from evolve.selection import Selector
 from evolve.store import AttemptRecord, ChildRecord, ProgramStore
@@ -99,13 +100,8 @@ class Controller:
             programs = [await self._seed()]
         for program in programs:
             self._admit(program)
-        budget = range(1, self.config.run.iterations + 1)
-        done = self.store.completed_iterations(self.run_id)
-        self.stats.iterations_done = sum(1 for iteration in budget if iteration in done)
-        pending: asyncio.Queue[int] = asyncio.Queue()
-        for iteration in budget:
-            if iteration not in done:
-                pending.put_nowait(iteration)
+        pending = IterationSchedule(self.config.run.iterations, self.store.completed_iterations(self.run_id))
+        self.stats.iterations_done = pending.completed
         self.on_update(self.stats)
         workers = [asyncio.create_task(self._worker(pending)) for _ in range(self.config.run.concurrency)]
         try:
@@ -140,12 +136,8 @@ class Controller:
         else:
             self.selector.add(program)
 
-    async def _worker(self, pending: asyncio.Queue[int]) -> None:
-        while True:
-            try:
-                iteration = pending.get_nowait()
-            except asyncio.QueueEmpty:
-                return
+    async def _worker(self, pending: IterationSchedule) -> None:
+        for iteration in pending:  # shared by the workers: each takes the next iteration not yet done
             await self._iterate(iteration)
 
     async def _iterate(self, iteration: int) -> None:

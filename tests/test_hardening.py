@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from evolve.evaluation import evaluate_program
 from evolve.problem_check import new_problem
 from evolve.problems import load_problem
 from evolve.records import Evaluation
+from evolve.schedule import IterationSchedule
 from evolve.store import AttemptRecord, ChildRecord, ProgramStore, StoreError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,3 +128,37 @@ def test_reading_a_damaged_store_is_one_line_not_a_traceback(
     monkeypatch.chdir(tmp_path)
     text = one_line_error(capsys, main([*command, "--db", str(db)]))
     assert "malformed" in text or "cannot read" in text, text
+
+
+# ---------------------------------------------------------------- absurd budgets
+
+
+@pytest.mark.parametrize("iterations", ["99999999999999999999", "20000000"])
+def test_an_absurd_iteration_budget_is_one_config_line(
+        iterations: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "big.toml"
+    config.write_text(f"[run]\niterations = {iterations}\ndb = \"{tmp_path / 'big.db'}\"\n")
+    monkeypatch.chdir(tmp_path)
+    code = main(["run", "--plain", "--config", str(config)])
+    text = one_line_error(capsys, code)
+    assert code == 2 and "run.iterations" in text and "10000000" in text, text
+    assert not (tmp_path / "big.db").exists()
+
+
+def test_the_schedule_skips_completed_iterations_in_order() -> None:
+    schedule = IterationSchedule(8, {0, 2, 3, 7, 9})
+    assert schedule.completed == 3
+    assert list(schedule) == [1, 4, 5, 6, 8]
+    assert list(schedule) == []  # drawn once, whichever worker draws it
+
+
+def test_the_schedule_of_ten_million_iterations_allocates_nothing_proportional_to_the_budget() -> None:
+    tracemalloc.start()
+    try:
+        schedule = IterationSchedule(10**7, {1, 2, 5})
+        first = [next(schedule) for _ in range(3)]
+        size, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert first == [3, 4, 6]
+    assert peak < 10_000  # a queued budget of 10**7 ints would be hundreds of megabytes
