@@ -28,7 +28,7 @@ def hoard(n):
     while True:
         chunks.append(bytearray(50 * 1024 * 1024))
 
-fizzbuzz = solve = hoard
+fizzbuzz = solve = encode = hoard
 """
 
 
@@ -42,8 +42,9 @@ def evaluate_timed(folder: Path, name: str, code: str) -> tuple[Evaluation, floa
 # ---------------------------------------------------------------- memory bombs through drivers
 
 
-def test_a_memory_bomb_through_the_fizzbuzz_driver_is_scored_memory_not_timeout() -> None:
-    evaluation, took = evaluate_timed(PROGRAMS, "fizzbuzz", HOARDER)
+@pytest.mark.parametrize("problem", ["fizzbuzz", "run_length"])
+def test_a_memory_bomb_through_a_shipped_driver_is_scored_memory_not_timeout(problem: str) -> None:
+    evaluation, took = evaluate_timed(PROGRAMS, problem, HOARDER)
     assert evaluation.failure == "memory", evaluation
     assert took < 5.0  # the wall limit: swallowed per input, the bomb allocated until it (scored timeout)
 
