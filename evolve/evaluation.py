@@ -77,7 +77,7 @@ def _parse_worker_output(stdout: bytes) -> Evaluation | None:
         try:
             data = json.loads(line)
             return Evaluation(**data) if isinstance(data, dict) else None
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, RecursionError):
             continue
     return None
 

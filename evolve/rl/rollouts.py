@@ -125,7 +125,7 @@ def parents_store(spec: str) -> ProgramStore:
     """The evolve store named by `parents_db` (a SQLite path or a URL); a missing SQLite file is a ConfigError."""
     if "://" not in spec and not Path(spec).expanduser().is_file():
         raise ConfigError(f"parents_db '{spec}': no such file (give the store of earlier `evolve run`s)")
-    return ProgramStore(spec)
+    return ProgramStore(spec, mode="read")  # reading parents never creates or alters a store
 
 
 def tested_problems(store: ProgramStore) -> dict[str, str]:
