@@ -152,8 +152,10 @@ class Controller:
             objective_names=self.problem.objectives,
         )
         prompt = build_prompt(request, self.prompt_options, self.template, self.problem.prompt)
+        prompt_text = prompt.text if prompt.text is not None else render_prompt_text(prompt.messages, prompt.prefill)
         seen_in_iteration: set[str] = set()  # children of every request of this iteration, for duplicates
-        tasks = [asyncio.create_task(self._request(iteration, attempt, island, parent, prompt, seen_in_iteration))
+        tasks = [asyncio.create_task(self._request(iteration, attempt, island, parent, prompt, prompt_text,
+                                                   seen_in_iteration))
                  for attempt in range(self.requests_per_iteration)]
         try:
             outcomes = await asyncio.gather(*tasks)
@@ -164,9 +166,8 @@ class Controller:
         self._commit(iteration, [record for records in outcomes for record in records], island, parent.id)
 
     async def _request(self, iteration: int, attempt: int, island: int, parent: Program, prompt: Prompt,
-                       seen_in_iteration: set[str]) -> list[AttemptRecord | ChildRecord]:
+                       prompt_text: str, seen_in_iteration: set[str]) -> list[AttemptRecord | ChildRecord]:
         """One request of an iteration, with its own sampling seed: its policy call and outcomes, or its error."""
-        prompt_text = prompt.text if prompt.text is not None else render_prompt_text(prompt.messages, prompt.prefill)
         seed = request_seed(self.config.run.seed, iteration, attempt)
         async with self._request_slots:
             started = time.monotonic()

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -31,7 +32,7 @@ from evolve.config import (
 from evolve.controller import Controller, RunStats, SeedProgramError
 from evolve.policies.base import Policy, PolicyUnavailable
 from evolve.policies.factory import open_policy
-from evolve.problems import load_problem
+from evolve.problems import load_problem, problem_key
 from evolve.store import ProgramStore, RunInfo
 
 CellKey = tuple[str, str, int]  # (problem, policy, seed)
@@ -73,8 +74,8 @@ class ExperimentSpec(StrictModel):
 
     @model_validator(mode="after")
     def _train_and_test_are_disjoint(self) -> ExperimentSpec:
-        tests = {Path(name.rstrip("/")).name for name in self.problems}
-        shared = sorted({name for name in self.train_problems if Path(name.rstrip("/")).name in tests})
+        tests = {problem_key(name) for name in self.problems}
+        shared = sorted({name for name in self.train_problems if problem_key(name) in tests})
         if shared:
             raise ValueError(f"train_problems and problems (the test problems) must not overlap; in both: "
                              f"{', '.join(shared)}")
@@ -144,6 +145,31 @@ class ExperimentOutcome:
         return not self.interrupted and all(cell.status == "finished" for cell in self.cells.values())
 
 
+async def run_sharing_backend(backend: Policy, runs: Sequence[Coroutine[Any, Any, None]]) -> PolicyUnavailable | None:
+    """Run `runs` (one per cell or sampled problem) as tasks sharing one policy backend, until all end.
+
+    SIGINT and SIGTERM cancel the calling task, so a Ctrl-C ends every run as an interruption. A PolicyUnavailable
+    in any run stops them all and is returned. In every case the tasks are cancelled and awaited, the signal
+    handlers removed and the backend closed."""
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        if main is not None:
+            loop.add_signal_handler(sig, main.cancel)
+    tasks = [asyncio.create_task(run) for run in runs]
+    try:
+        await asyncio.gather(*tasks)
+    except PolicyUnavailable as exc:
+        return exc
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        await backend.close()
+    return None
+
 class ExperimentRunner:
     """Runs the unfinished cells of one experiment; `on_change` is called whenever a cell's progress moves."""
 
@@ -182,25 +208,12 @@ class ExperimentRunner:
         return outcome
 
     async def _run_policy(self, backend: Policy, todo: list[CellProgress], outcome: ExperimentOutcome) -> None:
-        loop = asyncio.get_running_loop()
-        main = asyncio.current_task()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            if main is not None:
-                loop.add_signal_handler(sig, main.cancel)
         cell_slots = asyncio.Semaphore(self.spec.parallel_cells)
         eval_slots = asyncio.Semaphore(self.spec.run.eval_workers)
-        tasks = [asyncio.create_task(self._run_cell(backend, cell, cell_slots, eval_slots)) for cell in todo]
-        try:
-            await asyncio.gather(*tasks)
-        except PolicyUnavailable as exc:
-            outcome.errors.append(f"policy {todo[0].key[1]}: {exc}")
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(sig)
-            await backend.close()
+        unavailable = await run_sharing_backend(
+            backend, [self._run_cell(backend, cell, cell_slots, eval_slots) for cell in todo])
+        if unavailable is not None:
+            outcome.errors.append(f"policy {todo[0].key[1]}: {unavailable}")
         for cell in todo:
             if cell.status == "failed":
                 outcome.errors.append(f"{'/'.join(map(str, cell.key))}: {cell.detail}")

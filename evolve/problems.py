@@ -212,6 +212,12 @@ def _check_evaluator(path: Path) -> None:
         raise ProblemError(f"{path}: defines no top-level 'def evaluate(program_path, sandbox)'")
 
 
+def problem_key(name_or_path: str) -> str:
+    """What problems are compared by (held-out checks): a name, or a folder path's last part
+    ('programs/humaneval/he_001' -> 'he_001')."""
+    return Path(str(name_or_path).rstrip("/")).name
+
+
 def problem_folder(name_or_path: str, programs_dir: Path) -> Path:
     """The folder a problem name (looked up in programs_dir) or a folder path refers to."""
     by_name = programs_dir / name_or_path

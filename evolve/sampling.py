@@ -16,22 +16,19 @@ from __future__ import annotations
 
 import asyncio
 import math
-import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy import update
-
 from evolve.config import RunConfig
 from evolve.controller import Controller, SeedProgramError, code_key
+from evolve.experiment import run_sharing_backend
 from evolve.passk import best_at_k, pass_at_k
 from evolve.policies.base import Policy, PolicyUnavailable
 from evolve.policies.factory import open_policy
 from evolve.problems import Problem, load_problem
 from evolve.runner import RunError
 from evolve.store import ProgramStore, RunInfo
-from evolve.store_tables import RunRow
 
 
 class SampleError(RunError):
@@ -144,16 +141,9 @@ def plan_samples(store: ProgramStore, base: RunConfig, problems: Sequence[str], 
                                                                                 "iterations": needed})})
         done = {i for i in store.completed_iterations(info.id) if i >= 1}
         if needed > stored.run.iterations:
-            raise_budget(store, info.id, config)
+            store.set_run_budget(info.id, config.run.iterations, config.model_dump_json())
         plans.append(SamplePlan(problem, config, info.id, len(done) >= needed))
     return plans
-
-
-def raise_budget(store: ProgramStore, run_id: int, config: RunConfig) -> None:
-    """Store a sampling run's larger request budget (its config and iterations target) before it goes on."""
-    with store.engine.begin() as connection:
-        connection.execute(update(RunRow).where(RunRow.id == run_id).values(
-            iterations_target=config.run.iterations, config_json=config.model_dump_json()))
 
 
 def run_samples(store: ProgramStore, plans: Sequence[SamplePlan], parallel: int = 2,
@@ -180,27 +170,13 @@ def run_samples(store: ProgramStore, plans: Sequence[SamplePlan], parallel: int 
 async def _sample_all(store: ProgramStore, backend: Policy, todo: Sequence[SamplePlan], parallel: int,
                       outcome: SampleOutcome, on_done: PlanCallback,
                       on_request: PlanCallback) -> None:
-    loop = asyncio.get_running_loop()
-    main = asyncio.current_task()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        if main is not None:
-            loop.add_signal_handler(sig, main.cancel)
     slots = asyncio.Semaphore(parallel)
     eval_slots = asyncio.Semaphore(todo[0].config.run.eval_workers)
-    tasks = [asyncio.create_task(_sample_one(store, backend, plan, slots, eval_slots, outcome, on_done, on_request))
-             for plan in todo]
-    try:
-        await asyncio.gather(*tasks)
-    except PolicyUnavailable as exc:
-        outcome.errors.append(f"policy {todo[0].config.policy.name}: {exc}")
+    unavailable = await run_sharing_backend(
+        backend, [_sample_one(store, backend, plan, slots, eval_slots, outcome, on_done, on_request) for plan in todo])
+    if unavailable is not None:
+        outcome.errors.append(f"policy {todo[0].config.policy.name}: {unavailable}")
         outcome.interrupted = True
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
-        await backend.close()
 
 
 async def _sample_one(store: ProgramStore, backend: Policy, plan: SamplePlan, slots: asyncio.Semaphore,

@@ -318,6 +318,14 @@ class ProgramStore:
             if not changed:
                 raise UnknownIdError(f"no run {run_id} in {self._where}")
 
+    def set_run_budget(self, run_id: int, iterations_target: int, config_json: str) -> None:
+        """Give a run a new iteration budget and the config that asks for it (a sampling run extended to more n)."""
+        with self._write(f"the budget of run {run_id}") as session:
+            changed = session.execute(update(RunRow).where(RunRow.id == run_id).values(
+                iterations_target=iterations_target, config_json=config_json)).rowcount
+            if not changed:
+                raise UnknownIdError(f"no run {run_id} in {self._where}")
+
     def add_program(self, run_id: int, code: str, parent_id: int | None, island: int, iteration: int, policy: str,
                     edit: str, scores: dict[str, float], scalar: float, solved: bool,
                     artifacts: dict[str, str] | None = None, completion_id: int | None = None) -> Program:

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from evolve.problems import problem_key
+
 if TYPE_CHECKING:
     import torch
 
@@ -112,7 +114,7 @@ def checkpoint_provenance(model: str | Path) -> tuple[Path, TrainingProvenance] 
 
 def problem_keys(names: Iterable[str]) -> set[str]:
     """Names to compare problems by: a name, or a folder path's last part ('programs/humaneval/he_001' -> 'he_001')."""
-    return {Path(name.rstrip("/")).name for name in names if name.strip()}
+    return {problem_key(name) for name in names if name.strip()}
 
 
 def trained_on(model: str | Path, test_problems: Iterable[str]) -> tuple[Path, list[str]] | None:

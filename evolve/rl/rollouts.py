@@ -30,7 +30,7 @@ from evolve.edits import EditError, apply_diff, apply_rewrite, split_answers
 from evolve.evaluation import evaluate_program
 from evolve.policies.base import cut_at_stop
 from evolve.policies.hf import _RowStops
-from evolve.problems import Problem
+from evolve.problems import Problem, problem_key
 from evolve.prompt_templates import PromptTemplate
 from evolve.prompts import Prompt, PromptOptions, build_prompt
 from evolve.records import Evaluation, MutationRequest, Program
@@ -139,7 +139,7 @@ def tested_problems(store: ProgramStore) -> dict[str, str]:
             except (ValueError, AttributeError):
                 continue
             for problem in problems:
-                tested.setdefault(Path(str(problem).rstrip("/")).name, name)
+                tested.setdefault(problem_key(str(problem)), name)
     return tested
 
 
