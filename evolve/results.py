@@ -151,6 +151,8 @@ class ExperimentResults:
         return next(b for b in self.budgets if b.policy == policy)
 
 
+StoredScores = tuple[int, dict[str, float], float, bool]  # store.score_vectors: iteration, vector, scalar, solved
+
 @dataclass(frozen=True)
 class _Judge:
     """How a problem's programs are judged: its current rule, or (None) the flags stored with them."""
@@ -163,7 +165,7 @@ class _Judge:
         return self.problem.scalar(scores), self.problem.is_solved(scores)
 
 
-def _judges(spec: ExperimentSpec, store: ProgramStore, runs: dict[tuple[str, str, int], int],
+def _judges(spec: ExperimentSpec, vectors: dict[tuple[str, str, int], list[StoredScores]],
             notes: list[str]) -> dict[str, _Judge]:
     """A judge per problem: the current rule when the folder loads and reads every stored vector, else the flags."""
     judges = {}
@@ -175,11 +177,10 @@ def _judges(spec: ExperimentSpec, store: ProgramStore, runs: dict[tuple[str, str
                          f"stored when its programs were written, under the rule of that time.")
             problem = None
         if problem is not None:
-            for (problem_name, _, _), run_id in runs.items():
+            for (problem_name, _, _), stored in vectors.items():
                 if problem_name != name:
                     continue
-                missing = {o for _, vector, _, _ in store.score_vectors(run_id) for o in problem.objectives
-                           if o not in vector}
+                missing = {o for _, vector, _, _ in stored for o in problem.objectives if o not in vector}
                 if missing:
                     notes.append(f"{name}: stored score vectors lack the current objectives "
                                  f"{', '.join(sorted(missing))}; cracked and scalars are the stored flags.")
@@ -190,7 +191,8 @@ def _judges(spec: ExperimentSpec, store: ProgramStore, runs: dict[tuple[str, str
 
 
 def cell_result(store: ProgramStore, spec: ExperimentSpec, run_id: int | None, key: tuple[str, str, int],
-                judge: _Judge | None = None) -> CellResult:
+                judge: _Judge | None = None, vectors: list[StoredScores] | None = None) -> CellResult:
+    """The cell's numbers; `vectors`: the run's `store.score_vectors`, when the caller has read them already."""
     problem, policy, seed = key
     horizon = spec.iterations
     rule: Literal["current", "stored"] = "current" if judge is not None and judge.problem is not None else "stored"
@@ -200,7 +202,8 @@ def cell_result(store: ProgramStore, spec: ExperimentSpec, run_id: int | None, k
     judge = judge or _Judge(None)
     info = store.get_run(run_id)
     programs = [(iteration, vector, *judge.verdict(vector, scalar, solved))
-                for iteration, vector, scalar, solved in store.score_vectors(run_id)]
+                for iteration, vector, scalar, solved in (vectors if vectors is not None
+                                                          else store.score_vectors(run_id))]
     costs = store.iteration_costs(run_id)
     done = sum(1 for iteration in store.completed_iterations(run_id) if iteration >= 1)
     by_iteration: dict[int, tuple[float | None, bool]] = {}
@@ -243,8 +246,10 @@ def collect(store: ProgramStore, spec: ExperimentSpec, samples: int = 100_000, c
     problems (exact enumeration below); `pairs`: compare every pair of policies, or the first with each other."""
     runs = {(c.problem, c.policy, c.seed): c.run_id for c in store.experiment_cells(spec.name)}
     notes: list[str] = []
-    judges = _judges(spec, store, runs, notes)
-    cells = tuple(cell_result(store, spec, runs.get(key), key, judges[key[0]]) for key in spec.cells())
+    vectors = {key: store.score_vectors(run_id) for key, run_id in runs.items()}  # read once, judged twice
+    judges = _judges(spec, vectors, notes)
+    cells = tuple(cell_result(store, spec, runs.get(key), key, judges[key[0]], vectors.get(key))
+                  for key in spec.cells())
     by_key = {(c.problem, c.policy, c.seed): c for c in cells}
     policies = tuple(p.name for p in spec.policies)
 
