@@ -176,7 +176,8 @@ def _description(request: MutationRequest, shown: ProblemPrompt) -> str:
     if not limit or len(text) <= limit:
         return text
     cut = text[:limit]
-    return cut[: max(cut.rfind(" "), cut.rfind("\n"))].rstrip() + " ..."
+    space = max(cut.rfind(" "), cut.rfind("\n"))  # cut at a word's end; a text with no space is cut where it is
+    return (cut[:space] if space > 0 else cut).rstrip() + " ..."
 
 
 def _top_level_outside(code: str) -> list[tuple[ast.stmt, str]]:
