@@ -6,13 +6,13 @@ import importlib
 
 # (module, class) pairs: errors whose message is already a complete line for the user.
 _USER_ERRORS = (
-    ("evolve.problems", "ProblemError"),
-    ("evolve.runner", "RunError"),
-    ("evolve.controller", "SeedProgramError"),
-    ("evolve.store", "StoreError"),
+    ("evolve.problems.problem", "ProblemError"),
+    ("evolve.cli.runner", "RunError"),
+    ("evolve.engine.controller", "SeedProgramError"),
+    ("evolve.store.program_store", "StoreError"),
     ("evolve.policies.model_files", "ModelFileError"),
     ("evolve.policies.base", "PolicyError"),
-    ("evolve.prompt_templates", "TemplateError"),
+    ("evolve.search.prompt_templates", "TemplateError"),
     ("evolve.rl.vllm_rollouts", "RolloutEngineError"),
     ("evolve.rl.checkpoints", "ResumeError"),
 )

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import get_args
 
 from evolve.records import FailureKind
-from evolve.sandbox import Sandbox, SandboxLimits, SandboxResult, SandboxSession
+from evolve.sandbox.core import Sandbox, SandboxLimits, SandboxResult, SandboxSession
 
 __all__ = ["CANDIDATE_FAILURE_KINDS", "FEEDBACK_CHARS", "CandidateFailure", "EvaluationResult", "Sandbox",
            "SandboxLimits", "SandboxResult", "SandboxSession", "call_failure", "fail_unless_any_ok", "fail_unless_ok",

@@ -20,16 +20,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from evolve.cli import parse_setting
+from evolve.cli.main import parse_setting
 from evolve.config import load_config
-from evolve.controller import prompt_options
-from evolve.edits import EditError, apply_diff, apply_rewrite, split_answers
+from evolve.engine.controller import prompt_options
 from evolve.policies.base import Policy
 from evolve.policies.factory import open_policy
-from evolve.problems import load_problem
-from evolve.prompt_templates import load_template
-from evolve.prompts import Prompt, build_prompt
+from evolve.problems.problem import load_problem
 from evolve.records import Completion, MutationRequest, Program
+from evolve.search.edits import EditError, apply_diff, apply_rewrite, split_answers
+from evolve.search.prompt_templates import load_template
+from evolve.search.prompts import Prompt, build_prompt
 
 
 def mutations(parent: str, prompt: Prompt, completion: Completion, m: int, tag: str, edit_format: str) -> int:

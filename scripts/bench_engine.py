@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 
 from evolve.config import RunConfig
-from evolve.controller import Controller
-from evolve.problems import load_problem
+from evolve.engine.controller import Controller
+from evolve.problems.problem import load_problem
 from evolve.records import Completion, Evaluation
-from evolve.store import ChildRecord, ProgramStore
+from evolve.store.program_store import ChildRecord, ProgramStore
 
 ROOT = Path(__file__).resolve().parents[1]
 

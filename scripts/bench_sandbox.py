@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from evolve.sandbox import Sandbox
+from evolve.sandbox.core import Sandbox
 
 PROGRAMS = {
     "trivial": "def solve(x):\n    return x + 1\n",

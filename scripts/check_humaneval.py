@@ -17,9 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from evolve.evaluation import evaluate_program
-from evolve.humaneval import HumanEvalTask, import_humaneval, parse_ids, read_tasks
-from evolve.problems import load_problem
+from evolve.problems.evaluation import evaluate_program
+from evolve.problems.humaneval import HumanEvalTask, import_humaneval, parse_ids, read_tasks
+from evolve.problems.problem import load_problem
 from evolve.records import Evaluation
 
 

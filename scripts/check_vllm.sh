@@ -16,10 +16,10 @@ export HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-2}
 COMMON=(--plain --iterations "$ITERATIONS" --db "$OUT/check.db" --set run.concurrency=4 --set policy.max_model_len=2048)
 for m in 1 3; do
   echo "== vllm in process, m=$m"
-  $PY -m evolve.cli run "${COMMON[@]}" --set policy.backend='"vllm"' --set policy.name="\"vllm-m$m\"" \
+  $PY -m evolve.cli.main run "${COMMON[@]}" --set policy.backend='"vllm"' --set policy.name="\"vllm-m$m\"" \
     --set policy.answers=$m 2>&1 | grep -E "^starting|^ +(iterations|children|other|best scalar|generation)|error"
   echo "== openai against vllm serve (started by evolve), m=$m"
-  $PY -m evolve.cli run "${COMMON[@]}" --set policy.backend='"openai"' --set policy.serve=true \
+  $PY -m evolve.cli.main run "${COMMON[@]}" --set policy.backend='"openai"' --set policy.serve=true \
     --set policy.name="\"served-m$m\"" --set policy.answers=$m 2>&1 | grep -E "^starting|^ +(iterations|children|other|best scalar|generation)|error"
 done
 $PY - "$OUT/check.db" <<'PYEOF'
@@ -37,7 +37,7 @@ for run_id, policy, status in db.execute("SELECT id, policy, status FROM runs OR
 PYEOF
 echo "== evolve train --rollouts vllm: vLLM samples from the adapter being trained"
 $PY -m pytest tests/test_vllm_rollouts.py -q -p no:cacheprovider 2>&1 | grep -E "passed|failed|error" | tail -1
-$PY -m evolve.cli train --algo vpo --rollouts vllm --steps 2 --threads 2 --out "$OUT/train" --set vllm_dtype='"float32"' \
+$PY -m evolve.cli.main train --algo vpo --rollouts vllm --steps 2 --threads 2 --out "$OUT/train" --set vllm_dtype='"float32"' \
   2>&1 | grep -E "^(train|step|saved)|error"
 if [ "${1:-}" = "--bench" ]; then
   for backend in vllm openai; do

@@ -63,7 +63,7 @@ import sys
 from pathlib import Path
 
 import evolve
-from evolve.prompt_templates import builtin_templates
+from evolve.search.prompt_templates import builtin_templates
 
 where = Path(evolve.__file__).resolve()
 if not where.is_relative_to(Path(sys.argv[1]).resolve()):

@@ -16,7 +16,7 @@ OUT=${OUT:-$(mktemp -d /tmp/evolve-train-demo.XXXXXX)}
 ALGOS=${ALGOS:-"vpo grpo multi-rlvr"}
 for algo in $ALGOS; do
   start=$(date +%s)
-  "$VENV/bin/python" -m evolve.cli train --algo "$algo" --problems fizzbuzz --steps "$STEPS" --group-size "$G" \
+  "$VENV/bin/python" -m evolve.cli.main train --algo "$algo" --problems fizzbuzz --steps "$STEPS" --group-size "$G" \
     --max-new-tokens "$TOKENS" --threads "$THREADS" --seed "$SEED" --lr "$LR" --out "$OUT/$algo" \
     --rollouts "$ROLLOUTS" --device "$DEVICE"
   echo "$(( $(date +%s) - start ))" > "$OUT/$algo/wall_s"

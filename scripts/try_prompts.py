@@ -21,13 +21,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evolve.edits import EditError, apply_diff, apply_rewrite, split_answers
-from evolve.evaluation import evaluate_program
 from evolve.policies.hf import HFPolicy
 from evolve.policies.model_files import resolve_model
-from evolve.problems import Problem, list_problems, load_problem
-from evolve.prompts import Prompt, build_prompt
+from evolve.problems.evaluation import evaluate_program
+from evolve.problems.problem import Problem, list_problems, load_problem
 from evolve.records import Completion, MutationRequest, Program
+from evolve.search.edits import EditError, apply_diff, apply_rewrite, split_answers
+from evolve.search.prompts import Prompt, build_prompt
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -48,7 +48,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere: the project pack
 
 from evolve.policies.hf import HFPolicy  # noqa: E402
 from evolve.policies.model_files import resolve_model  # noqa: E402
-from evolve.prompts import Prompt  # noqa: E402
+from evolve.search.prompts import Prompt  # noqa: E402
 
 MAX_BODY = 1_000_000  # bytes
 MAX_LINE = 8_192  # request line or one header line

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from evolve.cli import main
+from evolve.cli.main import main
 from evolve.config import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,7 +109,7 @@ def test_an_openai_policy_with_a_url_is_accepted(tmp_path: Path) -> None:
 
 
 def test_command_line_settings_reach_any_key_and_are_checked_like_the_file(tmp_path: Path) -> None:
-    from evolve.cli import parse_setting
+    from evolve.cli.main import parse_setting
 
     overrides = {**parse_setting("policy.answers=3"), **parse_setting("selection.map_elites.bins = 4"),
                  **parse_setting("policy.url=http://127.0.0.1:9/v1"), **parse_setting("policy.backend=openai")}

@@ -8,7 +8,7 @@ import string
 
 import pytest
 
-from evolve.edits import (
+from evolve.search.edits import (
     EditError,
     apply_diff,
     apply_rewrite,

@@ -18,7 +18,7 @@ def test_evolve_run_with_smollm2_commits_scored_children(tmp_path: Path, problem
     db = tmp_path / "e2e.db"
     iterations = 6
     result = subprocess.run(
-        [sys.executable, "-m", "evolve.cli", "run", "--plain", "--config", str(ROOT / "evolve.toml"),
+        [sys.executable, "-m", "evolve.cli.main", "run", "--plain", "--config", str(ROOT / "evolve.toml"),
          "--problem", problem, "--iterations", str(iterations), "--seed", "1", "--db", str(db)],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )
@@ -48,8 +48,8 @@ def test_evolve_run_with_smollm2_commits_scored_children(tmp_path: Path, problem
 def test_show_lineage_and_export_replay_a_real_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
-    from evolve.cli import main
-    from evolve.store import ProgramStore
+    from evolve.cli.main import main
+    from evolve.store.program_store import ProgramStore
 
     db = str(tmp_path / "replay.db")
     assert main(["run", "--plain", "--config", str(ROOT / "evolve.toml"), "--problem", "fizzbuzz",

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from evolve.cli import main
+from evolve.cli.main import main
 from evolve.config import ConfigError
-from evolve.experiment import ExperimentRunner, load_experiment
-from evolve.problems import list_problems
-from evolve.report_terminal import render_report
-from evolve.results import collect
-from evolve.store import ProgramStore
+from evolve.engine.experiment import ExperimentRunner, load_experiment
+from evolve.problems.problem import list_problems
+from evolve.report.results import collect
+from evolve.report.terminal import render_report
+from evolve.store.program_store import ProgramStore
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -137,7 +137,7 @@ def test_policy_failing_every_call_is_reported_as_failing_not_as_cracking_nothin
 def test_experiment_killed_mid_way_resumes_as_a_whole_with_one_run_per_cell(tmp_path: Path) -> None:
     path = write(tmp_path, SMALL)
     spec = load_experiment(path)
-    command = [sys.executable, "-m", "evolve.cli", "experiment", str(path), "--plain"]
+    command = [sys.executable, "-m", "evolve.cli.main", "experiment", str(path), "--plain"]
     first = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              start_new_session=True)
     deadline = time.monotonic() + 300
@@ -178,8 +178,8 @@ def _iterations_done(db: str) -> int:
 
 def test_a_policy_failing_call_after_call_stops_the_run_resumably_instead_of_eating_its_budget(
         tmp_path: Path, refusing_server: str) -> None:
+    from evolve.cli.runner import run_evolution
     from evolve.config import parse_config
-    from evolve.runner import run_evolution
 
     db = tmp_path / "refused.db"
     config = parse_config({

@@ -1,4 +1,4 @@
-"""The JSONL export on a real SQLite store written as evolve/controller.py writes it: one record per outcome, linked.
+"""The JSONL export on a real SQLite store written as evolve/engine/controller.py writes it: one record per outcome, linked.
 
 The run: seed #1; iteration 1 a child #2; iteration 2 one call with four answers (an edit failure, a duplicate of
 #2's code, a child #3 of #2, an eval failure); iteration 3 a policy error; iteration 4 a call whose completion
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from evolve.export import export_run
-from evolve.store import AttemptInfo, AttemptRecord, ChildRecord, ProgramStore, StoreError
+from evolve.report.export import export_run
+from evolve.store.program_store import AttemptInfo, AttemptRecord, ChildRecord, ProgramStore, StoreError
 
 POLICY = "vpo-m4"
 COMPLETION2 = "<response_1>\nbad</response_1><response_2>…return 1 → é\u2028\x85</response_2>"

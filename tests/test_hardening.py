@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from evolve.cli import main
+from evolve.cli.main import main
 from evolve.config import load_config
-from evolve.evaluation import evaluate_program
-from evolve.problem_check import new_problem
-from evolve.problems import load_problem
+from evolve.engine.schedule import IterationSchedule
+from evolve.problems.check import new_problem
+from evolve.problems.evaluation import evaluate_program
+from evolve.problems.problem import load_problem
 from evolve.records import Evaluation
-from evolve.schedule import IterationSchedule
-from evolve.store import AttemptRecord, ChildRecord, ProgramStore, StoreError
+from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore, StoreError
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = ROOT / "programs"

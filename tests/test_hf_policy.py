@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from evolve.policies.model_files import CONVERTED_NAME, GGUF_FILE, ModelFileError, resolve_model
-from evolve.prompts import Prompt
+from evolve.search.prompts import Prompt
 
 ROOT = Path(__file__).resolve().parents[1]
 

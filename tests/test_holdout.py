@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from evolve.cli import _parser, main
-from evolve.cli_train import held_out_config, train_config, training_provenance
+from evolve.cli.main import _parser, main
+from evolve.cli.train import held_out_config, train_config, training_provenance
 from evolve.config import ConfigError
-from evolve.experiment import load_experiment
+from evolve.engine.experiment import load_experiment
 from evolve.rl.checkpoints import TrainingProvenance, checkpoint_provenance, trained_on, write_provenance
-from evolve.store import ProgramStore
+from evolve.store.program_store import ProgramStore
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = ROOT / "programs"

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from evolve.cli import main
-from evolve.evaluation import evaluate_program
+from evolve.cli.main import main
 from evolve.evaluator_api import Sandbox, SandboxLimits
-from evolve.humaneval import (
+from evolve.problems.check import check_problem, check_solution
+from evolve.problems.evaluation import evaluate_program
+from evolve.problems.humaneval import (
     STUB_BODY,
     HumanEvalTask,
     import_humaneval,
@@ -23,13 +24,12 @@ from evolve.humaneval import (
     read_tasks,
     toml_string,
 )
-from evolve.humaneval_check import CallResult, evaluate_check, run_check
-from evolve.humaneval_codec import EncodeError, decode, encode
-from evolve.problem_check import check_problem, check_solution
-from evolve.problems import ProblemError, load_problem
-from evolve.prompts import build_prompt
+from evolve.problems.humaneval_check import CallResult, evaluate_check, run_check
+from evolve.problems.humaneval_codec import EncodeError, decode, encode
+from evolve.problems.problem import ProblemError, load_problem
 from evolve.records import MutationRequest, Program
 from evolve.rl.rollouts import seed_parent
+from evolve.search.prompts import build_prompt
 
 TASKS = read_tasks()
 LOOPS = [task.number for task in TASKS if re.search(r"^\s+for ", task.test, re.MULTILINE)]

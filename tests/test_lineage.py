@@ -1,4 +1,4 @@
-"""Lineage replay on a real SQLite store written as evolve/controller.py writes it: chain, targets, diffs, views.
+"""Lineage replay on a real SQLite store written as evolve/engine/controller.py writes it: chain, targets, diffs, views.
 
 The run: objectives t1..t3 (0/1 tests) and speed; the scalar is their mean; solved means every objective >= 0.5.
 Seed #1 -> #2 gains t1 -> #3 gains t2, t3 and loses speed (its code holds `</script><b>`) -> #4 (a call with
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from evolve.lineage import Lineage, LineageError, ancestry, lineage_html, render_lineage
-from evolve.store import AttemptRecord, ChildRecord, ProgramStore, StoreError
+from evolve.report.lineage import Lineage, LineageError, ancestry, lineage_html, render_lineage
+from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore, StoreError
 
 POLICY = 'vpo [m=3] <x> & "co"'  # rich markup and HTML in a policy name
 OBJECTIVES = ("t1", "t2", "t3", "speed")

@@ -66,7 +66,7 @@ def evolve_run(db: Path, *settings: str, iterations: int = 4, resume: int | None
     else:
         args += ["--config", str(ROOT / "evolve.toml"), "--iterations", str(iterations), "--seed", "5"]
         args += [f"--set={setting}" for setting in settings]
-    return subprocess.run([sys.executable, "-m", "evolve.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "evolve.cli.main", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout)
 
 

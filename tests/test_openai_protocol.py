@@ -14,7 +14,7 @@ import pytest
 
 from evolve.policies.base import PolicyError, PolicyUnavailable
 from evolve.policies.openai_api import OpenAIPolicy
-from evolve.prompts import Prompt
+from evolve.search.prompts import Prompt
 
 PROMPT = Prompt([{"role": "user", "content": "hi"}], "def f(x):", ("\ndef",), 16)
 Reply = tuple[int, dict[str, str], bytes]  # status, headers, body

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from evolve.prompts import Prompt
 from evolve.records import Completion
+from evolve.search.prompts import Prompt
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER = ROOT / "tests" / "openai_server.py"

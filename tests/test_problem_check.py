@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from evolve.cli import main
-from evolve.problem_check import CheckReport, check_problem, new_problem
-from evolve.problems import ProblemError, list_problems, load_problem
+from evolve.cli.main import main
+from evolve.problems.check import CheckReport, check_problem, new_problem
+from evolve.problems.problem import ProblemError, list_problems, load_problem
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,8 +50,8 @@ def test_new_problem_scaffold_loads_and_passes_the_check(scaffold: Path) -> None
 def test_scaffold_is_solved_by_the_right_program(scaffold: Path) -> None:
     import asyncio
 
-    from evolve.edits import replace_block
-    from evolve.evaluation import evaluate_program
+    from evolve.problems.evaluation import evaluate_program
+    from evolve.search.edits import replace_block
 
     problem = load_problem("stairs", scaffold.parent)
     right = replace_block(problem.initial_code, "def solve(n: int) -> int:\n    a, b = 1, 1\n"

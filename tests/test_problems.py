@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from evolve.evaluation import evaluate_program
-from evolve.problems import Problem, ProblemError, list_problems, load_problem
+from evolve.problems.evaluation import evaluate_program
+from evolve.problems.problem import Problem, ProblemError, list_problems, load_problem
 from evolve.records import Evaluation
 
 ROOT = Path(__file__).resolve().parents[1]

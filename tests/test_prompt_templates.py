@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from evolve.prompt_templates import TemplateError, builtin_templates, load_template, split_messages
-from evolve.prompts import PromptOptions, build_prompt
 from evolve.records import MutationRequest, Program
+from evolve.search.prompt_templates import TemplateError, builtin_templates, load_template, split_messages
+from evolve.search.prompts import PromptOptions, build_prompt
 
 PARENT = "import math\n\n# EVOLVE-BLOCK-START\ndef f(x: float) -> float:\n    return x\n# EVOLVE-BLOCK-END\n"
 

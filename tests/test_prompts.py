@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from evolve.edits import apply_diff, apply_rewrite, split_answers
-from evolve.problem_check import new_problem
-from evolve.problems import ProblemError, ProblemPrompt, load_problem
-from evolve.prompts import PromptOptions, build_prompt, context_code, prefill_for, without_docstrings
+from evolve.problems.check import new_problem
+from evolve.problems.problem import ProblemError, ProblemPrompt, load_problem
 from evolve.records import MutationRequest, Program
+from evolve.search.edits import apply_diff, apply_rewrite, split_answers
+from evolve.search.prompts import PromptOptions, build_prompt, context_code, prefill_for, without_docstrings
 
 ROOT = Path(__file__).resolve().parents[1]
 

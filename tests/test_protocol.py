@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from evolve.experiment import ExperimentRunner, load_experiment
+from evolve.engine.experiment import ExperimentRunner, load_experiment
 from evolve.seeds import request_seed
-from evolve.store import ProgramStore
+from evolve.store.program_store import ProgramStore
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER = ROOT / "tests" / "openai_server.py"
@@ -143,7 +143,7 @@ def test_m1_and_m3_policies_get_three_candidate_answers_per_iteration_each_with_
 
 
 def evolve(*args: str) -> list[str]:
-    return [sys.executable, "-m", "evolve.cli", *args]
+    return [sys.executable, "-m", "evolve.cli.main", *args]
 
 
 @pytest.mark.slow

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from evolve.charts import Series, line_chart, palette
-from evolve.experiment import ExperimentSpec
-from evolve.report_html import report_html
-from evolve.results import ExperimentResults, collect
-from evolve.store import AttemptRecord, ChildRecord, ProgramStore
+from evolve.engine.experiment import ExperimentSpec
+from evolve.report.charts import Series, line_chart, palette
+from evolve.report.html import report_html
+from evolve.report.results import ExperimentResults, collect
+from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore
 
 VPO, GRPO, BROKEN = 'vpo <m=3> & "co"', "grpo", "broken"
 PROBLEMS = ("alpha", "beta")
@@ -48,7 +48,7 @@ def _child(scalar: float, parent_id: int | None, policy: str) -> ChildRecord:
 
 
 def _write_cell(store: ProgramStore, spec: ExperimentSpec, key: tuple[str, str, int], script: dict[int, float]) -> None:
-    """One cell, iteration by iteration, with the records evolve/controller.py commits."""
+    """One cell, iteration by iteration, with the records evolve/engine/controller.py commits."""
     problem, policy, seed = key
     config = spec.cell_config(problem, policy, seed)
     run_id = store.create_run(name=config.run.name, problem=problem, policy=policy, seed=seed,

@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from evolve.cli import main
-from evolve.experiment import ExperimentSpec
-from evolve.problem_check import new_problem
-from evolve.report_terminal import render_report
-from evolve.results import ExperimentResults, collect
-from evolve.results_files import write_csvs, write_json
-from evolve.stats import clopper_pearson
-from evolve.store import AttemptRecord, ChildRecord, ProgramStore
+from evolve.cli.main import main
+from evolve.engine.experiment import ExperimentSpec
+from evolve.problems.check import new_problem
+from evolve.report.results import ExperimentResults, collect
+from evolve.report.results_files import write_csvs, write_json
+from evolve.report.stats import clopper_pearson
+from evolve.report.terminal import render_report
+from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore
 
 TESTS = 14
 ITERATIONS = 6

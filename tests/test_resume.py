@@ -17,7 +17,7 @@ ITERATIONS = 10
 
 
 def evolve(*args: str) -> list[str]:
-    return [sys.executable, "-m", "evolve.cli", *args]
+    return [sys.executable, "-m", "evolve.cli.main", *args]
 
 
 def snapshot(db: Path) -> tuple[dict[int, str], set[int]]:

@@ -114,7 +114,7 @@ def test_multi_rlvr_a_duplicated_best_answer_earns_nothing_extra():
 
 
 def test_multi_rlvr_respects_the_declared_weights_where_summing_raw_entries_would_flip_the_sign():
-    from evolve.problems import load_problem
+    from evolve.problems.problem import load_problem
 
     problem = load_problem("circle_packing", Path(__file__).resolve().parents[1] / "programs")
     weights = objective_weights(problem)
@@ -136,7 +136,7 @@ def test_multi_rlvr_respects_the_declared_weights_where_summing_raw_entries_woul
 
 
 def test_declared_weights_reproduce_every_problems_scalar():
-    from evolve.problems import load_problem
+    from evolve.problems.problem import load_problem
 
     programs = Path(__file__).resolve().parents[1] / "programs"
     rng = np.random.default_rng(0)

@@ -1,4 +1,4 @@
-"""`evolve show RUN`: the summary's numbers from a real SQLite store written as evolve/controller.py writes it.
+"""`evolve show RUN`: the summary's numbers from a real SQLite store written as evolve/engine/controller.py writes it.
 
 The run (three 0/1 tests, scalar = their mean): seed #1; iteration 1 child #2; iteration 2 one call with an eval
 failure, a duplicate and child #3; iteration 3 a policy error; iteration 4 child #4 solves; iteration 5 no
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from evolve.run_summary import compact_vector, render_run, run_summary_dict
-from evolve.store import AttemptRecord, ChildRecord, ProgramStore, StoreError
+from evolve.report.run_summary import compact_vector, render_run, run_summary_dict
+from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore, StoreError
 
 POLICY = "grpo [b]"  # rich markup in a name must print literally
 

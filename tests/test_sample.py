@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from evolve.cli import main
+from evolve.cli.main import main
 from evolve.config import ConfigError, RunConfig, SelectionConfig, load_config
+from evolve.engine.sampling import SampleError, answer_outcomes, plan_samples, sample_config
 from evolve.records import Program
-from evolve.sampling import SampleError, answer_outcomes, plan_samples, sample_config
-from evolve.selection import Selector
-from evolve.store import AttemptRecord, ChildRecord, ProgramStore
+from evolve.search.selection import Selector
+from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = ROOT / "programs"
@@ -166,7 +166,7 @@ def test_an_unknown_problem_is_one_line_and_creates_no_run(tmp_path: Path, capsy
 def test_problem_lists_come_from_a_file_with_comments(tmp_path: Path) -> None:
     from argparse import Namespace
 
-    from evolve.cli_sample import problem_list
+    from evolve.cli.sample import problem_list
 
     listing = tmp_path / "hard.txt"
     listing.write_text("# hard ones\nfizzbuzz\n\nrun_length  # note\nfizzbuzz\n")
@@ -215,7 +215,7 @@ def test_sample_end_to_end_through_an_openai_server_counts_resumes_and_filters(t
                     '--set=policy.backend="openai"', f'--set=policy.url="http://127.0.0.1:{port}/v1"',
                     '--set=policy.model="smollm2"', '--set=policy.name="served"', "--set=policy.answers=2",
                     "--set=policy.max_new_tokens=160", "--set=run.concurrency=2"]
-            return subprocess.run([sys.executable, "-m", "evolve.cli", *args], cwd=tmp_path, capture_output=True,
+            return subprocess.run([sys.executable, "-m", "evolve.cli.main", *args], cwd=tmp_path, capture_output=True,
                                   text=True, timeout=600)
 
         first = sample(2)

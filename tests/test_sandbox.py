@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from evolve._sandbox_child import landlock_abi
-from evolve.sandbox import Sandbox, SandboxLimits, SandboxResult
-from evolve.sandbox_processes import cgroup_parents
+from evolve.sandbox._child import landlock_abi
+from evolve.sandbox.core import Sandbox, SandboxLimits, SandboxResult
+from evolve.sandbox.processes import cgroup_parents
 
 HOSTILE = Path(__file__).parent / "hostile"
 LIMITS = SandboxLimits(wall_time_s=3.0, cpu_time_s=1.0, memory_mb=512, max_processes=32, max_output_bytes=200_000)
@@ -268,7 +268,7 @@ def test_runs_from_several_threads_at_once(sandbox: Sandbox) -> None:
 UID_SCRIPT = """
 import json, sys, tempfile
 sys.path.insert(0, sys.argv[1])
-from evolve.sandbox import Sandbox, SandboxLimits
+from evolve.sandbox.core import Sandbox, SandboxLimits
 
 class WithoutCgroup(Sandbox):
     def _cgroup_parents(self):

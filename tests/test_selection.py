@@ -12,7 +12,7 @@ import pytest
 
 from evolve.config import MapElitesSection, SelectionConfig
 from evolve.records import Program
-from evolve.selection import MapElitesGrid, Selector
+from evolve.search.selection import MapElitesGrid, Selector
 
 OBJECTIVES = ("a", "b")
 

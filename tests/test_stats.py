@@ -1,11 +1,11 @@
-"""evolve.stats against hand-checked values: exact intervals, tests over problems, censored first-crack times."""
+"""evolve.report.stats against hand-checked values: exact intervals, tests over problems, censored first-crack times."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from evolve.stats import (
+from evolve.report.stats import (
     binomial_cdf,
     clopper_pearson,
     kaplan_meier,

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from evolve.stats import clopper_pearson, curve_bands, mean_interval, paired_difference
+from evolve.report.stats import clopper_pearson, curve_bands, mean_interval, paired_difference
 
 REPLICATES = 2000
 LEVEL = 0.95

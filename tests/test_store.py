@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
-from evolve.store import AttemptRecord, ChildRecord, ProgramStore, StoreError, database_url
+from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore, StoreError, database_url
 
 
 def child(code: str, scalar: float, parent: int | None = None, island: int = 0) -> ChildRecord:
@@ -296,7 +296,7 @@ def test_top_k_and_resume_queries_use_indexes_with_10000_programs(store: Program
 
 WRITER = """
 import sys
-from evolve.store import AttemptRecord, ChildRecord, ProgramStore
+from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore
 store = ProgramStore(sys.argv[1])
 runs = store.list_runs()
 run = runs[0].id if runs else store.create_run("k", "p", "p", 0, "{}", 100000)
@@ -350,7 +350,7 @@ def test_kill_9_mid_write_loses_nothing_committed_and_leaves_no_half_iteration(d
 
 CONCURRENT_WRITER = """
 import sys
-from evolve.store import AttemptRecord, ChildRecord, ProgramStore
+from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore
 store = ProgramStore(sys.argv[1])
 run = store.create_run(sys.argv[2], "p", "p", 0, "{}", 150)
 for i in range(150):

@@ -26,9 +26,9 @@ def test_two_real_steps_then_evolve_run_loads_the_checkpoint(tmp_path: Path, alg
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     from safetensors.torch import load_file
 
-    from evolve.cli import main
+    from evolve.cli.main import main
     from evolve.policies.model_files import resolve_model
-    from evolve.store import ProgramStore
+    from evolve.store.program_store import ProgramStore
 
     out = tmp_path / "out"
     group_size, cap = SETTINGS[algo]
@@ -112,12 +112,12 @@ def test_rollouts_match_plain_generate_and_loss_logprobs_match_sampling() -> Non
 
     from transformers import GenerationConfig
 
-    from evolve.problems import load_problem
-    from evolve.prompt_templates import load_template
-    from evolve.prompts import PromptOptions
+    from evolve.problems.problem import load_problem
     from evolve.rl.loss import completion_logprobs
     from evolve.rl.rollouts import make_task, sample_group
     from evolve.rl.trainer import TrainConfig, load_model
+    from evolve.search.prompt_templates import load_template
+    from evolve.search.prompts import PromptOptions
 
     torch.set_num_threads(1)
     tokenizer, model, _ = load_model(TrainConfig(lora={"enabled": False}))
@@ -144,8 +144,8 @@ def test_rollouts_match_plain_generate_and_loss_logprobs_match_sampling() -> Non
 def test_train_config_layers_file_set_and_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import argparse
 
-    from evolve.cli import main
-    from evolve.cli_train import add_commands, train_config
+    from evolve.cli.main import main
+    from evolve.cli.train import add_commands, train_config
 
     config = tmp_path / "train.toml"
     config.write_text('[train]\nalgo = "grpo"\nsteps = 7\nlr = 2e-5\n[train.lora]\nr = 8\n')
@@ -193,14 +193,14 @@ def test_a_run_killed_mid_step_resumes_to_the_same_steps_as_an_unbroken_run(tmp_
     import sys
     import time
 
-    from evolve.cli import main
+    from evolve.cli.main import main
 
     common = ["train", "--algo", "vpo", "--problems", "fizzbuzz", "--group-size", "3", "--answers", "2",
               "--max-new-tokens", "64", "--threads", "1", "--seed", "3", "--lr", "1e-4",
               "--programs-dir", str(ROOT / "programs")]
     assert main([*common, "--steps", "2", "--out", str(tmp_path / "straight")]) == 0
     killed = tmp_path / "killed"
-    process = subprocess.Popen([sys.executable, "-m", "evolve.cli", *common, "--steps", "2", "--out", str(killed)],
+    process = subprocess.Popen([sys.executable, "-m", "evolve.cli.main", *common, "--steps", "2", "--out", str(killed)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     state = killed / "resume" / "state.pt"
     deadline = time.monotonic() + 300
@@ -231,10 +231,10 @@ def test_parents_db_adds_the_best_unsolved_distinct_evolved_programs_as_training
     from transformers import AutoTokenizer
 
     from evolve.policies.model_files import resolve_model
-    from evolve.prompt_templates import load_template
-    from evolve.prompts import PromptOptions
     from evolve.rl.trainer import TrainConfig, training_tasks
-    from evolve.store import ChildRecord, ProgramStore
+    from evolve.search.prompt_templates import load_template
+    from evolve.search.prompts import PromptOptions
+    from evolve.store.program_store import ChildRecord, ProgramStore
 
     def child(body: str, scalar: float, parent: int | None) -> ChildRecord:
         code = f'def fizzbuzz(n: int) -> str:\n    {body}\n'
@@ -264,7 +264,7 @@ def test_parents_db_adds_the_best_unsolved_distinct_evolved_programs_as_training
 
 def test_a_missing_parents_db_is_one_line_and_creates_no_file(tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
-    from evolve.cli import main
+    from evolve.cli.main import main
 
     missing = tmp_path / "missing.db"
     assert main(["train", "--parents-db", str(missing), "--steps", "1", "--out", str(tmp_path / "out")]) == 2
@@ -306,8 +306,8 @@ def test_max_at_k_minibatches_and_ppo_epochs_settings_and_their_one_line_refusal
 
     from pydantic import ValidationError
 
-    from evolve.cli import main
-    from evolve.cli_train import add_commands, train_config
+    from evolve.cli.main import main
+    from evolve.cli.train import add_commands, train_config
     from evolve.rl.trainer import TrainConfig, minibatch_groups
 
     parser = argparse.ArgumentParser()

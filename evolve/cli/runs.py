@@ -1,0 +1,71 @@
+"""`evolve show`, `evolve lineage` and `evolve export`: one run's summary, a program's ancestry, the run as JSONL."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    show = commands.add_parser("show", help="one run: best programs, first solve, failures by reason, throughput")
+    show.add_argument("run", type=int, help="run id (evolve runs lists them)")
+    show.add_argument("--json", action="store_true", help="print the numbers as JSON instead")
+
+    lineage = commands.add_parser("lineage", help="replay a program's ancestry: diffs and objectives gained/lost")
+    lineage.add_argument("run", type=int, help="run id")
+    lineage.add_argument("program", type=int, nargs="?", help="program id (default: first solved, else the best)")
+    lineage.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page")
+
+    export = commands.add_parser("export", help="the whole run as JSONL (parent, prompt, completion, child, scores)")
+    export.add_argument("run", type=int, help="run id")
+    export.add_argument("-o", "--output", metavar="FILE", help="JSONL file (default: standard output)")
+
+    for command in (show, lineage, export):
+        command.add_argument("--db", default=None, help="SQLite file or SQLAlchemy URL (default: from config)")
+        command.add_argument("--config", "-c", default=None)
+
+
+def _store(args: argparse.Namespace, console: Console):  # -> ProgramStore
+    from evolve.cli.main import _load
+    from evolve.store.program_store import ProgramStore
+
+    return ProgramStore(args.db or _load(args, console).run.db, mode="read")
+
+
+def cmd_show(args: argparse.Namespace, console: Console) -> int:
+    from evolve.report.run_summary import render_run, run_summary_dict
+
+    store = _store(args, console)
+    if args.json:
+        print(json.dumps(run_summary_dict(store, args.run), indent=1))
+    else:
+        render_run(store, args.run, console)
+    return 0
+
+
+def cmd_lineage(args: argparse.Namespace, console: Console) -> int:
+    from evolve.report.lineage import ancestry, lineage_html, render_lineage
+
+    lineage = ancestry(_store(args, console), args.run, args.program)
+    render_lineage(lineage, console)
+    if args.html:
+        Path(args.html).write_text(lineage_html(lineage), encoding="utf-8")
+        console.print(f"wrote {args.html}", highlight=False)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace, console: Console) -> int:
+    from evolve.report.export import export_run
+
+    store = _store(args, console)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as out:
+            count = export_run(store, args.run, out)
+        console.print(f"wrote {count} records to {args.output}", highlight=False)
+    else:
+        export_run(store, args.run, sys.stdout)
+    return 0

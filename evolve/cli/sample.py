@@ -1,0 +1,179 @@
+"""`evolve sample`: plain sampling without evolution; pass@k and best@k per problem, and the hard problems."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    sample = commands.add_parser("sample", help="n answers per problem without evolution: pass@k, best@k, the hard "
+                                 "problems (best@k = 0)")
+    which = sample.add_mutually_exclusive_group(required=True)
+    which.add_argument("--problems", help="comma-separated problem names (in --programs-dir) or folders")
+    which.add_argument("--problems-file", metavar="FILE", help="one problem per line ('#' comments)")
+    sample.add_argument("--config", "-c", default=None, help="TOML config whose [policy] samples "
+                        "(default: ./evolve.toml if present)")
+    sample.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override a config key, e.g. --set policy.temperature=1.0 (VALUE is read as TOML)")
+    sample.add_argument("-n", type=int, default=10, help="answers per problem (default 10); an m-answer policy "
+                        "makes ceil(n / m) requests")
+    sample.add_argument("-k", default="1,10", help="comma-separated k for pass@k and best@k (default 1,10)")
+    sample.add_argument("--db", help="store for the sampling runs (default: the config's run.db)")
+    sample.add_argument("--seed", type=int, help="run seed (each request's sampling seed derives from it)")
+    sample.add_argument("--programs-dir", help="where problem folders live (default: the config's, programs)")
+    sample.add_argument("--parallel", type=int, default=2, help="problems sampled at once, sharing the policy")
+    sample.add_argument("--json", metavar="FILE", help="also write every figure as JSON")
+    sample.add_argument("--hard-out", metavar="FILE", help="write the hard problems, one per line")
+    sample.add_argument("--hard-by", choices=["best", "pass"], default="best",
+                        help="hard means best@K = 0 (default) or pass@K = 0, K the largest k")
+
+
+def problem_list(args: argparse.Namespace) -> list[str]:
+    """The problems named on the command line or in --problems-file, in order, each once."""
+    from evolve.config import ConfigError
+
+    if args.problems_file:
+        try:
+            lines = Path(args.problems_file).read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise ConfigError(f"--problems-file {args.problems_file}: {exc.strerror or exc}") from None
+        names = [line.split("#", 1)[0].strip() for line in lines]
+    else:
+        names = [name.strip() for name in args.problems.split(",")]
+    names = list(dict.fromkeys(name for name in names if name))
+    if not names:
+        raise ConfigError(f"{args.problems_file or '--problems'}: no problem named")
+    return names
+
+
+def cmd_sample(args: argparse.Namespace, console: Console) -> int:
+    from evolve.cli.main import DEFAULT_CONFIG, parse_setting
+    from evolve.config import ConfigError, load_config
+    from evolve.engine.sampling import plan_samples, problem_sample, requests_for, run_samples
+    from evolve.report.passk import EstimatorError, check_k, parse_ks
+    from evolve.store.program_store import ProgramStore
+
+    try:
+        ks = parse_ks(args.k)
+        if args.n < 1:
+            raise EstimatorError(f"-n {args.n}: sample at least one answer per problem")
+        check_k(args.n, ks[-1])
+    except EstimatorError as exc:
+        raise ConfigError(str(exc)) from None
+    if args.parallel < 1:
+        raise ConfigError(f"--parallel {args.parallel}: sample at least one problem at a time")
+    overrides: dict[str, Any] = {"run.db": args.db, "run.seed": args.seed, "run.programs_dir": args.programs_dir}
+    for item in args.set:
+        overrides.update(parse_setting(item))
+    path = args.config or (DEFAULT_CONFIG if Path(DEFAULT_CONFIG).exists() else None)
+    base = load_config(path, overrides)
+    problems = problem_list(args)
+    store = ProgramStore(base.run.db)
+    plans = plan_samples(store, base, problems, args.n)
+    m = base.policy.answers
+    requests = requests_for(args.n, m)
+    per_request = "1 answer per request"
+    if m > 1:
+        per_request = f"m = {m} answers per request, so n = {args.n} answers is {requests} requests per problem"
+        if requests * m != args.n:
+            per_request += f" ({requests * m} answers, all used in the estimates)"
+    todo = sum(not plan.finished for plan in plans)
+    console.print(f"sample: policy [bold]{base.policy.name}[/] ({base.policy.backend}: {base.policy.model or 'default'}"
+                  f"), {per_request}; {len(plans)} problems ({len(plans) - todo} already sampled), store "
+                  f"{base.run.db}", highlight=False, soft_wrap=True)
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    progress = Progress(*columns, console=console, transient=True)
+    bar = progress.add_task("requests", total=sum(plan.config.run.iterations for plan in plans))
+    requests_done = {plan.config.run.name: plan.config.run.iterations for plan in plans if plan.finished}
+
+    def moved(plan: Any, done: int) -> None:
+        requests_done[plan.config.run.name] = done
+        progress.update(bar, completed=sum(requests_done.values()))
+
+    def finished(plan: Any, run_id: int) -> None:
+        result = problem_sample(store, plan, run_id, args.n)
+        progress.console.print(f"  {plan.problem.name}: {result.c}/{result.n} answers solved, best "
+                               f"{max(result.scalars):.3f} (run {run_id})", highlight=False)
+
+    with progress:
+        progress.update(bar, completed=sum(requests_done.values()))
+        outcome = run_samples(store, plans, args.parallel, finished, moved)
+    for error in outcome.errors:
+        console.print(f"[red]error:[/] {error}", highlight=False)
+    samples = [problem_sample(store, plan, outcome.finished[plan.config.run.name], args.n) for plan in plans
+               if plan.config.run.name in outcome.finished]
+    render_table(console, samples, ks, base.policy.name)
+    rerun = "the runs are saved; the same command resumes them"
+    if outcome.interrupted or len(samples) < len(plans):
+        missing = len(plans) - len(samples)
+        console.print(f"{missing} problem{'s' * (missing != 1)} not sampled to the end; {rerun}", highlight=False)
+    hard = hard_problems(samples, ks[-1], args.hard_by)
+    if args.hard_out:
+        Path(args.hard_out).write_text("".join(f"{name}\n" for name in hard), encoding="utf-8")
+        console.print(f"wrote {len(hard)} hard problem{'s' * (len(hard) != 1)} ({args.hard_by}@{ks[-1]} = 0) "
+                      f"to {args.hard_out}", highlight=False)
+    if args.json:
+        document = sample_json(samples, ks, base, args.n, hard, args.hard_by)
+        Path(args.json).write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+        console.print(f"wrote {args.json}", highlight=False)
+    if outcome.interrupted:
+        return 130
+    return 0 if len(samples) == len(plans) else 1
+
+
+def hard_problems(samples: list[Any], k: int, by: str) -> list[str]:
+    """The problems whose best@k (or pass@k) is 0 at this k."""
+    return [s.problem for s in samples if (s.best_at(k) <= 0.0 if by == "best" else s.pass_at(k) == 0.0)]
+
+
+def means(samples: list[Any], ks: tuple[int, ...]) -> dict[str, dict[str, float]]:
+    if not samples:
+        return {"pass@k": {}, "best@k": {}}
+    return {"pass@k": {str(k): sum(s.pass_at(k) for s in samples) / len(samples) for k in ks},
+            "best@k": {str(k): sum(s.best_at(k) for s in samples) / len(samples) for k in ks}}
+
+
+def render_table(console: Console, samples: list[Any], ks: tuple[int, ...], policy: str) -> None:
+    """n answers in `req` requests, c of them solved, `err` requests failed; `seed` is the seed program's scalar."""
+    table = Table(title=f"plain sampling: {policy}")
+    table.add_column("problem", overflow="fold")
+    for column in ("seed", "n", "req", "c", *[f"pass@{k}" for k in ks], *[f"best@{k}" for k in ks], "err"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for s in samples:
+        table.add_row(s.problem, f"{s.seed_scalar:.3f}", str(s.n), str(s.requests), str(s.c),
+                      *[f"{s.pass_at(k):.3f}" for k in ks], *[f"{s.best_at(k):.3f}" for k in ks],
+                      str(s.failed_requests))
+    if samples:
+        mean = means(samples, ks)
+        table.add_section()
+        table.add_row(f"mean ({len(samples)})", "", "", "", "", *[f"{mean['pass@k'][str(k)]:.3f}" for k in ks],
+                      *[f"{mean['best@k'][str(k)]:.3f}" for k in ks], "")
+    console.print(table)
+    console.print("n answers in req requests, c solved, err failed requests; seed: the seed program's scalar (an "
+                  "answer that leaves it unchanged, fails, or is missing scores 0)", highlight=False)
+
+
+def sample_json(samples: list[Any], ks: tuple[int, ...], base: Any, n: int, hard: list[str],
+                hard_by: str) -> dict[str, Any]:
+    return {
+        "policy": base.policy.model_dump(mode="json"),
+        "seed": base.run.seed,
+        "n": n,
+        "answers_per_request": base.policy.answers,
+        "k": list(ks),
+        "problems": [{"problem": s.problem, "run_id": s.run_id, "seed_scalar": s.seed_scalar, "n": s.n,
+                      "requests": s.requests, "c": s.c,
+                      "failed_requests": s.failed_requests,
+                      "pass@k": {str(k): s.pass_at(k) for k in ks}, "best@k": {str(k): s.best_at(k) for k in ks},
+                      "scalars": list(s.scalars)} for s in samples],
+        "mean": means(samples, ks),
+        "hard": {"by": f"{hard_by}@{ks[-1]} = 0", "problems": hard},
+    }

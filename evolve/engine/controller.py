@@ -1,0 +1,309 @@
+"""The asyncio evolution loop: select, prompt, generate, edit, evaluate, commit, for N iterations."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from evolve.config import PolicySection, RunConfig, SelectionConfig
+from evolve.engine.schedule import IterationSchedule
+from evolve.policies.base import Policy, PolicyUnavailable
+from evolve.problems.evaluation import evaluate_program
+from evolve.problems.problem import Problem
+from evolve.records import Completion, Evaluation, MutationRequest, Program
+from evolve.search.edits import EditError, apply_diff, apply_rewrite, split_answers
+from evolve.search.prompt_templates import load_template
+from evolve.search.prompts import Prompt, PromptOptions, build_prompt
+from evolve.search.selection import Selector
+from evolve.seeds import request_seed
+from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore
+
+
+class SeedProgramError(RuntimeError):
+    """The problem's initial program does not evaluate, so there is nothing to evolve from."""
+
+
+@dataclass
+class RunStats:
+    """Live counters for the progress display; derived from what the controller committed."""
+
+    iterations_target: int
+    iterations_done: int = 0
+    policy_calls: int = 0
+    children: int = 0
+    iterations_with_child: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+    best: Program | None = None
+    first_solved: Program | None = None
+    completion_tokens: int = 0
+    generation_s: float = 0.0
+    started_at: float = field(default_factory=time.monotonic)
+    recent: list[str] = field(default_factory=list)
+
+    def note(self, line: str) -> None:
+        self.recent.append(line)
+        del self.recent[:-8]
+
+    def consider(self, program: Program) -> None:
+        if self.best is None or program.scalar > self.best.scalar:
+            self.best = program
+        if program.solved and self.first_solved is None:
+            self.first_solved = program
+
+
+def code_key(code: str) -> str:
+    return hashlib.sha1(code.strip().encode()).hexdigest()
+
+
+class Controller:
+    """Runs (or resumes) one run to its iteration budget; every iteration is committed on its own."""
+
+    def __init__(
+        self,
+        config: RunConfig,
+        problem: Problem,
+        store: ProgramStore,
+        policy: Policy,
+        run_id: int,
+        on_update: Callable[[RunStats], None] | None = None,
+        eval_slots: asyncio.Semaphore | None = None,
+    ) -> None:
+        self.config = config
+        self.problem = problem
+        self.store = store
+        self.policy = policy
+        self.run_id = run_id
+        self.on_update = on_update or (lambda stats: None)
+        self.selector = Selector(selection_for(config, problem), problem.objectives, config.run.seed)
+        self.stats = RunStats(iterations_target=config.run.iterations)
+        self.prompt_options = prompt_options(config.policy)
+        self.template = load_template(config.policy.template)
+        self._seen_code: set[str] = set()
+        self._errors_in_row = 0
+        self._clock_started = time.monotonic()
+        self._clock_base = 0.0  # active seconds of earlier processes of this run, read from the store in run()
+        self.requests_per_iteration = requests_per_iteration(config)
+        self._request_slots = asyncio.Semaphore(config.run.concurrency)  # requests in flight, all iterations
+        # an experiment passes one semaphore to all its cells: eval_workers then bounds them together
+        self._eval_slots = eval_slots or asyncio.Semaphore(config.run.eval_workers)
+
+    async def run(self) -> RunStats:
+        self._clock_started = time.monotonic()
+        self._clock_base = self.store.run_elapsed_s(self.run_id)
+        programs = self.store.programs(self.run_id)
+        if not programs:
+            programs = [await self._seed()]
+        for program in programs:
+            self._admit(program)
+        pending = IterationSchedule(self.config.run.iterations, self.store.completed_iterations(self.run_id))
+        self.stats.iterations_done = pending.completed
+        self.on_update(self.stats)
+        workers = [asyncio.create_task(self._worker(pending)) for _ in range(self.config.run.concurrency)]
+        try:
+            await asyncio.gather(*workers)
+        finally:
+            for worker in workers:
+                worker.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+        return self.stats
+
+    def run_elapsed_s(self) -> float:
+        """The run's active wall clock: this process's seconds plus what earlier processes of the run stored."""
+        return self._clock_base + time.monotonic() - self._clock_started
+
+    async def _seed(self) -> Program:
+        evaluation = await self._evaluate(self.problem.initial_code)
+        if not evaluation.ok:
+            raise SeedProgramError(
+                f"{self.problem.path / 'initial.py'}: the initial program fails its evaluation "
+                f"({evaluation.failure}: {evaluation.detail})"
+            )
+        child = self._child_record(self.problem.initial_code, None, 0, "", evaluation)
+        (program,) = self.store.record_iteration(self.run_id, 0, [child], run_elapsed_s=self.run_elapsed_s())
+        return program
+
+    def _admit(self, program: Program) -> None:
+        self._seen_code.add(code_key(program.code))
+        self.stats.consider(program)
+        if program.iteration == 0:  # the seed starts every island
+            for island in range(self.config.selection.islands):
+                self.selector.add(dataclasses.replace(program, island=island))
+        else:
+            self.selector.add(program)
+
+    async def _worker(self, pending: IterationSchedule) -> None:
+        for iteration in pending:  # shared by the workers: each takes the next iteration not yet done
+            await self._iterate(iteration)
+
+    async def _iterate(self, iteration: int) -> None:
+        """One iteration: `requests_per_iteration` requests on one parent, committed together once all are done."""
+        island, parent, inspirations = self.selector.sample(iteration)
+        request = MutationRequest(
+            iteration=iteration,
+            island=island,
+            parent=parent,
+            inspirations=inspirations,
+            problem_description=self.problem.description,
+            objective_names=self.problem.objectives,
+        )
+        prompt = build_prompt(request, self.prompt_options, self.template, self.problem.prompt)
+        prompt_text = prompt.text if prompt.text is not None else render_prompt_text(prompt.messages, prompt.prefill)
+        seen_in_iteration: set[str] = set()  # children of every request of this iteration, for duplicates
+        tasks = [asyncio.create_task(self._request(iteration, attempt, island, parent, prompt, prompt_text,
+                                                   seen_in_iteration))
+                 for attempt in range(self.requests_per_iteration)]
+        try:
+            outcomes = await asyncio.gather(*tasks)
+        finally:  # PolicyUnavailable in one request: the others are dropped, the iteration stays unrecorded
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self._commit(iteration, [record for records in outcomes for record in records], island, parent.id)
+
+    async def _request(self, iteration: int, attempt: int, island: int, parent: Program, prompt: Prompt,
+                       prompt_text: str, seen_in_iteration: set[str]) -> list[AttemptRecord | ChildRecord]:
+        """One request of an iteration, with its own sampling seed: its policy call and outcomes, or its error."""
+        seed = request_seed(self.config.run.seed, iteration, attempt)
+        async with self._request_slots:
+            started = time.monotonic()
+            try:
+                completion = await self.policy.generate(prompt, seed)
+            except PolicyUnavailable:
+                raise  # the run stops; this iteration stays unrecorded so that a resume asks again
+            except Exception as exc:  # any backend failure is a recorded attempt, never a crash
+                reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+                self._errors_in_row += 1
+                limit = self.config.run.stop_after_policy_errors
+                if limit and self._errors_in_row >= limit:  # this iteration stays unrecorded: a resume asks again
+                    raise PolicyUnavailable(f"the policy failed {self._errors_in_row} calls in a row (last: "
+                                            f"{reason}); stopped rather than spend the budget on errors "
+                                            "(run.stop_after_policy_errors)") from exc
+                return [AttemptRecord("policy_error", reason, prompt=prompt_text)]
+        self._errors_in_row = 0
+        completion = dataclasses.replace(completion, latency_s=completion.latency_s or time.monotonic() - started)
+        self.stats.policy_calls += 1
+        self.stats.completion_tokens += completion.completion_tokens
+        self.stats.generation_s += completion.latency_s
+        records = await self._children(island, parent, prompt.prefill, completion, seen_in_iteration)
+        call = AttemptRecord(
+            "policy_call",
+            completion.finish_reason or None,
+            prompt=prompt_text,
+            completion=completion.text,
+            latency_s=completion.latency_s,
+            prompt_tokens=completion.prompt_tokens,
+            completion_tokens=completion.completion_tokens,
+        )
+        return [call, *records]
+
+    async def _children(
+        self, island: int, parent: Program, prefill: str, completion: Completion, seen_in_iteration: set[str]
+    ) -> list[AttemptRecord | ChildRecord]:
+        """The completion's answers as children (evaluated) or failures; `seen_in_iteration` holds the code of
+        the children of this iteration's other requests, which are not in the store yet."""
+        records: list[AttemptRecord | ChildRecord] = []
+        candidates: list[tuple[str, str]] = []
+        policy = self.config.policy
+        for answer in split_answers(prefill + completion.text, policy.answers, policy.answer_tag):
+            try:
+                if self.config.policy.edit_format == "diff":
+                    code = apply_diff(parent.code, answer)
+                else:
+                    code = apply_rewrite(parent.code, answer)
+            except EditError as exc:
+                kind = "duplicate" if exc.reason == "no change" else "edit_failed"
+                records.append(AttemptRecord(kind, exc.reason, completion=answer))
+                continue
+            key = code_key(code)
+            if key in self._seen_code or key in seen_in_iteration:
+                records.append(AttemptRecord("duplicate", "same code as an earlier program", child_code=code))
+                continue
+            seen_in_iteration.add(key)
+            candidates.append((answer, code))
+        if not records and not candidates:
+            records.append(AttemptRecord("edit_failed", "no answer in the completion", completion=completion.text))
+        evaluations = await asyncio.gather(*(self._evaluate(code) for _, code in candidates))
+        for (answer, code), evaluation in zip(candidates, evaluations, strict=True):
+            if evaluation.ok:
+                records.append(self._child_record(code, parent.id, island, answer, evaluation))
+            else:
+                reason = f"{evaluation.failure}: {evaluation.detail}"[:300]
+                records.append(AttemptRecord("eval_failed", reason, completion=answer, child_code=code))
+        return records
+
+    async def _evaluate(self, code: str) -> Evaluation:
+        async with self._eval_slots:
+            return await evaluate_program(self.problem, code)
+
+    def _child_record(
+        self, code: str, parent_id: int | None, island: int, edit: str, evaluation: Evaluation
+    ) -> ChildRecord:
+        return ChildRecord(
+            code=code,
+            parent_id=parent_id,
+            island=island,
+            policy=self.config.policy.name if parent_id is not None else "",
+            edit=edit,
+            scores=evaluation.scores,
+            scalar=self.problem.scalar(evaluation.scores),
+            solved=self.problem.is_solved(evaluation.scores),
+            artifacts=evaluation.artifacts,
+        )
+
+    def _commit(self, iteration: int, records: list[AttemptRecord | ChildRecord], island: int,
+                parent_id: int | None) -> None:
+        programs = self.store.record_iteration(self.run_id, iteration, records, policy=self.config.policy.name,
+                                               parent_id=parent_id, run_elapsed_s=self.run_elapsed_s())
+        for program in programs:
+            self._admit(program)
+        self.selector.maybe_migrate(iteration)
+        outcome_kinds = [r.kind for r in records if isinstance(r, AttemptRecord) and r.kind != "policy_call"]
+        self.stats.outcomes.update(outcome_kinds)
+        self.stats.outcomes.update(["child"] * len(programs))
+        self.stats.children += len(programs)
+        self.stats.iterations_with_child += bool(programs)
+        self.stats.iterations_done += 1
+        self.stats.note(describe_iteration(iteration, island, programs, records))
+        self.on_update(self.stats)
+
+
+def requests_per_iteration(config: RunConfig) -> int:
+    """Policy requests per iteration: run.answers_per_iteration / policy.answers (1 when it is 0, today's default)."""
+    return max(1, config.run.answers_per_iteration // config.policy.answers)
+
+
+def prompt_options(policy: PolicySection) -> PromptOptions:
+    return PromptOptions(edit_format=policy.edit_format, answers=policy.answers, answer_tag=policy.answer_tag,
+                         max_new_tokens_cap=policy.max_new_tokens, api=policy.api, prefill=policy.prefill)
+
+
+def selection_for(config: RunConfig, problem: Problem) -> SelectionConfig:
+    """The run's selection settings, with the MAP-Elites features the problem declares, if any."""
+    if not problem.features:
+        return config.selection
+    grid = config.selection.map_elites.model_copy(update={"features": tuple(problem.features)})
+    return config.selection.model_copy(update={"map_elites": grid})
+
+
+def render_prompt_text(messages: list[dict[str, str]], prefill: str) -> str:
+    """The prompt as stored for replay and RL export: role-tagged messages plus the prefill."""
+    parts = [f"<{m['role']}>\n{m['content']}" for m in messages]
+    return "\n".join(parts) + f"\n<assistant>\n{prefill}"
+
+
+def describe_iteration(
+    iteration: int, island: int, programs: list[Program], records: list[AttemptRecord | ChildRecord]
+) -> str:
+    if programs:
+        best = max(programs, key=lambda p: p.scalar)
+        solved = " SOLVED" if best.solved else ""
+        return f"it {iteration:>4} island {island}: child #{best.id} scalar {best.scalar:.4f}{solved}"
+    failures = [r for r in records if isinstance(r, AttemptRecord) and r.kind != "policy_call"]
+    if failures:
+        return f"it {iteration:>4} island {island}: {failures[0].kind}: {failures[0].reason or ''}"[:120]
+    return f"it {iteration:>4} island {island}: no answer"

@@ -1,0 +1,286 @@
+"""Experiments: policies x problems x seeds, each cell a run of N iterations in one store; run or resume them all.
+
+An experiment file (`experiments/NAME.toml`) names the problems, the seeds, the iteration budget and one
+`[[policies]]` table per policy (the keys of evolve.toml's `[policy]`). `evolve experiment FILE` runs every
+cell that is not finished: a cell already in the store continues from its last committed iteration with its
+stored config, so running the same command again after a kill resumes the whole experiment. Policies are taken
+one at a time: a policy's model is loaded (or its server started) once and shared by all its cells, which run
+`parallel_cells` at a time and share `eval_workers` evaluation slots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError, model_validator
+
+from evolve.config import (
+    ConfigError,
+    PolicySection,
+    RunConfig,
+    RunSection,
+    SelectionConfig,
+    StrictModel,
+    describe_error,
+    read_toml,
+)
+from evolve.engine.controller import Controller, RunStats, SeedProgramError
+from evolve.policies.base import Policy, PolicyUnavailable
+from evolve.policies.factory import open_policy
+from evolve.problems.problem import load_problem, problem_key
+from evolve.store.program_store import ProgramStore, RunInfo
+
+CellKey = tuple[str, str, int]  # (problem, policy, seed)
+
+
+class CellDefaults(StrictModel):
+    """Run settings every cell shares."""
+
+    programs_dir: str = "programs"
+    concurrency: int = Field(4, ge=1, le=256, description="policy requests in flight per cell")
+    eval_workers: int = Field(2, ge=1, le=256, description="evaluations in parallel, all cells together")
+
+
+class ExperimentSpec(StrictModel):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    description: str = ""
+    db: str = Field(description="SQLite file or SQLAlchemy URL holding every cell's run")
+    problems: tuple[str, ...] = Field(min_length=1, description="the test problems")
+    train_problems: tuple[str, ...] = Field((), description="problems a policy may be trained on (`evolve train "
+                                            "--experiment`); never any of the test problems")
+    seeds: tuple[int, ...] = Field((0,), min_length=1)
+    iterations: int = Field(ge=1, description="iterations per cell")
+    answers_per_iteration: int = Field(0, ge=0, le=256, description="candidate answers per iteration for every "
+                                       "policy (a policy with answers = a makes answers_per_iteration / a requests); "
+                                       "0: the largest answers of the policies")
+    parallel_cells: int = Field(2, ge=1, le=256, description="cells of one policy running at once")
+    run: CellDefaults = CellDefaults()
+    selection: SelectionConfig = SelectionConfig()
+    policies: tuple[PolicySection, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _names_are_unique(self) -> ExperimentSpec:
+        for what, values in (("policies' names", [p.name for p in self.policies]), ("problems", self.problems),
+                             ("seeds", self.seeds)):
+            repeated = sorted({str(v) for v in values if list(values).count(v) > 1})
+            if repeated:
+                raise ValueError(f"{what} must be distinct; repeated: {', '.join(repeated)}")
+        return self
+
+    @model_validator(mode="after")
+    def _train_and_test_are_disjoint(self) -> ExperimentSpec:
+        tests = {problem_key(name) for name in self.problems}
+        shared = sorted({name for name in self.train_problems if problem_key(name) in tests})
+        if shared:
+            raise ValueError(f"train_problems and problems (the test problems) must not overlap; in both: "
+                             f"{', '.join(shared)}")
+        return self
+
+    @model_validator(mode="after")
+    def _answers_divide_the_iteration(self) -> ExperimentSpec:
+        per_iteration = self.answers_per_iteration_of_cells()
+        for index, policy in enumerate(self.policies):
+            if per_iteration % policy.answers:
+                raise ValueError(f"answers_per_iteration = {per_iteration} is not a multiple of policies[{index}]."
+                                 f"answers = {policy.answers} (policy '{policy.name}'); every policy must get the "
+                                 "same candidate answers per iteration")
+        return self
+
+    def answers_per_iteration_of_cells(self) -> int:
+        """What every cell gets: answers_per_iteration, or the largest policy's answers when it is 0."""
+        return self.answers_per_iteration or max(policy.answers for policy in self.policies)
+
+    def cells(self) -> list[CellKey]:
+        """Every cell, policy by policy, then seed by seed, so an interrupted experiment has whole seeds."""
+        return [(problem, policy.name, seed) for policy in self.policies for seed in self.seeds
+                for problem in self.problems]
+
+    def policy(self, name: str) -> PolicySection:
+        return next(policy for policy in self.policies if policy.name == name)
+
+    def cell_config(self, problem: str, policy: str, seed: int) -> RunConfig:
+        run = RunSection(problem=problem, iterations=self.iterations, seed=seed, db=self.db,
+                         programs_dir=self.run.programs_dir, concurrency=self.run.concurrency,
+                         eval_workers=self.run.eval_workers, name=f"{self.name}/{problem}/{policy}/s{seed}",
+                         answers_per_iteration=self.answers_per_iteration_of_cells())
+        return RunConfig(run=run, policy=self.policy(policy), selection=self.selection)
+
+
+def load_experiment(path: str | Path, db: str | None = None) -> ExperimentSpec:
+    """The experiment file, validated; name defaults to the file's stem and db to NAME.db beside the file."""
+    path = Path(path)
+    data = read_toml(path)
+    data.setdefault("name", path.stem)
+    data.setdefault("db", str(path.with_name(f"{data['name']}.db")))
+    if db is not None:
+        data["db"] = db
+    try:
+        return ExperimentSpec.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(describe_error(exc.errors()[0], str(path), ExperimentSpec)) from None
+
+
+@dataclass
+class CellProgress:
+    key: CellKey
+    run_id: int | None = None
+    status: str = "waiting"
+    stats: RunStats | None = None
+    detail: str = ""
+
+
+@dataclass
+class ExperimentOutcome:
+    cells: dict[CellKey, CellProgress]
+    errors: list[str] = field(default_factory=list)
+    interrupted: bool = False
+
+    @property
+    def finished(self) -> bool:
+        return not self.interrupted and all(cell.status == "finished" for cell in self.cells.values())
+
+
+async def run_sharing_backend(backend: Policy, runs: Sequence[Coroutine[Any, Any, None]]) -> PolicyUnavailable | None:
+    """Run `runs` (one per cell or sampled problem) as tasks sharing one policy backend, until all end.
+
+    SIGINT and SIGTERM cancel the calling task, so a Ctrl-C ends every run as an interruption. A PolicyUnavailable
+    in any run stops them all and is returned. In every case the tasks are cancelled and awaited, the signal
+    handlers removed and the backend closed."""
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        if main is not None:
+            loop.add_signal_handler(sig, main.cancel)
+    tasks = [asyncio.create_task(run) for run in runs]
+    try:
+        await asyncio.gather(*tasks)
+    except PolicyUnavailable as exc:
+        return exc
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        await backend.close()
+    return None
+
+class ExperimentRunner:
+    """Runs the unfinished cells of one experiment; `on_change` is called whenever a cell's progress moves."""
+
+    def __init__(self, spec: ExperimentSpec, on_change: Callable[[CellProgress], None] | None = None) -> None:
+        self.spec = spec
+        self.on_change = on_change or (lambda cell: None)
+        self.store = ProgramStore(spec.db)
+        self.cells = {key: CellProgress(key) for key in spec.cells()}
+
+    def run(self) -> ExperimentOutcome:
+        for problem in self.spec.problems:  # a missing or broken problem folder stops us before any model loads
+            load_problem(problem, Path(self.spec.run.programs_dir))
+        refuse_policies_trained_on_tests(self.spec)  # before any model loads, too
+        self.store.save_experiment(self.spec.name, self.spec.model_dump_json())
+        runs = {cell.run_id: cell for cell in self.store.experiment_cells(self.spec.name)}
+        for info in self.store.list_runs():
+            if info.id in runs:
+                cell = runs[info.id]
+                progress = self.cells.get((cell.problem, cell.policy, cell.seed))
+                if progress is not None:
+                    progress.run_id, progress.status = info.id, _resting_status(info)
+        outcome = ExperimentOutcome(self.cells)
+        for policy in self.spec.policies:
+            todo = [cell for key, cell in self.cells.items() if key[1] == policy.name and cell.status != "finished"]
+            if not todo:
+                continue
+            try:
+                with open_policy(policy, self.spec.seeds[0], self.spec.run.concurrency * self.spec.parallel_cells) \
+                        as backend:
+                    asyncio.run(self._run_policy(backend, todo, outcome))
+            except (KeyboardInterrupt, asyncio.CancelledError):
+                outcome.interrupted = True
+            if outcome.interrupted:
+                self._mark_stopped(todo, "interrupted")
+                break
+        return outcome
+
+    async def _run_policy(self, backend: Policy, todo: list[CellProgress], outcome: ExperimentOutcome) -> None:
+        cell_slots = asyncio.Semaphore(self.spec.parallel_cells)
+        eval_slots = asyncio.Semaphore(self.spec.run.eval_workers)
+        unavailable = await run_sharing_backend(
+            backend, [self._run_cell(backend, cell, cell_slots, eval_slots) for cell in todo])
+        if unavailable is not None:
+            outcome.errors.append(f"policy {todo[0].key[1]}: {unavailable}")
+        for cell in todo:
+            if cell.status == "failed":
+                outcome.errors.append(f"{'/'.join(map(str, cell.key))}: {cell.detail}")
+
+    async def _run_cell(self, backend: Policy, cell: CellProgress, cell_slots: asyncio.Semaphore,
+                        eval_slots: asyncio.Semaphore) -> None:
+        async with cell_slots:
+            problem_name, policy_name, seed = cell.key
+            if cell.run_id is None:
+                config = self.spec.cell_config(problem_name, policy_name, seed)
+                cell.run_id = self.store.create_run(
+                    name=config.run.name, problem=problem_name, policy=policy_name, seed=seed,
+                    config_json=config.model_dump_json(), iterations_target=config.run.iterations,
+                    experiment=self.spec.name)
+            else:
+                config = RunConfig.model_validate_json(self.store.get_run(cell.run_id).config_json)
+                config = config.model_copy(update={"run": config.run.model_copy(update={"db": self.spec.db})})
+            problem = load_problem(problem_name, Path(config.run.programs_dir))
+            self.store.set_run_status(cell.run_id, "running")
+            cell.status = "running"
+
+            def moved(stats: RunStats) -> None:
+                cell.stats = stats
+                self.on_change(cell)
+
+            controller = Controller(config, problem, self.store, backend, cell.run_id, on_update=moved,
+                                    eval_slots=eval_slots)
+            try:
+                cell.stats = await controller.run()
+            except SeedProgramError as exc:
+                self._set(cell, "failed", str(exc))
+                return
+            except PolicyUnavailable:
+                self._set(cell, "interrupted", "the policy became unavailable")
+                raise
+            except asyncio.CancelledError:
+                self._set(cell, "interrupted", "")
+                raise
+            self._set(cell, "finished", "")
+
+    def _set(self, cell: CellProgress, status: str, detail: str) -> None:
+        cell.status, cell.detail = status, detail
+        if cell.run_id is not None:
+            self.store.set_run_status(cell.run_id, status)
+        self.on_change(cell)
+
+    def _mark_stopped(self, cells: list[CellProgress], status: str) -> None:
+        for cell in cells:
+            if cell.status == "running":
+                self._set(cell, status, "")
+
+
+def refuse_policies_trained_on_tests(spec: ExperimentSpec) -> None:
+    """ConfigError naming the policy, its checkpoint and the problems when a policy's checkpoint (its model folder
+    or LoRA adapter, as `evolve train` wrote it) was trained on any of the experiment's test problems."""
+    from evolve.rl.checkpoints import trained_on
+
+    for policy in spec.policies:
+        for checkpoint in (policy.model, policy.lora):
+            found = trained_on(checkpoint, spec.problems) if checkpoint else None
+            if found is not None:
+                path, overlap = found
+                raise ConfigError(f"policy '{policy.name}': its checkpoint {checkpoint} was trained on test problems "
+                                  f"of experiment {spec.name}: {', '.join(overlap)} (see {path}); evaluate it on "
+                                  "problems it was not trained on")
+
+
+def _resting_status(info: RunInfo) -> str:
+    """A stored run's state as seen from a new process: 'running' there means its process was killed."""
+    return "interrupted" if info.status == "running" else info.status

@@ -1,0 +1,245 @@
+"""The trusted evaluator process: scores one program with its problem's evaluator.py, apart from the engine.
+
+`evaluate_program` (engine side) writes the code to a temporary file and starts
+`python -m evolve.problems.evaluation PROBLEM_DIR PROGRAM_PATH` in its own session under a hard deadline.
+That worker (this module's __main__) imports the problem's evaluator.py, calls
+`evaluate(program_path, sandbox)` (or OpenEvolve's `evaluate(program_path)`), checks what came back
+against the declared objectives and writes one JSON object on stdout. The worker never imports the
+candidate; the evaluator runs it only through the sandbox, in a child process of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import inspect
+import json
+import math
+import numbers
+import os
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+from types import FrameType, ModuleType, TracebackType
+from typing import Any
+
+from evolve.evaluator_api import CandidateFailure, EvaluationResult
+from evolve.problems.problem import Problem, ProblemError, load_problem
+from evolve.records import Evaluation
+from evolve.sandbox.core import Sandbox
+
+_MARGIN_S = 15.0  # two interpreter starts, imports and the evaluator's own work, beyond the candidate's limit
+_GRACE_S = 1.0  # after SIGTERM the worker stops its sandbox children; then the whole group gets SIGKILL
+_MAX_ARTIFACT_CHARS = 2000
+_MAX_DETAIL_CHARS = 500
+
+
+def evaluation_timeout(problem: Problem) -> float:
+    """The default hard deadline for one evaluation: room for two sandbox runs plus a margin."""
+    return 2 * problem.limits.wall_time_s + _MARGIN_S
+
+
+# ---------------------------------------------------------------- engine side
+
+
+def _signal_group(pid: int, signum: int) -> None:
+    try:
+        os.killpg(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+async def _stop(process: asyncio.subprocess.Process) -> None:
+    """SIGTERM (the worker then kills its sandbox children), a short grace, then SIGKILL to the group."""
+    _signal_group(process.pid, signal.SIGTERM)
+    try:
+        await asyncio.wait_for(process.wait(), _GRACE_S)
+    except TimeoutError:
+        pass
+    finally:
+        _signal_group(process.pid, signal.SIGKILL)
+        if process.returncode is None:
+            await process.wait()
+
+
+def _worker_failure(returncode: int | None, stderr: bytes) -> str:
+    lines = [line for line in stderr.decode(errors="replace").splitlines() if line.strip()]
+    tail = lines[-1].strip() if lines else f"exit code {returncode}"
+    return f"the evaluator process ended without a result: {tail}"[:_MAX_DETAIL_CHARS]
+
+
+def _parse_worker_output(stdout: bytes) -> Evaluation | None:
+    for line in reversed(stdout.decode(errors="replace").splitlines()):
+        try:
+            data = json.loads(line)
+            return Evaluation(**data) if isinstance(data, dict) else None
+        except (ValueError, TypeError, RecursionError):
+            continue
+    return None
+
+
+async def evaluate_program(problem: Problem, code: str, timeout_s: float | None = None) -> Evaluation:
+    """Score `code` in a fresh trusted evaluator process; every failure comes back as an Evaluation."""
+    deadline = timeout_s if timeout_s is not None else evaluation_timeout(problem)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="evolve-eval-") as folder:
+        program_path = Path(folder) / "program.py"
+        program_path.write_text(code)
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "evolve.problems.evaluation", str(problem.path), str(program_path),
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+        try:
+            stdout, stderr = await asyncio.wait_for(process.communicate(), deadline)
+        except TimeoutError:
+            await _stop(process)
+            return Evaluation(ok=False, failure="timeout", detail=f"the evaluation took over {deadline:g}s",
+                              wall_s=time.monotonic() - started)
+        except asyncio.CancelledError:
+            await _stop(process)
+            raise
+        _signal_group(process.pid, signal.SIGKILL)  # anything the evaluator left running
+    wall_s = time.monotonic() - started
+    evaluation = _parse_worker_output(stdout)
+    if evaluation is None:
+        return Evaluation(ok=False, failure="evaluator_error", detail=_worker_failure(process.returncode, stderr),
+                          wall_s=wall_s)
+    return Evaluation(ok=evaluation.ok, scores=evaluation.scores, failure=evaluation.failure,
+                      detail=evaluation.detail, artifacts=evaluation.artifacts, wall_s=wall_s)
+
+
+# ---------------------------------------------------------------- worker side
+
+
+class EvaluatorMistake(Exception):
+    """The problem's evaluator returned something the engine cannot use; the message says what."""
+
+
+class _Stopped(BaseException):
+    """Raised in the worker on SIGTERM so that the sandbox's cleanup (temporary folders) still runs."""
+
+
+def _last_line(exc: BaseException, evaluator_path: Path, tb: TracebackType | None) -> str:
+    text = traceback.format_exception_only(type(exc), exc)[-1].strip()
+    lines = [frame.lineno for frame in traceback.extract_tb(tb) if Path(frame.filename) == evaluator_path]
+    where = f" (line {lines[-1]})" if lines else ""
+    return f"{evaluator_path.name}{where} raised {text}"
+
+
+def _load_evaluator(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location("problem_evaluator", path)
+    if spec is None or spec.loader is None:
+        raise EvaluatorMistake(f"{path} cannot be imported")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _takes_sandbox(function: Any) -> bool:
+    positional = [p for p in inspect.signature(function).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
+    return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in positional)
+
+
+def check_result(problem: Problem, returned: Any) -> tuple[dict[str, float], dict[str, str]]:
+    """Scores and artifacts from what evaluate() returned; EvaluatorMistake names what is wrong."""
+    artifacts: Any = {}
+    raw = returned
+    if isinstance(returned, EvaluationResult):
+        raw, artifacts = returned.scores, returned.artifacts
+    if not isinstance(raw, dict):
+        raise EvaluatorMistake(f"evaluate() returned {type(raw).__name__}; it must return dict[str, float] "
+                               "or EvaluationResult")
+    if not isinstance(artifacts, dict):
+        raise EvaluatorMistake(f"EvaluationResult.artifacts is {type(artifacts).__name__}, not dict[str, str]")
+    missing = [name for name in problem.objectives if name not in raw]
+    unexpected = sorted(str(name) for name in raw if name not in problem.objectives)
+    if missing or unexpected:
+        raise EvaluatorMistake(f"evaluate() must return exactly the objectives in problem.toml; "
+                               f"missing {missing}, unexpected {unexpected}")
+    scores: dict[str, float] = {}
+    for name in problem.objectives:
+        value = raw[name]
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise EvaluatorMistake(f"objective '{name}' is {type(value).__name__} {value!r}, not a number")
+        if not math.isfinite(float(value)):
+            raise EvaluatorMistake(f"objective '{name}' is {float(value)}, not a finite number")
+        scores[name] = float(value)
+    kept = {str(key): str(text)[:_MAX_ARTIFACT_CHARS] for key, text in artifacts.items()}
+    return scores, kept
+
+
+def evaluate_in_this_process(problem: Problem, program_path: Path) -> Evaluation:
+    """The worker's job: run the problem's evaluator on the program (which only the sandbox imports)."""
+    evaluator_path = problem.evaluator_path
+    try:
+        module = _load_evaluator(evaluator_path)
+        evaluate = getattr(module, "evaluate", None)
+        if not callable(evaluate):
+            raise EvaluatorMistake(f"{evaluator_path.name} defines no evaluate(program_path, sandbox)")
+        if _takes_sandbox(evaluate):
+            returned = evaluate(str(program_path), Sandbox(problem.limits))
+        else:
+            returned = evaluate(str(program_path))
+        scores, artifacts = check_result(problem, returned)
+    except CandidateFailure as failure:
+        return Evaluation(ok=False, failure=failure.kind, detail=failure.detail[:_MAX_DETAIL_CHARS])  # type: ignore[arg-type]
+    except EvaluatorMistake as mistake:
+        detail = f"{evaluator_path.name}: {mistake}"
+        return Evaluation(ok=False, failure="evaluator_error", detail=detail[:_MAX_DETAIL_CHARS])
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the evaluator's own bugs are reported, not raised
+        detail = _last_line(exc, evaluator_path, exc.__traceback__)
+        return Evaluation(ok=False, failure="evaluator_error", detail=detail[:_MAX_DETAIL_CHARS])
+    return Evaluation(ok=True, scores=scores, artifacts=artifacts)
+
+
+def _stop_children(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM from the engine: kill each sandbox child's process group, then unwind the worker."""
+    me = str(os.getpid())
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as handle:
+                parent = handle.read().rsplit(")", 1)[1].split()[1]
+        except (OSError, IndexError):
+            continue
+        if parent == me:
+            _signal_group(int(entry.name), signal.SIGKILL)  # the sandbox starts each child in its own group
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    raise _Stopped
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m evolve.problems.evaluation PROBLEM_DIR PROGRAM_PATH", file=sys.stderr)
+        return 2
+    problem_dir, program_path = argv
+    result_stream = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # whatever the evaluator prints goes to stderr and cannot be taken for the result
+    signal.signal(signal.SIGTERM, _stop_children)
+    try:
+        try:
+            problem = load_problem(problem_dir, Path(problem_dir).parent)
+        except ProblemError as exc:
+            evaluation = Evaluation(ok=False, failure="evaluator_error", detail=str(exc)[:_MAX_DETAIL_CHARS])
+        else:
+            evaluation = evaluate_in_this_process(problem, Path(program_path))
+    except _Stopped:
+        return 143
+    result_stream.write(json.dumps(asdict(evaluation)) + "\n")
+    result_stream.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,274 @@
+"""Problem folders (problem.toml, initial.py, evaluator.py, driver.py) read into a Problem; one line per mistake."""
+
+from __future__ import annotations
+
+import ast
+import math
+import textwrap
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from evolve.sandbox.core import SandboxLimits
+from evolve.search.edits import EVOLVE_END, EVOLVE_START, find_blocks
+
+_BUILTIN_FEATURES = ("code_length", "scalar")
+
+
+class ProblemError(Exception):
+    """A mistake in a problem folder, worded as one line that names the file and what to fix."""
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ScoreSection(StrictModel):
+    reduction: Literal["mean", "weighted"] = "mean"
+    weights: dict[str, float] = Field(default_factory=dict, description="objective -> weight, for 'weighted'")
+
+
+class SolvedSection(StrictModel):
+    all_at_least: float | None = Field(None, description="solved when every objective reaches this")
+    scalar_at_least: float | None = Field(None, description="solved when the scalar reaches this")
+
+
+class LimitsSection(StrictModel):
+    wall_time_s: float = Field(SandboxLimits.wall_time_s, gt=0)
+    cpu_time_s: float = Field(SandboxLimits.cpu_time_s, gt=0)
+    memory_mb: int = Field(SandboxLimits.memory_mb, ge=32)
+    max_processes: int = Field(SandboxLimits.max_processes, ge=1)
+    max_output_bytes: int = Field(SandboxLimits.max_output_bytes, ge=1024)
+
+
+class MapElitesSection(StrictModel):
+    features: tuple[str, ...] = ()
+
+
+class PromptSection(StrictModel):
+    """How the prompt shows this problem; the defaults suit short blocks and a small model."""
+
+    docstrings: bool = Field(False, description="show the EVOLVE block's docstrings (else they are left out)")
+    description: Literal["flattened", "as_written"] = Field(
+        "flattened", description="the description on one line, or with its line breaks and indentation")
+    description_chars: int = Field(700, ge=0, description="cut the description past this many characters; 0: never")
+    context: Literal["none", "used", "all"] = Field(
+        "none", description="show the code outside the block, as written: none; what the block uses (names it "
+                            "mentions, helpers and constants, and what they use in turn); or all of it")
+
+
+@dataclass(frozen=True)
+class ProblemPrompt:
+    """The [prompt] settings of a problem (see PromptSection)."""
+
+    docstrings: bool = False
+    description: Literal["flattened", "as_written"] = "flattened"
+    description_chars: int = 700
+    context: Literal["none", "used", "all"] = "none"
+
+
+class ProblemFile(StrictModel):
+    """problem.toml as written; checks that need several keys at once are in load_problem."""
+
+    name: str = Field(min_length=1)
+    description: str = Field(min_length=1, description="shown to the policy, 1-4 sentences")
+    provenance: str = Field(min_length=1, description="where the problem comes from")
+    objectives: tuple[str, ...] = Field(min_length=1)
+    score: ScoreSection = ScoreSection()
+    solved: SolvedSection = SolvedSection()
+    limits: LimitsSection = LimitsSection()
+    map_elites: MapElitesSection = MapElitesSection()
+    prompt: PromptSection = PromptSection()
+
+    @field_validator("objectives")
+    @classmethod
+    def _distinct_names(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        if any(not name.strip() for name in names):
+            raise ValueError("objective names must not be empty")
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"objective names must be distinct; repeated: {', '.join(duplicates)}")
+        return names
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A loaded, checked problem folder."""
+
+    name: str
+    path: Path  # the folder, absolute
+    description: str
+    initial_code: str
+    objectives: tuple[str, ...]
+    reduction: Literal["mean", "weighted"] = "mean"
+    weights: dict[str, float] = field(default_factory=dict)
+    solved_all_at_least: float | None = None
+    solved_scalar_at_least: float | None = None
+    limits: SandboxLimits = SandboxLimits()
+    features: tuple[str, ...] = ()
+    provenance: str = ""
+    prompt: ProblemPrompt = ProblemPrompt()
+
+    @property
+    def evaluator_path(self) -> Path:
+        return self.path / "evaluator.py"
+
+    def _vector(self, scores: dict[str, float]) -> list[float]:
+        missing = [name for name in self.objectives if name not in scores]
+        if missing:
+            raise ValueError(f"{self.name}: scores lack objectives {', '.join(missing)}")
+        return [scores[name] for name in self.objectives]
+
+    def scalar(self, scores: dict[str, float]) -> float:
+        """The ranking scalar: the mean of the objectives, or their weighted mean (weights / total weight)."""
+        values = self._vector(scores)
+        if self.reduction == "weighted":
+            weights = [self.weights[name] for name in self.objectives]
+            return math.fsum(w * v for w, v in zip(weights, values, strict=True)) / math.fsum(weights)
+        return math.fsum(values) / len(values)
+
+    def is_solved(self, scores: dict[str, float]) -> bool:
+        """True when every declared [solved] condition holds; a problem with none is never solved."""
+        if self.solved_all_at_least is None and self.solved_scalar_at_least is None:
+            return False
+        values = self._vector(scores)
+        if self.solved_all_at_least is not None and min(values) < self.solved_all_at_least:
+            return False
+        return self.solved_scalar_at_least is None or self.scalar(scores) >= self.solved_scalar_at_least
+
+
+def _describe(error: Any, source: Path) -> str:
+    loc = tuple(error["loc"])
+    key = ".".join(str(part) for part in loc) or "(top level)"
+    if error["type"] == "extra_forbidden":
+        model: type[BaseModel] = ProblemFile
+        for part in loc[:-1]:
+            annotation = model.model_fields[str(part)].annotation
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                model = annotation
+        return f"{source}: unknown key '{key}' (allowed here: {', '.join(model.model_fields)})"
+    if error["type"] == "missing":
+        return f"{source}: missing key '{key}'"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return f"{source}: invalid value for '{key}': {error.get('input')!r} ({message})"
+
+
+def _check_consistency(spec: ProblemFile, folder: Path, source: Path) -> None:
+    if spec.name != folder.name:
+        raise ProblemError(f"{source}: name = {spec.name!r} must match the folder name {folder.name!r}")
+    declared = set(spec.objectives)
+    weights = spec.score.weights
+    if spec.score.reduction == "weighted":
+        unknown = sorted(set(weights) - declared)
+        missing = [name for name in spec.objectives if name not in weights]
+        if unknown:
+            raise ProblemError(f"{source}: score.weights names undeclared objectives: {', '.join(unknown)}")
+        if missing:
+            raise ProblemError(f"{source}: score.weights needs a weight for every objective; missing: "
+                               f"{', '.join(missing)}")
+        if any(w < 0 for w in weights.values()) or math.fsum(weights.values()) <= 0:
+            raise ProblemError(f"{source}: score.weights must be >= 0 with a positive total")
+    elif weights:
+        raise ProblemError(f"{source}: score.weights is only used with score.reduction = 'weighted'")
+    unknown_features = [f for f in spec.map_elites.features if f not in _BUILTIN_FEATURES and f not in declared]
+    if unknown_features:
+        raise ProblemError(f"{source}: map_elites.features {unknown_features} are neither "
+                           f"{' nor '.join(_BUILTIN_FEATURES)} nor declared objectives")
+
+
+def _read_toml(source: Path) -> ProblemFile:
+    try:
+        data = tomllib.loads(source.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ProblemError(f"{source}: not valid TOML ({exc})") from None
+    try:
+        return ProblemFile.model_validate(data)
+    except ValidationError as exc:
+        errors = sorted(exc.errors(), key=lambda error: error["type"] != "extra_forbidden")  # typos first
+        raise ProblemError(_describe(errors[0], source)) from None
+
+
+def _read_initial(path: Path) -> str:
+    code = path.read_text()
+    try:
+        ast.parse(code, filename=str(path))
+    except SyntaxError as exc:
+        raise ProblemError(f"{path}: line {exc.lineno}: syntax error ({exc.msg})") from None
+    if not find_blocks(code):
+        raise ProblemError(f"{path}: no EVOLVE block; put the code the policy may change between a "
+                           f"'{EVOLVE_START}' line and a '{EVOLVE_END}' line")
+    return code
+
+
+def _check_evaluator(path: Path) -> None:
+    try:
+        tree = ast.parse(path.read_text(), filename=str(path))
+    except SyntaxError as exc:
+        raise ProblemError(f"{path}: line {exc.lineno}: syntax error ({exc.msg})") from None
+    if not any(isinstance(node, ast.FunctionDef) and node.name == "evaluate" for node in tree.body):
+        raise ProblemError(f"{path}: defines no top-level 'def evaluate(program_path, sandbox)'")
+
+
+def problem_key(name_or_path: str) -> str:
+    """What problems are compared by (held-out checks): a name, or a folder path's last part
+    ('programs/humaneval/he_001' -> 'he_001')."""
+    return Path(str(name_or_path).rstrip("/")).name
+
+
+def problem_folder(name_or_path: str, programs_dir: Path) -> Path:
+    """The folder a problem name (looked up in programs_dir) or a folder path refers to."""
+    by_name = programs_dir / name_or_path
+    if by_name.is_dir():
+        return by_name.resolve()
+    as_path = Path(name_or_path)
+    if as_path.is_dir():
+        return as_path.resolve()
+    known = ", ".join(list_problems(programs_dir)) if programs_dir.is_dir() else ""
+    raise ProblemError(f"{by_name}: no such problem folder (problems in {programs_dir}: {known or 'none'})")
+
+
+def load_problem(name_or_path: str, programs_dir: Path) -> Problem:
+    """Read and check a problem folder; any mistake raises ProblemError naming the file and the fix."""
+    folder = problem_folder(name_or_path, programs_dir)
+    needs = {"problem.toml": "the problem's settings", "initial.py": "the seed program",
+             "evaluator.py": "the trusted scorer"}
+    for filename, role in needs.items():
+        if not (folder / filename).is_file():
+            raise ProblemError(f"{folder / filename}: file not found (every problem folder needs {filename}, {role})")
+    source = folder / "problem.toml"
+    spec = _read_toml(source)
+    _check_consistency(spec, folder, source)
+    initial_code = _read_initial(folder / "initial.py")
+    _check_evaluator(folder / "evaluator.py")
+    return Problem(
+        name=spec.name,
+        path=folder,
+        description=_description(spec),
+        initial_code=initial_code,
+        objectives=spec.objectives,
+        reduction=spec.score.reduction,
+        weights=dict(spec.score.weights),
+        solved_all_at_least=spec.solved.all_at_least,
+        solved_scalar_at_least=spec.solved.scalar_at_least,
+        limits=SandboxLimits(**spec.limits.model_dump()),
+        features=spec.map_elites.features,
+        provenance=" ".join(spec.provenance.split()),
+        prompt=ProblemPrompt(**spec.prompt.model_dump()),
+    )
+
+
+def _description(spec: ProblemFile) -> str:
+    """The description flattened to one line, or as written (dedented, without blank lines at either end)."""
+    if spec.prompt.description == "as_written":
+        return textwrap.dedent(spec.description).strip("\n").rstrip()
+    return " ".join(spec.description.split())
+
+
+def list_problems(programs_dir: Path) -> list[str]:
+    """Names of the folders in programs_dir that hold a problem.toml, sorted."""
+    if not programs_dir.is_dir():
+        return []
+    return sorted(path.parent.name for path in programs_dir.glob("*/problem.toml"))

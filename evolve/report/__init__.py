@@ -1,0 +1,1 @@
+"""Reports: run summaries, experiment results and their statistics, charts, HTML, lineage and export."""

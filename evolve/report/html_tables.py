@@ -1,0 +1,101 @@
+"""The HTML report's tables beside the main matrix: what each arm spent, paired differences between policies, and
+which objectives (tests) each policy reached. Every string from the data is escaped; every number names its n."""
+
+from __future__ import annotations
+
+from html import escape
+
+from evolve.report.results import ExperimentResults, ObjectiveReach
+
+
+def _per(total: float, iterations: int, digits: int = 1) -> str:
+    per = f'<span class="band"> ({total / iterations:,.{digits}f}/it)</span>' if iterations else ""
+    return f"{total:,.0f}{per}"
+
+
+def budgets_html(results: ExperimentResults, colours: dict[str, str]) -> str:
+    heads = ["policy", "cells", "iterations", "programs evaluated", "generated tokens", "prompt tokens",
+             "policy calls", "policy errors", "wall time (s)"]
+    rows = []
+    for b in results.budgets:
+        wall = "unknown (older store)" if b.wall_s is None else _per(b.wall_s, b.iterations, 2)
+        values = [str(b.cells), str(b.iterations), _per(b.evaluations, b.iterations),
+                  _per(b.completion_tokens, b.iterations), _per(b.prompt_tokens, b.iterations),
+                  _per(b.policy_calls, b.iterations), str(b.policy_errors), wall]
+        swatch = f'<span class="swatch" style="background:{colours[b.policy]}"></span>'
+        rows.append(f'<tr data-policy="{escape(b.policy)}"><th>{swatch}{escape(b.policy)}</th>'
+                    + "".join(f'<td class="num">{v}</td>' for v in values) + "</tr>")
+    head = "".join(f'<th class="num">{h}</th>' if i else f"<th>{h}</th>" for i, h in enumerate(heads))
+    return ('<section><h2>Budget spent</h2><p class="hint">What each arm spent over all its cells that ran, with '
+            "the amount per iteration in brackets. Programs evaluated are the children sent to the evaluator "
+            "(duplicates and unusable answers are not evaluated); wall time is each run's active clock (time it lay "
+            "killed excluded), summed over cells. Arms that spend differently per iteration are compared fairly on "
+            "the cost axes of the curves below.</p>"
+            f'<table class="budgets"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></section>')
+
+
+def differences_html(results: ExperimentResults) -> str:
+    if not results.differences:
+        return ""
+    level = f"{results.confidence:.0%}"
+    heads = ["a &minus; b", "metric", "problems", "mean difference", f"{level} interval", "a ahead / behind / tied",
+             "sign test p", "permutation p", "per problem"]
+    rows = []
+    for d in results.differences:
+        metric = "share of seeds cracked" if d.metric == "cracked_share" else "mean best scalar"
+        permutation = f"{d.permutation_p:.3g}" + ("" if d.permutation_exact else " (Monte Carlo)")
+        per_problem = ", ".join(f"{escape(p)} {v:+.3f}" for p, v in zip(d.problems, d.per_problem, strict=True))
+        values = [f"{escape(d.policy_a)} &minus; {escape(d.policy_b)}", metric, str(len(d.problems)),
+                  f"{d.mean.estimate:+.3f}", f"[{d.mean.low:+.3f}, {d.mean.high:+.3f}]",
+                  f"{d.wins} / {d.losses} / {d.ties}", f"{d.sign_p:.3g}", permutation,
+                  f'<span class="detail">{per_problem}</span>']
+        rows.append(f'<tr data-metric="{d.metric}">' + "".join(f"<td>{v}</td>" for v in values) + "</tr>")
+    head = "".join(f"<th>{h}</th>" for h in heads)
+    return (f'<section><h2>Paired differences between policies</h2><p class="hint">For each problem both policies '
+            f"ran, a's value minus b's: the share of its seeds that cracked the problem, and the mean over seeds of "
+            f"each seed's best scalar. The mean difference over problems has a {level} interval that holds whatever "
+            f"the problems' distributions (Hoeffding's relative-entropy bound on the differences rescaled to [0, 1]; "
+            f"it covers the average true difference over these problems). The sign test counts problems where a is "
+            f"ahead against those where it is behind (ties dropped), exact binomial; the permutation test flips the "
+            f"sign of each problem's difference, every pattern enumerated up to 20 problems. Both are two-sided. "
+            f"n is the number of problems.</p>"
+            f'<table class="differences"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+            f"</section>")
+
+
+def _reach_cell(reach: ObjectiveReach | None) -> str:
+    if reach is None:
+        return '<td class="num reach-none">&ndash;</td>'
+    if reach.reached is None:
+        return f'<td class="num" title="best value over {reach.seeds} seeds">{reach.best:.3g}</td>'
+    share = reach.reached / reach.seeds if reach.seeds else 0.0
+    style = f"background: rgba(10, 122, 54, {0.08 + 0.5 * share:.2f})" if reach.reached else ""
+    return (f'<td class="num" style="{style}" title="best value {reach.best:.4g}, mean best {reach.mean_best:.4g}">'
+            f"{reach.reached}/{reach.seeds}</td>")
+
+
+def objectives_html(results: ExperimentResults, colours: dict[str, str]) -> str:
+    if not results.objectives:
+        return ""
+    tables = []
+    for problem in results.problems:
+        reaches = [o for o in results.objectives if o.problem == problem]
+        if not reaches:
+            continue
+        names = list(dict.fromkeys(o.objective for o in reaches))
+        by_key = {(o.policy, o.objective): o for o in reaches}
+        policies = [p for p in results.policies if any(o.policy == p for o in reaches)]
+        threshold = next((o.threshold for o in reaches if o.threshold is not None), None)
+        bar = f"seeds with a program scoring &ge; {threshold:g}" if threshold is not None else \
+            "best value over seeds (the problem has no per-objective bar)"
+        head = "".join(f'<th class="num" title="{escape(n)}">{escape(n)}</th>' for n in names)
+        rows = "".join(f'<tr><th><span class="swatch" style="background:{colours[p]}"></span>{escape(p)}</th>'
+                       + "".join(_reach_cell(by_key.get((p, n))) for n in names) + "</tr>" for p in policies)
+        tables.append(f'<div class="objectives" data-problem="{escape(problem)}"><h3>{escape(problem)}: {bar}</h3>'
+                      f'<table class="objectives"><thead><tr><th>policy</th>{head}</tr></thead><tbody>{rows}'
+                      f"</tbody></table></div>")
+    return ('<section><h2>Objectives reached</h2><p class="hint">Which tests (objectives) each policy reached, per '
+            "problem: in how many of its seeds some program reached the problem's per-objective bar "
+            "(<code>all_at_least</code>), judged by the problem's current rule; where a problem has no such bar, the "
+            "best value any seed reached. Hover a cell for the best and mean best value.</p>"
+            + "".join(tables) + "</section>")

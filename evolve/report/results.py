@@ -1,0 +1,367 @@
+"""An experiment's numbers, read from its store: per cell, per problem x policy, curves, budgets and paired differences.
+
+Seeds are the unit of repetition (never iterations or programs) and every number carries how many seeds or problems
+it rests on. Intervals are `evolve.report.stats`'s: Clopper-Pearson for cracked k of n, the inverted Hoeffding relative-
+entropy bound for means (at least nominal coverage at any n, never zero width), the same on paired per-problem
+differences between policies, with exact sign and permutation tests. First-crack times are Kaplan-Meier estimates
+in which a seed that never cracked is censored at its budget. "Cracked" and the ranking scalar are derived now, from
+each problem's current rule and the stored score vectors; a problem whose folder no longer loads falls back to the
+flags stored when its programs were written, and the report says so. A cell whose every policy call failed is
+`policy_failed`, not "cracked nothing". Curves rest on complete seeds only (see results_curves.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from evolve.engine.experiment import ExperimentSpec
+from evolve.problems.problem import Problem, ProblemError, load_problem
+from evolve.report.results_curves import AXES, AXIS_LABELS, Curve, Step, policy_curves, problem_curve
+from evolve.report.stats import (
+    Interval,
+    PairedDifference,
+    Survival,
+    clopper_pearson,
+    kaplan_meier,
+    mean_interval,
+    paired_difference,
+)
+from evolve.store.program_store import ProgramStore
+
+RowState = Literal["ok", "partial", "policy_failed", "not_run"]
+Pairs = Literal["all", "first"]
+__all__ = ["AXES", "AXIS_LABELS", "CellResult", "Curve", "ExperimentResults", "ProblemPolicyRow", "collect"]
+
+
+@dataclass(frozen=True)
+class CellResult:
+    """One run: a problem evolved by a policy from a seed, judged by the problem's current rule."""
+
+    problem: str
+    policy: str
+    seed: int
+    run_id: int | None
+    status: str  # the run's status, or "not_run"
+    iterations_target: int
+    iterations_done: int
+    first_solved_iteration: int | None  # 0 if the seed program already solves it
+    best_scalar: float | None
+    best_by_iteration: tuple[float | None, ...]  # [t]: best scalar of programs from iterations <= t
+    policy_calls: int  # calls that returned a completion
+    policy_errors: int  # calls that failed
+    evaluations: int  # children sent to the evaluator
+    completion_tokens: int
+    prompt_tokens: int
+    wall_s: float | None  # the run's active wall clock at its last commit; None where the store has no clock
+    steps: tuple[Step, ...]  # committed iterations in commit order, with cumulative costs
+    objective_best: tuple[tuple[str, float], ...]  # per objective, the best value any program of the run reached
+    rule: Literal["current", "stored"]  # whose verdicts these are: the problem's rule now, or the stored flags
+
+    @property
+    def policy_failed(self) -> bool:
+        return self.policy_errors > 0 and self.policy_calls == 0
+
+
+@dataclass(frozen=True)
+class ProblemPolicyRow:
+    problem: str
+    policy: str
+    state: RowState
+    seeds_run: int  # cells of this problem x policy with at least one iteration done
+    seeds_planned: int
+    cracked: int  # seeds whose run solved the problem
+    cracked_interval: Interval | None  # k / n with its Clopper-Pearson interval; n = seeds_run
+    first_crack: Survival | None  # Kaplan-Meier over seeds_run, seeds that never cracked censored at their budget
+    best_scalar: float | None  # over all seeds
+    mean_best_scalar: Interval | None  # mean over seeds of each seed's best, with its mean interval
+    policy_errors: int
+    policy_calls: int
+
+    @property
+    def median_first_iteration(self) -> float | None:
+        return self.first_crack.median if self.first_crack is not None else None
+
+
+@dataclass(frozen=True)
+class ObjectiveReach:
+    """One objective (test) of a problem under one policy: how many seeds reached it, and the best value seen."""
+
+    problem: str
+    policy: str
+    objective: str
+    threshold: float | None  # the problem's all_at_least; None: no per-objective bar, only best values
+    seeds: int
+    reached: int | None  # seeds whose run had a program with this objective >= threshold
+    best: float  # over seeds
+    mean_best: float  # mean over seeds of each seed's best
+
+
+@dataclass(frozen=True)
+class PolicyBudget:
+    """What an arm spent, over its cells that ran."""
+
+    policy: str
+    cells: int
+    iterations: int
+    evaluations: int
+    completion_tokens: int
+    prompt_tokens: int
+    policy_calls: int
+    policy_errors: int
+    wall_s: float | None  # summed active wall clock of its cells; None when some cell has no clock
+
+
+@dataclass(frozen=True)
+class ExperimentResults:
+    name: str
+    description: str
+    db: str
+    generated_at: str
+    iterations: int
+    answers_per_iteration: int  # candidate answers every arm gets per iteration (the protocol)
+    problems: tuple[str, ...]
+    policies: tuple[str, ...]
+    seeds: tuple[int, ...]
+    confidence: float
+    score_range: tuple[float, float]  # the declared range of scalars the mean intervals assume
+    axes: tuple[str, ...]
+    cells: tuple[CellResult, ...]
+    table: tuple[ProblemPolicyRow, ...]
+    curves: tuple[Curve, ...]  # cracked_share and best_score per policy and axis, over all problems
+    problem_curves: tuple[Curve, ...]  # best_score per problem x policy x axis
+    objectives: tuple[ObjectiveReach, ...]
+    budgets: tuple[PolicyBudget, ...]
+    differences: tuple[PairedDifference, ...]  # per pair of policies: cracked_share and mean_best
+    notes: tuple[str, ...]  # what a reader must know before trusting the numbers (plain text)
+
+    def row(self, problem: str, policy: str) -> ProblemPolicyRow:
+        return next(row for row in self.table if row.problem == problem and row.policy == policy)
+
+    def curve(self, policy: str, metric: str, problem: str | None = None, axis: str = "iterations") -> Curve:
+        pool = self.curves if problem is None else self.problem_curves
+        return next(c for c in pool if c.policy == policy and c.metric == metric and c.problem == problem
+                    and c.axis == axis)
+
+    def budget(self, policy: str) -> PolicyBudget:
+        return next(b for b in self.budgets if b.policy == policy)
+
+
+StoredScores = tuple[int, dict[str, float], float, bool]  # store.score_vectors: iteration, vector, scalar, solved
+
+@dataclass(frozen=True)
+class _Judge:
+    """How a problem's programs are judged: its current rule, or (None) the flags stored with them."""
+
+    problem: Problem | None
+
+    def verdict(self, scores: dict[str, float], scalar: float, solved: bool) -> tuple[float, bool]:
+        if self.problem is None:
+            return scalar, solved
+        return self.problem.scalar(scores), self.problem.is_solved(scores)
+
+
+def _judges(spec: ExperimentSpec, vectors: dict[tuple[str, str, int], list[StoredScores]],
+            notes: list[str]) -> dict[str, _Judge]:
+    """A judge per problem: the current rule when the folder loads and reads every stored vector, else the flags."""
+    judges = {}
+    for name in spec.problems:
+        try:
+            problem: Problem | None = load_problem(name, Path(spec.run.programs_dir))
+        except ProblemError as exc:
+            notes.append(f"{name}: the problem folder does not load now ({exc}); cracked and scalars are the flags "
+                         f"stored when its programs were written, under the rule of that time.")
+            problem = None
+        if problem is not None:
+            for (problem_name, _, _), stored in vectors.items():
+                if problem_name != name:
+                    continue
+                missing = {o for _, vector, _, _ in stored for o in problem.objectives if o not in vector}
+                if missing:
+                    notes.append(f"{name}: stored score vectors lack the current objectives "
+                                 f"{', '.join(sorted(missing))}; cracked and scalars are the stored flags.")
+                    problem = None
+                    break
+        judges[name] = _Judge(problem)
+    return judges
+
+
+def cell_result(store: ProgramStore, spec: ExperimentSpec, run_id: int | None, key: tuple[str, str, int],
+                judge: _Judge | None = None, vectors: list[StoredScores] | None = None) -> CellResult:
+    """The cell's numbers; `vectors`: the run's `store.score_vectors`, when the caller has read them already."""
+    problem, policy, seed = key
+    horizon = spec.iterations
+    rule: Literal["current", "stored"] = "current" if judge is not None and judge.problem is not None else "stored"
+    if run_id is None:
+        return CellResult(problem, policy, seed, None, "not_run", horizon, 0, None, None, (None,) * (horizon + 1),
+                          0, 0, 0, 0, 0, None, (), (), rule)
+    judge = judge or _Judge(None)
+    info = store.get_run(run_id)
+    programs = [(iteration, vector, *judge.verdict(vector, scalar, solved))
+                for iteration, vector, scalar, solved in (vectors if vectors is not None
+                                                          else store.score_vectors(run_id))]
+    costs = store.iteration_costs(run_id)
+    done = sum(1 for iteration in store.completed_iterations(run_id) if iteration >= 1)
+    by_iteration: dict[int, tuple[float | None, bool]] = {}
+    for iteration, _, scalar, solved in programs:
+        best, cracked = by_iteration.get(iteration, (None, False))
+        by_iteration[iteration] = (scalar if best is None else max(best, scalar), cracked or solved)
+    best_by: list[float | None] = []
+    best: float | None = None
+    for t in range(horizon + 1):
+        scalar_t = by_iteration.get(t, (None, False))[0]
+        if scalar_t is not None:
+            best = scalar_t if best is None else max(best, scalar_t)
+        best_by.append(best)
+    steps = [Step(0, 0, 0, 0.0, *by_iteration.get(0, (None, False)))]
+    evaluations = tokens = 0
+    # commit order: the run's clock where it has one, else iteration order (concurrent iterations commit out of order)
+    for cost in sorted(costs, key=lambda c: (c.elapsed_s is None, c.elapsed_s or 0.0, c.iteration)):
+        evaluations += cost.evaluations
+        tokens += cost.completion_tokens
+        steps.append(Step(cost.iteration, evaluations, tokens, cost.elapsed_s,
+                          *by_iteration.get(cost.iteration, (None, False))))
+    clocks = [c.elapsed_s for c in costs]
+    objective_best: dict[str, float] = {}
+    for _, vector, _, _ in programs:
+        for name, value in vector.items():
+            objective_best[name] = max(objective_best.get(name, value), value)
+    solved_at = [iteration for iteration, _, _, solved in programs if solved]
+    return CellResult(
+        problem, policy, seed, run_id, info.status, info.iterations_target, done, min(solved_at, default=None),
+        max((scalar for _, _, scalar, _ in programs), default=None), tuple(best_by),
+        sum(c.policy_calls for c in costs), sum(c.policy_errors for c in costs), evaluations, tokens,
+        sum(c.prompt_tokens for c in costs),
+        None if any(c is None for c in clocks) else max((c for c in clocks if c is not None), default=0.0),
+        tuple(steps), tuple(objective_best.items()), rule)
+
+
+def collect(store: ProgramStore, spec: ExperimentSpec, samples: int = 100_000, confidence: float = 0.95,
+            score_range: tuple[float, float] = (0.0, 1.0), pairs: Pairs = "all") -> ExperimentResults:
+    """Every number of the report. `samples`: Monte Carlo sign patterns for a permutation test over more than 20
+    problems (exact enumeration below); `pairs`: compare every pair of policies, or the first with each other."""
+    runs = {(c.problem, c.policy, c.seed): c.run_id for c in store.experiment_cells(spec.name)}
+    notes: list[str] = []
+    vectors = {key: store.score_vectors(run_id) for key, run_id in runs.items()}  # read once, judged twice
+    judges = _judges(spec, vectors, notes)
+    cells = tuple(cell_result(store, spec, runs.get(key), key, judges[key[0]], vectors.get(key))
+                  for key in spec.cells())
+    by_key = {(c.problem, c.policy, c.seed): c for c in cells}
+    policies = tuple(p.name for p in spec.policies)
+
+    def complete(cell: CellResult) -> bool:  # curves use whole cells only: every iteration done, policy alive
+        return cell.run_id is not None and cell.iterations_done >= spec.iterations and not cell.policy_failed
+
+    table, curves, problem_curves, objectives = [], [], [], []
+    for policy in policies:
+        for problem in spec.problems:
+            row_cells = [by_key[(problem, policy, s)] for s in spec.seeds]
+            table.append(_row(problem, policy, row_cells, confidence, score_range))
+            objectives += _objective_reach(problem, policy, row_cells, judges[problem])
+            whole = [c.steps for c in row_cells if complete(c)]
+            for axis in AXES:
+                curve = problem_curve(policy, problem, whole, axis, spec.iterations, confidence, score_range)
+                if curve is not None:
+                    problem_curves.append(curve)
+        seeds_cells = [[by_key[(problem, policy, seed)].steps for problem in spec.problems] for seed in spec.seeds
+                       if all(complete(by_key[(problem, policy, seed)]) for problem in spec.problems)]
+        for axis in AXES:
+            drawn = policy_curves(policy, spec.problems, seeds_cells, axis, spec.iterations, confidence, score_range)
+            if seeds_cells and not drawn:
+                notes.append(f"{policy}: no curves against {AXIS_LABELS[axis]}: some of its runs were stored "
+                             f"without that cost (an older store).")
+            curves += drawn
+    table_t = tuple(table)
+    differences = _differences(table_t, policies, spec.problems, pairs, confidence, score_range, samples)
+    outside = sum(r.mean_best_scalar.out_of_range for r in table_t if r.mean_best_scalar is not None)
+    if outside:
+        notes.append(f"{outside} best scalars fall outside the declared score range {score_range[0]:g}..."
+                     f"{score_range[1]:g}: their intervals used the range widened to the data, which holds only if "
+                     f"that bounds every score (set --score-range LOW,HIGH).")
+    return ExperimentResults(
+        name=spec.name, description=spec.description, db=spec.db,
+        generated_at=datetime.now(UTC).isoformat(timespec="seconds"), iterations=spec.iterations,
+        answers_per_iteration=spec.answers_per_iteration_of_cells(),
+        problems=spec.problems, policies=policies, seeds=spec.seeds, confidence=confidence, score_range=score_range,
+        axes=AXES, cells=cells, table=table_t, curves=tuple(curves), problem_curves=tuple(problem_curves),
+        objectives=tuple(objectives), budgets=tuple(_budget(p, [c for c in cells if c.policy == p]) for p in policies),
+        differences=differences, notes=tuple(notes))
+
+
+def _row(problem: str, policy: str, cells: list[CellResult], confidence: float,
+         score_range: tuple[float, float]) -> ProblemPolicyRow:
+    ran = [c for c in cells if c.run_id is not None and (c.iterations_done > 0 or c.policy_errors > 0)]
+    cracked = [c for c in ran if c.first_solved_iteration is not None]
+    bests = [c.best_scalar for c in ran if c.best_scalar is not None]
+    if not ran:
+        state: RowState = "not_run"
+    elif all(c.policy_failed for c in ran):
+        state = "policy_failed"
+    elif len(ran) < len(cells) or any(c.status != "finished" for c in ran):
+        state = "partial"
+    else:
+        state = "ok"
+    interval = survival = None
+    if ran:
+        low, high = clopper_pearson(len(cracked), len(ran), confidence)
+        interval = Interval(len(cracked) / len(ran), low, high, len(ran))
+        survival = kaplan_meier([float(c.first_solved_iteration if c.first_solved_iteration is not None
+                                       else c.iterations_done) for c in ran],
+                                [c.first_solved_iteration is not None for c in ran])
+    return ProblemPolicyRow(
+        problem=problem, policy=policy, state=state, seeds_run=len(ran), seeds_planned=len(cells),
+        cracked=len(cracked), cracked_interval=interval, first_crack=survival,
+        best_scalar=max(bests) if bests else None,
+        mean_best_scalar=mean_interval(np.asarray(bests), confidence, score_range) if bests else None,
+        policy_errors=sum(c.policy_errors for c in ran), policy_calls=sum(c.policy_calls for c in ran))
+
+
+def _objective_reach(problem: str, policy: str, cells: list[CellResult], judge: _Judge) -> list[ObjectiveReach]:
+    ran = [dict(c.objective_best) for c in cells if c.objective_best]
+    if not ran:
+        return []
+    names = judge.problem.objectives if judge.problem is not None else tuple(ran[0])
+    threshold = judge.problem.solved_all_at_least if judge.problem is not None else None
+    reaches = []
+    for name in names:
+        values = [best[name] for best in ran if name in best]
+        if not values:
+            continue
+        reached = None if threshold is None else sum(v >= threshold for v in values)
+        reaches.append(ObjectiveReach(problem, policy, name, threshold, len(values), reached, max(values),
+                                      float(np.mean(values))))
+    return reaches
+
+
+def _budget(policy: str, cells: list[CellResult]) -> PolicyBudget:
+    ran = [c for c in cells if c.run_id is not None]
+    clocks = [c.wall_s for c in ran]
+    return PolicyBudget(policy, len(ran), sum(c.iterations_done for c in ran), sum(c.evaluations for c in ran),
+                        sum(c.completion_tokens for c in ran), sum(c.prompt_tokens for c in ran),
+                        sum(c.policy_calls for c in ran), sum(c.policy_errors for c in ran),
+                        None if any(c is None for c in clocks) else float(sum(c for c in clocks if c is not None)))
+
+
+def _differences(table: tuple[ProblemPolicyRow, ...], policies: tuple[str, ...], problems: tuple[str, ...],
+                 pairs: Pairs, confidence: float, score_range: tuple[float, float],
+                 samples: int) -> tuple[PairedDifference, ...]:
+    """Policy a minus policy b over the problems both ran with a live policy, for share cracked and mean best."""
+    rows = {(r.problem, r.policy): r for r in table}
+    compared = [(a, b) for i, a in enumerate(policies) for b in policies[i + 1:]
+                if pairs == "all" or a == policies[0]]
+    out = []
+    for a, b in compared:
+        shared = tuple(p for p in problems if all(
+            rows[(p, x)].state in ("ok", "partial") and rows[(p, x)].mean_best_scalar is not None for x in (a, b)))
+        if not shared:
+            continue
+        share = {x: np.array([rows[(p, x)].cracked / rows[(p, x)].seeds_run for p in shared]) for x in (a, b)}
+        best = {x: np.array([rows[(p, x)].mean_best_scalar.estimate for p in shared]) for x in (a, b)}  # type: ignore[union-attr]
+        out.append(paired_difference("cracked_share", a, b, shared, share[a], share[b], confidence, (0.0, 1.0),
+                                     samples))
+        out.append(paired_difference("mean_best", a, b, shared, best[a], best[b], confidence, score_range, samples))
+    return tuple(out)

@@ -1,0 +1,195 @@
+"""One run at a glance for `evolve show RUN`: header, best programs, first solve, failures, outcomes, throughput.
+
+`summarize` reads the store into a RunSummary; `run_summary_dict` is the same numbers as JSON-ready data and
+`render_run` prints them with rich. Rendering computes nothing. Names, reasons and code come from the store and
+are printed as plain text (never read as rich markup).
+
+Time: a run's wall time is created_at -> updated_at (updated at every committed iteration and status change),
+so a run resumed after a pause counts the pause too. Tokens per second divide completion tokens by the summed
+latency of the policy calls; calls in flight together overlap, so the run's aggregate rate is higher (the wall
+rate, completion tokens over wall time, is given beside it).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+from rich.console import Console
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
+from evolve.records import Program
+from evolve.store.program_store import TERMINAL_KINDS, ProgramStore
+
+TOP_K = 5
+VECTOR_WIDTH = 40  # objectives shown in a compact vector before "..."
+
+
+@dataclass(frozen=True)
+class ProgramBrief:
+    id: int
+    iteration: int
+    scalar: float
+    solved: bool
+    scores: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Throughput:
+    policy_calls: int  # calls that returned a completion
+    policy_errors: int  # calls that failed
+    prompt_tokens: int
+    completion_tokens: int
+    generation_s: float  # summed latency of the policy calls
+    tokens_per_s: float | None  # completion tokens / generation_s
+    wall_s: float  # created_at -> updated_at
+    tokens_per_wall_s: float | None  # completion tokens / wall_s
+    iterations_per_min: float | None  # iterations done / wall minutes
+    mean_latency_s: float | None
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_id: int
+    name: str
+    problem: str
+    policy: str
+    seed: int
+    status: str
+    iterations_done: int  # iterations >= 1 with a committed outcome
+    iterations_target: int
+    created_at: str  # ISO 8601 to the second, UTC
+    updated_at: str
+    programs: int
+    best: tuple[ProgramBrief, ...]  # the TOP_K highest scalars, best first
+    first_solved: ProgramBrief | None
+    outcomes: dict[str, int]  # answer outcomes of iterations >= 1 by kind, every kind present
+    failures: dict[str, int]  # failed answers by 'kind: reason head', most first (store.failure_counts)
+    throughput: Throughput
+    best_code: str | None
+
+
+def _brief(program: Program) -> ProgramBrief:
+    return ProgramBrief(program.id, program.iteration, program.scalar, program.solved, dict(program.scores))
+
+
+def _iso(moment: datetime) -> str:
+    return moment.replace(microsecond=0).isoformat()
+
+
+def _ratio(part: float, whole: float) -> float | None:
+    return part / whole if whole > 0 else None
+
+
+def summarize(store: ProgramStore, run_id: int) -> RunSummary:
+    """The run's numbers from the store (StoreError, one line, for an unknown run)."""
+    run = store.get_run(run_id)
+    best = store.best_programs(run_id, TOP_K)
+    solved = store.first_solved(run_id)
+    attempts = store.attempts(run_id)
+    calls = [row for row in attempts if row.kind == "policy_call"]
+    outcomes = {kind: 0 for kind in TERMINAL_KINDS}
+    for row in attempts:
+        if row.kind in outcomes and row.iteration > 0:
+            outcomes[row.kind] += 1
+    done = sum(1 for iteration in store.completed_iterations(run_id) if iteration >= 1)
+    generation_s = sum(row.latency_s for row in calls)
+    completion_tokens = sum(row.completion_tokens for row in calls)
+    wall_s = max(0.0, (run.updated_at - run.created_at).total_seconds())
+    throughput = Throughput(
+        policy_calls=len(calls), policy_errors=outcomes["policy_error"],
+        prompt_tokens=sum(row.prompt_tokens for row in calls), completion_tokens=completion_tokens,
+        generation_s=generation_s, tokens_per_s=_ratio(completion_tokens, generation_s), wall_s=wall_s,
+        tokens_per_wall_s=_ratio(completion_tokens, wall_s), iterations_per_min=_ratio(done, wall_s / 60),
+        mean_latency_s=_ratio(generation_s, len(calls)))
+    return RunSummary(
+        run_id=run.id, name=run.name, problem=run.problem, policy=run.policy, seed=run.seed, status=run.status,
+        iterations_done=done, iterations_target=run.iterations_target, created_at=_iso(run.created_at),
+        updated_at=_iso(run.updated_at), programs=store.count_programs(run_id),
+        best=tuple(_brief(program) for program in best), first_solved=_brief(solved) if solved else None,
+        outcomes=outcomes, failures=store.failure_counts(run_id), throughput=throughput,
+        best_code=best[0].code if best else None)
+
+
+def run_summary_dict(store: ProgramStore, run_id: int) -> dict[str, Any]:
+    """The summary as plain JSON data (lists, not tuples): the same numbers `render_run` prints."""
+    return json.loads(json.dumps(asdict(summarize(store, run_id))))
+
+
+def compact_vector(scores: dict[str, float], width: int = VECTOR_WIDTH) -> str:
+    """0/1 vectors as 'passed/n 1101...', others as 'name=value ...', at most `width` objectives shown."""
+    values = list(scores.values())
+    more = "..." if len(values) > width else ""
+    if values and all(value in (0.0, 1.0) for value in values):
+        bits = "".join("1" if value == 1.0 else "0" for value in values[:width])
+        return f"{sum(values):g}/{len(values)} {bits}{more}"
+    shown = " ".join(f"{name}={value:.3g}" for name, value in list(scores.items())[:width])
+    return shown + (f" ... (+{len(values) - width})" if more else "")
+
+
+def _number(value: float | None, unit: str = "", digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}{unit}"
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m {secs:02d}s" if hours else f"{minutes}m {secs:02d}s"
+
+
+def render_run(store: ProgramStore, run_id: int, console: Console) -> None:
+    """`evolve show RUN`: the run's header, best programs, first solve, outcomes, failures, throughput, best code."""
+    s = summarize(store, run_id)
+    t = s.throughput
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column(style="bold cyan")
+    facts.add_column()
+    rows = [
+        ("problem", s.problem), ("policy", s.policy), ("seed", str(s.seed)), ("status", s.status),
+        ("iterations", f"{s.iterations_done}/{s.iterations_target}"), ("programs", str(s.programs)),
+        ("created", s.created_at), ("updated", f"{s.updated_at} (wall {_duration(t.wall_s)})"),
+        ("first solved", f"#{s.first_solved.id} at iteration {s.first_solved.iteration}" if s.first_solved
+         else "not solved"),
+        ("outcomes", ", ".join(f"{kind} {count}" for kind, count in s.outcomes.items())),
+        ("policy calls", f"{t.policy_calls} ({t.policy_errors} failed), mean latency "
+                         f"{_number(t.mean_latency_s, ' s', 2)}"),
+        ("tokens", f"{t.completion_tokens} completion, {t.prompt_tokens} prompt; "
+                   f"{_number(t.tokens_per_s)} tokens/s over {t.generation_s:.1f} s of generation, "
+                   f"{_number(t.tokens_per_wall_s)} tokens/s over the wall time"),
+        ("pace", f"{_number(t.iterations_per_min, digits=2)} iterations/min over the wall time"),
+    ]
+    for key, value in rows:
+        facts.add_row(key, Text(value))
+    console.print(Text(f"run {s.run_id}: {s.name}", style="bold"))
+    console.print(facts)
+    console.print(_best_table(s))
+    if s.failures:
+        failures = Table(title="failed answers by reason", title_justify="left")
+        failures.add_column("reason", overflow="fold")
+        failures.add_column("count", justify="right")
+        for reason, count in s.failures.items():
+            failures.add_row(Text(reason), str(count))
+        console.print(failures)
+    else:
+        console.print(Text("failed answers: none", style="dim"))
+    if s.best_code is not None:
+        console.print(Text(f"code of the best program #{s.best[0].id}", style="bold"))
+        console.print(Syntax(s.best_code.rstrip("\n"), "python", theme="ansi_dark", line_numbers=True, word_wrap=True))
+
+
+def _best_table(s: RunSummary) -> Table | Text:
+    if not s.best:
+        return Text("no programs stored (the seed program was never scored)", style="yellow")
+    table = Table(title=f"best programs (top {TOP_K} by scalar)", title_justify="left")
+    for column in ("program", "iteration", "scalar", "solved"):
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("score vector", overflow="fold")
+    for brief in s.best:
+        table.add_row(f"#{brief.id}", str(brief.iteration), f"{brief.scalar:.4f}",
+                      Text("yes", style="green") if brief.solved else Text("no", style="dim"),
+                      Text(compact_vector(brief.scores)))
+    return table

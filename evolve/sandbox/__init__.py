@@ -1,0 +1,1 @@
+"""The sandbox: runs an untrusted candidate program confined (Landlock, rlimits, its own session)."""

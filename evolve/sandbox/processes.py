@@ -1,0 +1,168 @@
+"""Process containment for the sandbox: a cgroup per run, a spare uid, and killing every process of a run.
+
+Used by evolve/sandbox/core.py; see its docstring for how these layers fit together.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import stat
+import time
+from pathlib import Path
+
+SPARE_UIDS = (1_000_000, 1_000_000_000)  # a run's own uid is drawn from here (root without cgroups)
+
+def others_can_read(path: str | Path, mode: int = stat.S_IROTH) -> bool:
+    """Whether any uid can reach `path` (every parent directory searchable by others) and has `mode` on it."""
+    try:
+        current = Path(path).resolve()
+        if not os.stat(current).st_mode & mode:
+            return False
+        return all(os.stat(parent).st_mode & stat.S_IXOTH for parent in current.parents)
+    except OSError:
+        return False
+
+
+def mapped_ids(map_path: str) -> list[range]:
+    try:
+        lines = Path(map_path).read_text().split("\n")
+    except OSError:
+        return []
+    return [range(int(f[0]), int(f[0]) + int(f[2])) for f in (line.split() for line in lines) if len(f) == 3]
+
+
+def spare_uid() -> int | None:
+    """A random uid (used as gid too) that this user namespace maps and nothing is likely to use."""
+    maps = mapped_ids("/proc/self/uid_map"), mapped_ids("/proc/self/gid_map")
+    for _ in range(20):
+        uid = SPARE_UIDS[0] + secrets.randbelow(SPARE_UIDS[1] - SPARE_UIDS[0])
+        if all(any(uid in ids for ids in ranges) for ranges in maps):
+            return uid
+    return None
+
+
+def processes() -> list[tuple[int, int, str]]:
+    """(pid, real uid, state) of every process."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                fields = dict(line.split(":", 1) for line in Path(entry.path, "status").read_text().splitlines())
+                found.append((int(entry.name), int(fields["Uid"].split()[0]), fields["State"].split()[0]))
+            except (OSError, KeyError, ValueError, IndexError):
+                continue
+    return found
+
+
+def kill(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def kill_uid(uid: int) -> None:
+    """SIGKILL every process of `uid` until none is left (its RLIMIT_NPROC keeps that finite)."""
+    for _ in range(200):
+        living = [pid for pid, owner, state in processes() if owner == uid and state != "Z"]
+        if not living:
+            return
+        kill(living)
+        time.sleep(0.002)
+
+
+def cgroup_parents() -> list[Path]:
+    """Where a run's cgroup may go, best first: under this process's own pids cgroup (v1), then its
+    cgroup v2 (pure, or the hybrid layout's "unified" tree)."""
+    parents = []
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        _, controllers, where = line.split(":", 2)
+        if "pids" in controllers.split(","):
+            parents.insert(0, Path("/sys/fs/cgroup/pids", where.lstrip("/")))
+        elif controllers == "":
+            for root in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
+                if (root / "cgroup.controllers").exists():
+                    parents.append(root / where.lstrip("/"))
+    return parents
+
+
+class RunCgroup:
+    """A cgroup for one run, nested under the caller's own: it finds (and kills) every process of the
+    run, setsid or not; where the pids controller is available (`capped`), it also caps their number."""
+
+    def __init__(self, path: Path, capped: bool) -> None:
+        self.path = path
+        self.capped = capped
+
+    @classmethod
+    def create(cls, parents: list[Path], maxprocesses: int) -> RunCgroup | None:
+        for parent in parents:
+            if not os.access(parent, os.W_OK):
+                continue
+            cls._remove_stale(parent)
+            path = parent / f"evolve-sandbox-{os.getpid()}-{secrets.token_hex(4)}"
+            try:
+                path.mkdir()
+            except OSError:
+                continue
+            try:
+                (path / "pids.max").write_text(str(maxprocesses))
+                return cls(path, capped=True)
+            except OSError:
+                if (parent / "cgroup.controllers").exists():  # v2 without the pids controller: tracks, no cap
+                    return cls(path, capped=False)
+                cls(path, capped=False).kill_all_and_remove()
+        return None
+
+    @classmethod
+    def _remove_stale(cls, parent: Path) -> None:
+        """Empty the cgroups of runs whose process died without cleaning up (killed with SIGKILL)."""
+        for entry in parent.glob("evolve-sandbox-*-*"):
+            owner = entry.name.split("-")[2]
+            if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+                cls(entry, capped=False).kill_all_and_remove()
+
+    def add(self, pid: int) -> bool:
+        try:
+            (self.path / "cgroup.procs").write_text(str(pid))
+            return True
+        except OSError:
+            return False
+
+    def pids(self) -> list[int]:
+        try:
+            return [int(pid) for pid in (self.path / "cgroup.procs").read_text().split()]
+        except OSError:
+            return []
+
+    def kill_all(self) -> None:
+        kill_file = self.path / "cgroup.kill"  # cgroup v2, Linux >= 5.14: atomic
+        if kill_file.exists():
+            try:
+                kill_file.write_text("1")
+            except OSError:
+                pass
+        for _ in range(500):  # v1: kill what is there until nothing is left; pids.max bounds the refills
+            pids = self.pids()
+            if not pids:
+                return
+            kill(pids)
+            time.sleep(0.001)
+
+    def kill_all_and_remove(self) -> None:
+        self.kill_all()
+        for _ in range(200):
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.005)

@@ -1,0 +1,253 @@
+"""One running sandbox child, seen from the trusted side: its pipes, what it wrote, timed calls, and its end.
+
+evolve/sandbox/core.py starts the child (see its docstring for the confinement); RunningChild reads its output
+under the caps, sends it the calls of a session and times each round trip, kills every process of the run
+and turns how it ended into a SandboxResult.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import selectors
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from evolve.sandbox.processes import RunCgroup, kill_uid
+
+SandboxStatus = Literal["ok", "timeout", "memory", "crash", "bad_output"]
+_FAILURES = ("timeout", "memory", "crash", "bad_output")
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    wall_time_s: float = 10.0
+    cpu_time_s: float = 10.0
+    memory_mb: int = 1024  # address-space cap of the child
+    max_processes: int = 64  # processes and threads at once; fork bombs die
+    max_output_bytes: int = 1_000_000  # stdout + stderr + result; past it the run is bad_output
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    status: SandboxStatus
+    value: Any = None  # JSON-decoded return value when status == "ok"
+    detail: str = ""  # one-line reason when not ok
+    stdout: str = ""  # at most max_output_bytes
+    stderr: str = ""
+    wall_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+class RunningChild:
+    """One started child process: its pipes, its confinement, what it wrote so far, and how to end it."""
+
+    def __init__(self, process: subprocess.Popen[bytes], workdir: Path, cgroup: RunCgroup | None, uid: int | None,
+                 result_read: int, request_write: int, limits: SandboxLimits) -> None:
+        self.process, self.workdir, self.cgroup, self.uid = process, workdir, cgroup, uid
+        self.result_read, self.request_write, self.limits = result_read, request_write, limits
+        self.streams = {"stdout": bytearray(), "stderr": bytearray(), "result": bytearray()}
+        self.dead = False
+        self._pidfd = os.pidfd_open(process.pid)
+        self._selector = selectors.DefaultSelector()
+        assert process.stdout is not None and process.stderr is not None
+        self._selector.register(process.stdout, selectors.EVENT_READ, "stdout")
+        self._selector.register(process.stderr, selectors.EVENT_READ, "stderr")
+        self._selector.register(result_read, selectors.EVENT_READ, "result")
+        self._selector.register(self._pidfd, selectors.EVENT_READ, "exit")
+        if request_write >= 0:
+            os.set_blocking(request_write, False)
+
+    def read(self, deadline: float, until_line: bool = False, send: bytes = b"") -> str:
+        """Read the pipes into `streams` (writing `send` to the request pipe meanwhile) until a whole result
+        line is in (with until_line: "line"), the child exits or, once that is no longer watched, every pipe
+        is closed ("exit"), the deadline ("timeout") or the output cap ("overflow")."""
+        pending = memoryview(send)
+        if pending:
+            self._selector.register(self.request_write, selectors.EVENT_WRITE, "request")
+        try:
+            while True:
+                if until_line and b"\n" in self.streams["result"]:
+                    return "line"
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return "timeout"
+                if not self._selector.get_map():
+                    return "exit"
+                for key, _ in self._selector.select(timeout=remaining):
+                    if key.data == "exit":
+                        return "exit"
+                    if key.data == "request":
+                        try:
+                            pending = pending[os.write(self.request_write, pending):]
+                        except BlockingIOError:
+                            continue
+                        except BrokenPipeError:  # the child closed its end: its reply (or exit) tells the rest
+                            pending = pending[:0]
+                        if not pending:
+                            self._selector.unregister(self.request_write)
+                        continue
+                    chunk = os.read(key.fd, 1 << 16)
+                    if not chunk:
+                        self._selector.unregister(key.fileobj)
+                        continue
+                    room = self.limits.max_output_bytes - sum(len(buffer) for buffer in self.streams.values())
+                    self.streams[key.data].extend(chunk[:room])
+                    if len(chunk) > room:
+                        return "overflow"
+        finally:
+            if self.request_write >= 0 and self.request_write in self._selector.get_map():
+                self._selector.unregister(self.request_write)
+
+    def take_line(self) -> dict[str, Any] | None:
+        """The first result line as a JSON object (None when it is not one), removed from the buffer."""
+        line, _, rest = bytes(self.streams["result"]).partition(b"\n")
+        self.streams["result"] = bytearray(rest)
+        return parse_result(line)
+
+    def wait_ready(self, deadline: float, started: float) -> SandboxResult | None:
+        """None once the candidate is imported and the child serves calls, else the failure to report."""
+        outcome = self.read(deadline, until_line=True)
+        if outcome == "line":
+            message = self.take_line()
+            if message is not None and message.get("ready") is True:
+                return None
+            return self._from_message(message, started) if message is not None else \
+                self.conclude("exit", started)
+        return self.conclude(outcome, started)
+
+    def serve(self, payload: Any, limit_s: float, deadline: float) -> SandboxResult:
+        """One call, timed from the first byte of its request to the end of its answer."""
+        request = json.dumps(payload).encode() + b"\n"  # encoded before the clock starts
+        self.streams["result"].clear()
+        marks = {name: len(self.streams[name]) for name in ("stdout", "stderr")}
+        started = time.monotonic()
+        outcome = self.read(min(started + limit_s, deadline), until_line=True, send=request)
+        took = time.monotonic() - started
+        if outcome == "line":
+            message = self.take_line()
+            if message is not None and "ok" in message:
+                return self._from_message(message, started, marks, took)
+            outcome = "garbled"
+        if outcome == "timeout" and started + limit_s <= deadline:
+            self.kill()  # the session reaps it and starts another for the next call
+            return self._result("timeout", f"ran past its time limit of {limit_s:g}s", marks=marks, wall_s=took)
+        if outcome == "garbled":
+            self.kill()
+            return self._result("bad_output", "the reply was not a result line", marks=marks, wall_s=took)
+        return self.conclude(outcome, started, marks)
+
+    def _from_message(self, message: dict[str, Any], started: float, marks: dict[str, int] | None = None,
+                      wall_s: float | None = None) -> SandboxResult:
+        took = time.monotonic() - started if wall_s is None else wall_s
+        if message.get("ok") is True:
+            return self._result("ok", value=message.get("value"), marks=marks, wall_s=took)
+        kind = message.get("kind")
+        detail = message.get("detail")
+        return self._result(kind if kind in _FAILURES else "crash", detail[:500] if isinstance(detail, str) else "",
+                            marks=marks, wall_s=took)
+
+    def _result(self, status: SandboxStatus, detail: str = "", value: Any = None, marks: dict[str, int] | None = None,
+                wall_s: float = 0.0) -> SandboxResult:
+        marks = marks or {}
+        stdout, stderr = (bytes(self.streams[name][marks.get(name, 0):]).decode(errors="replace")
+                          for name in ("stdout", "stderr"))
+        return SandboxResult(status, value, detail, stdout, stderr, wall_s)
+
+    def conclude(self, outcome: str, started: float, marks: dict[str, int] | None = None) -> SandboxResult:
+        """Kill what is left of the child and turn how it ended (a read() outcome) into a result; `marks` say
+        where this call's stdout and stderr begin."""
+        limits = self.limits
+        self.kill()
+        if outcome == "exit":  # what is still in the pipes, now that every writer is dead
+            drained = self.read(time.monotonic() + 0.1)
+            outcome = "overflow" if drained == "overflow" else "exit"
+        usage = self.reap()
+
+        def result(status: SandboxStatus, detail: str) -> SandboxResult:
+            return self._result(status, detail, marks=marks, wall_s=time.monotonic() - started)
+
+        if outcome == "timeout":
+            return result("timeout", f"wall-clock limit of {limits.wall_time_s:g}s exceeded")
+        if outcome == "overflow":
+            return result("bad_output", f"output over the {limits.max_output_bytes}-byte cap")
+        message = parse_result(bytes(self.streams["result"]))
+        if message is not None and "ok" in message:
+            return self._from_message(message, started, marks)
+        returncode = self.process.returncode
+        if returncode < 0:
+            name = signal_name(-returncode)
+            if -returncode == signal.SIGXCPU or usage.ru_utime + usage.ru_stime >= limits.cpu_time_s:
+                return result("timeout", f"CPU limit of {limits.cpu_time_s:g}s exceeded ({name})")
+            return result("crash", f"killed by {name}")
+        if self.streams["result"].strip():
+            return result("bad_output", "the result pipe held something other than one result line")
+        stderr = bytes(self.streams["stderr"]).decode(errors="replace")
+        if "MemoryError" in stderr or "memory allocation" in stderr.lower():  # e.g. OpenBLAS at import
+            return result("memory", "memory allocation failed")
+        return result("crash", f"exit code {returncode} without a result")
+
+    def kill(self) -> None:
+        """SIGKILL the child's whole process group (before it is reaped, so the group id is still ours),
+        then every process in its cgroup or, failing that, every process of its uid."""
+        self.dead = True
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if self.cgroup is not None:
+            self.cgroup.kill_all()
+        elif self.uid is not None:
+            kill_uid(self.uid)
+        if self._pidfd in self._selector.get_map():
+            self._selector.unregister(self._pidfd)
+
+    def reap(self) -> resource.struct_rusage:
+        _, wait_status, usage = os.wait4(self.process.pid, 0)
+        self.process.returncode = os.waitstatus_to_exitcode(wait_status)
+        return usage
+
+    def close(self) -> None:
+        """Kill and reap the child if that is not done yet, close every pipe, remove its cgroup and directory."""
+        if self.process.returncode is None:
+            self.kill()
+            self.reap()
+        self._selector.close()
+        assert self.process.stdout is not None and self.process.stderr is not None
+        self.process.stdout.close()
+        self.process.stderr.close()
+        for fd in (self.result_read, self.request_write, self._pidfd):
+            if fd >= 0:
+                os.close(fd)
+        if self.cgroup is not None:
+            self.cgroup.kill_all_and_remove()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def parse_result(raw: bytes) -> dict[str, Any] | None:
+    """The JSON object when `raw` is exactly one line holding one, else None: the harness writes one line per
+    call, so anything more was written by the candidate. Bytes from the candidate never raise here."""
+    lines = raw.decode(errors="replace").splitlines()
+    if len(lines) != 1:
+        return None
+    try:
+        message = json.loads(lines[0])
+    except (ValueError, RecursionError, MemoryError):  # deeply nested lines exhaust the parser's stack
+        return None
+    return message if isinstance(message, dict) else None

@@ -1,0 +1,558 @@
+"""The program store: runs, programs, score vectors and attempts in SQL tables (SQLAlchemy 2), one commit per write.
+
+Tables
+  runs      one row per run: problem, policy, seed, the full RunConfig as JSON, status, iteration budget.
+  programs  every scored program: parent, island, iteration, the policy and answer text that made it, and
+            the policy call (an attempts row) it came from.
+  scores    one row per program: the score vector as a JSON object (key order kept), the scalar used for
+            ranking (indexed with run_id for top-k), solved, artifacts.
+  attempts  every policy call ('policy_call') and every outcome of an answer (AttemptKind in records.py);
+            outcomes point at their call (call_id), children at their program (program_id). An iteration may
+            hold several calls (run.answers_per_iteration); each row carries the run's active wall clock at the
+            iteration's commit (run_elapsed_s), which `iteration_costs` reports with the calls, evaluations
+            and tokens of each iteration.
+
+Durability: every public write is one transaction, committed before the method returns. SQLite runs in WAL
+mode with synchronous=NORMAL, so a commit survives the process being killed at any instant (a power cut may
+lose the last commits, never consistency). `record_iteration` writes one iteration's records atomically: a
+resume sees whole iterations or none, and an iteration is complete once it has a terminal attempt.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal, TypeVar, get_args
+
+from sqlalchemy import case, create_engine, event, func, insert, make_url, select, update
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from evolve.records import AttemptKind, Program
+from evolve.store.tables import (
+    AttemptRow,
+    Base,
+    CellRow,
+    ExperimentRow,
+    ProgramRow,
+    RunRow,
+    ScoreRow,
+    missing_columns,
+    utc_now,
+)
+
+RunStatus = Literal["running", "finished", "failed", "interrupted"]
+RUN_STATUSES: tuple[str, ...] = get_args(RunStatus)
+OpenMode = Literal["create", "existing", "read"]
+TERMINAL_KINDS: tuple[str, ...] = get_args(AttemptKind)  # an iteration with one of these is complete
+FAILURE_KINDS: tuple[str, ...] = tuple(kind for kind in TERMINAL_KINDS if kind != "child")
+ATTEMPT_KINDS: tuple[str, ...] = ("policy_call", *TERMINAL_KINDS)
+_Record = TypeVar("_Record", "RunInfo", "AttemptInfo", "CellInfo")
+
+
+class StoreError(Exception):
+    """A store problem the user can act on (unknown run, unwritable or locked database), worded as one line."""
+
+
+class UnknownIdError(StoreError, KeyError):
+    """No run or program with that id; a KeyError too, so lookups can be caught either way."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return Exception.__str__(self)
+
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    id: int
+    name: str
+    problem: str
+    policy: str
+    seed: int
+    config_json: str
+    status: str
+    iterations_target: int
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class CellInfo:
+    """One cell of an experiment: the run that evolves `problem` with `policy` from `seed`."""
+
+    run_id: int
+    experiment: str
+    problem: str
+    policy: str
+    seed: int
+
+
+@dataclass(frozen=True)
+class AttemptInfo:
+    """One stored attempts row."""
+
+    id: int
+    run_id: int
+    iteration: int
+    kind: str
+    reason: str | None
+    policy: str
+    prompt: str | None
+    completion: str | None
+    child_code: str | None
+    program_id: int | None
+    call_id: int | None
+    parent_id: int | None
+    latency_s: float
+    prompt_tokens: int
+    completion_tokens: int
+    created_at: datetime
+    run_elapsed_s: float | None = None  # the run's active wall clock at the commit; None in stores from before
+
+
+@dataclass(frozen=True)
+class IterationCost:
+    """What one committed iteration spent."""
+
+    iteration: int
+    policy_calls: int  # requests that returned a completion
+    policy_errors: int  # requests that failed
+    evaluations: int  # children sent to the evaluator (valid children + eval_failed), not duplicates/edit failures
+    completion_tokens: int  # generated tokens, summed over the iteration's calls
+    prompt_tokens: int
+    elapsed_s: float | None  # the run's active wall clock (seconds since the run started, excluding time it lay
+    # killed) when this iteration was committed; None for iterations stored before this column
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """An attempt to write: a policy call, or an answer's outcome that did not become a program."""
+
+    kind: str  # 'policy_call' or an AttemptKind other than 'child' (children are ChildRecords)
+    reason: str | None = None
+    prompt: str | None = None
+    completion: str | None = None
+    child_code: str | None = None  # the built code of a duplicate or a failed evaluation, if any
+    latency_s: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ATTEMPT_KINDS or self.kind == "child":
+            allowed = ", ".join(kind for kind in ATTEMPT_KINDS if kind != "child")
+            raise ValueError(f"attempt kind {self.kind!r} is not one of {allowed} (a child is a ChildRecord)")
+
+
+@dataclass(frozen=True)
+class ChildRecord:
+    """A scored program to write, with its 'child' attempt."""
+
+    code: str
+    parent_id: int | None
+    island: int
+    policy: str  # "" for the seed
+    edit: str  # the answer text that produced it
+    scores: dict[str, float]
+    scalar: float
+    solved: bool
+    artifacts: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if math.isnan(self.scalar):
+            raise ValueError("a child's scalar is NaN")
+
+    @property
+    def kind(self) -> str:
+        return "child"
+
+
+def database_url(url_or_path: str) -> str:
+    """A plain path becomes a SQLite URL; anything with '://' is already an SQLAlchemy URL."""
+    return url_or_path if "://" in url_or_path else f"sqlite:///{url_or_path}"
+
+
+def _require_sqlite_file(url: str) -> None:
+    """StoreError unless `url` is a SQLite file that exists (other databases and in-memory SQLite pass)."""
+    parsed = make_url(url)
+    database = parsed.database or ""
+    if parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:") and not database.startswith("file:") \
+            and not Path(database).is_file():
+        raise StoreError(f"no store at {database}")
+
+
+class _GuardedSessions:
+    """The store's session factory: a read session turns any database error (a damaged file, a missing table)
+    into one StoreError line; begin() (writes) is translated by ProgramStore._write."""
+
+    def __init__(self, factory: sessionmaker[Session], where: str) -> None:
+        self._factory, self._where = factory, where
+
+    def begin(self) -> Any:
+        return self._factory.begin()
+
+    @contextmanager
+    def __call__(self) -> Iterator[Session]:
+        try:
+            with self._factory() as session:
+                yield session
+        except (SQLAlchemyError, UnicodeDecodeError, json.JSONDecodeError) as exc:  # the latter two: damaged rows
+            raise StoreError(f"cannot read {self._where}: {_first_line(exc)}") from exc
+
+
+class ProgramStore:
+    """Synchronous store over any SQLAlchemy URL; SQLite gets WAL, synchronous=NORMAL and a busy timeout."""
+
+    def __init__(self, url_or_path: str, mode: OpenMode = "create") -> None:
+        """mode "create" makes the store if it is missing; "existing" (resume) and "read" (the read-only commands)
+        open only a store that exists: a missing SQLite file is "no store at PATH". "read" also creates or
+        alters no table."""
+        self.url = database_url(url_or_path)
+        try:
+            self._where = make_url(self.url).render_as_string(hide_password=True)
+            if mode != "create":
+                _require_sqlite_file(self.url)
+            self.engine = create_engine(self.url)
+            if self.engine.dialect.name == "sqlite":
+                event.listen(self.engine, "connect", _sqlite_pragmas)
+            stale: list[str] = []
+            if mode != "read":
+                Base.metadata.create_all(self.engine)
+                stale = missing_columns(self.engine)
+        except (SQLAlchemyError, ValueError) as exc:
+            raise StoreError(f"cannot open the store {url_or_path}: {_first_line(exc)}") from exc
+        if stale:
+            raise StoreError(f"the store {url_or_path} was written by another version of evolve "
+                             f"(missing {', '.join(stale)}); use a new database file")
+        self._sessions = _GuardedSessions(sessionmaker(self.engine, expire_on_commit=False), self._where)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def _write(self, what: str) -> Iterator[Session]:
+        """One transaction, committed on leaving the block and rolled back whole on any error."""
+        try:
+            with self._sessions.begin() as session:
+                yield session
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot write {what} to {self._where}: {_first_line(exc)}") from exc
+
+    def create_run(self, name: str, problem: str, policy: str, seed: int, config_json: str,
+                   iterations_target: int, experiment: str | None = None) -> int:
+        """A new run; with `experiment`, also its cell (problem, policy, seed) of that saved experiment, atomically."""
+        with self._write("a new run") as session:
+            row = RunRow(name=name, problem=problem, policy=policy, seed=seed, config_json=config_json,
+                         status="running", iterations_target=iterations_target)
+            session.add(row)
+            session.flush()
+            if experiment is not None:
+                session.add(CellRow(run_id=row.id, experiment=experiment, problem=problem, policy=policy, seed=seed))
+            return row.id
+
+    def save_experiment(self, name: str, spec_json: str) -> None:
+        """Create or update an experiment's spec (the validated experiment file)."""
+        with self._write(f"experiment {name}") as session:
+            row = session.get(ExperimentRow, name)
+            if row is None:
+                session.add(ExperimentRow(name=name, spec_json=spec_json))
+            else:
+                row.spec_json = spec_json
+
+    def experiment_spec(self, name: str) -> str | None:
+        with self._sessions() as session:
+            row = session.get(ExperimentRow, name)
+            return row.spec_json if row else None
+
+    def experiment_cells(self, name: str) -> list[CellInfo]:
+        """The runs of an experiment, one per (problem, policy, seed) cell, oldest first."""
+        with self._sessions() as session:
+            rows = session.scalars(select(CellRow).where(CellRow.experiment == name).order_by(CellRow.run_id))
+            return [_frozen(CellInfo, row) for row in rows]
+
+    def score_timeline(self, run_id: int) -> list[tuple[int, float, bool]]:
+        """(iteration, scalar, solved) of every program of the run, by iteration: enough for best@k and pass@k."""
+        with self._sessions() as session:
+            query = (select(ProgramRow.iteration, ScoreRow.scalar, ScoreRow.solved)
+                     .join(ScoreRow, ScoreRow.program_id == ProgramRow.id)
+                     .where(ProgramRow.run_id == run_id).order_by(ProgramRow.iteration, ProgramRow.id))
+            return [(iteration, float(scalar), bool(solved)) for iteration, scalar, solved in session.execute(query)]
+
+    def score_vectors(self, run_id: int) -> list[tuple[int, dict[str, float], float, bool]]:
+        """(iteration, score vector, stored scalar, stored solved) of every program of the run, by iteration: what a
+        report needs to re-derive scalar and solved under a problem's current rule."""
+        with self._sessions() as session:
+            query = (select(ProgramRow.iteration, ScoreRow.vector_json, ScoreRow.scalar, ScoreRow.solved)
+                     .join(ScoreRow, ScoreRow.program_id == ProgramRow.id)
+                     .where(ProgramRow.run_id == run_id).order_by(ProgramRow.iteration, ProgramRow.id))
+            return [(iteration, {name: float(value) for name, value in json.loads(vector).items()}, float(scalar),
+                     bool(solved)) for iteration, vector, scalar, solved in session.execute(query)]
+
+    def attempt_counts(self, run_id: int) -> dict[str, int]:
+        """Attempts rows of the run by kind ('policy_call', 'child', 'policy_error', ...)."""
+        with self._sessions() as session:
+            query = select(AttemptRow.kind, func.count()).where(AttemptRow.run_id == run_id).group_by(AttemptRow.kind)
+            return {kind: int(count) for kind, count in session.execute(query)}
+
+    def get_run(self, run_id: int) -> RunInfo:
+        with self._sessions() as session:
+            row = session.get(RunRow, run_id)
+            if row is None:
+                raise UnknownIdError(f"no run {run_id} in {self._where}")
+            return _frozen(RunInfo, row)
+
+    def list_runs(self) -> list[RunInfo]:
+        with self._sessions() as session:
+            return [_frozen(RunInfo, row) for row in session.scalars(select(RunRow).order_by(RunRow.id))]
+
+    def set_run_status(self, run_id: int, status: RunStatus) -> None:
+        if status not in RUN_STATUSES:
+            raise ValueError(f"run status {status!r} is not one of {', '.join(RUN_STATUSES)}")
+        with self._write(f"the status of run {run_id}") as session:
+            changed = session.execute(update(RunRow).where(RunRow.id == run_id).values(status=status)).rowcount
+            if not changed:
+                raise UnknownIdError(f"no run {run_id} in {self._where}")
+
+    def set_run_budget(self, run_id: int, iterations_target: int, config_json: str) -> None:
+        """Give a run a new iteration budget and the config that asks for it (a sampling run extended to more n)."""
+        with self._write(f"the budget of run {run_id}") as session:
+            changed = session.execute(update(RunRow).where(RunRow.id == run_id).values(
+                iterations_target=iterations_target, config_json=config_json)).rowcount
+            if not changed:
+                raise UnknownIdError(f"no run {run_id} in {self._where}")
+
+    def add_program(self, run_id: int, code: str, parent_id: int | None, island: int, iteration: int, policy: str,
+                    edit: str, scores: dict[str, float], scalar: float, solved: bool,
+                    artifacts: dict[str, str] | None = None, completion_id: int | None = None) -> Program:
+        """A program and its score row, in one transaction (no attempt row)."""
+        child = ChildRecord(code=code, parent_id=parent_id, island=island, policy=policy, edit=edit,
+                            scores=scores, scalar=scalar, solved=solved, artifacts=artifacts or {})
+        with self._write(f"a program of run {run_id}") as session:
+            (program,) = _insert_programs(session, run_id, iteration, [child], completion_id)
+            return program
+
+    def record_attempt(self, run_id: int, iteration: int, kind: str, reason: str | None = None, policy: str = "",
+                       prompt: str | None = None, completion: str | None = None, child_code: str | None = None,
+                       program_id: int | None = None, latency_s: float = 0.0, prompt_tokens: int = 0,
+                       completion_tokens: int = 0, call_id: int | None = None, parent_id: int | None = None) -> int:
+        """One attempts row of any kind (including 'child' with its program_id); returns its id."""
+        if kind not in ATTEMPT_KINDS:
+            raise ValueError(f"attempt kind {kind!r} is not one of {', '.join(ATTEMPT_KINDS)}")
+        with self._write(f"an attempt of run {run_id}") as session:
+            return _insert_attempt(session, dict(
+                run_id=run_id, iteration=iteration, kind=kind, reason=reason, policy=policy, prompt=prompt,
+                completion=completion, child_code=child_code, program_id=program_id, call_id=call_id,
+                parent_id=parent_id, latency_s=latency_s, prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens))
+
+    def record_child(self, run_id: int, iteration: int, child: ChildRecord, call_id: int | None = None) -> Program:
+        """A program, its score and its 'child' attempt (linked to the policy call `call_id`), in one transaction."""
+        with self._write(f"a child of run {run_id}") as session:
+            (program,) = _insert_programs(session, run_id, iteration, [child], call_id)
+            _insert_attempt(session, _child_attempt(run_id, iteration, child, program.id, call_id, child.policy))
+            return program
+
+    def record_iteration(self, run_id: int, iteration: int, records: Sequence[AttemptRecord | ChildRecord],
+                         policy: str = "", parent_id: int | None = None,
+                         run_elapsed_s: float | None = None) -> list[Program]:
+        """Write one iteration in one transaction. `records` are its requests in order: each a policy call
+        followed by its outcomes (children: program, score, 'child' attempt; failures), or a 'policy_error'
+        (a request that failed). Outcomes are linked to the call before them (none before the first call or
+        after a policy error) and to `parent_id`, the program the calls edited; every row carries
+        `run_elapsed_s`. Returns the children as Programs, in order. Nothing is written if anything fails."""
+        stored: list[Program] = []
+        with self._write(f"iteration {iteration} of run {run_id}") as session:
+            for call, outcomes in _requests(records):
+                call_id = (_insert_attempt(session, _attempt(run_id, iteration, call, policy, None, parent_id,
+                                                             run_elapsed_s)) if call is not None else None)
+                children = [r for r in outcomes if isinstance(r, ChildRecord)]
+                programs = _insert_programs(session, run_id, iteration, children, call_id)
+                next_child = iter(programs)
+                values = [
+                    _child_attempt(run_id, iteration, record, next(next_child).id, call_id, policy or record.policy,
+                                   run_elapsed_s)
+                    if isinstance(record, ChildRecord)
+                    else _attempt(run_id, iteration, record, policy, call_id, parent_id, run_elapsed_s)
+                    for record in outcomes
+                ]
+                if values:
+                    session.execute(insert(AttemptRow), values)
+                stored.extend(programs)
+            session.execute(update(RunRow).where(RunRow.id == run_id).values(updated_at=utc_now()))
+            return stored
+
+    def get_program(self, program_id: int) -> Program:
+        with self._sessions() as session:
+            found = session.execute(_with_scores().where(ProgramRow.id == program_id)).first()
+            if found is None:
+                raise UnknownIdError(f"no program {program_id} in {self._where}")
+            return _program(*found)
+
+    def programs(self, run_id: int) -> list[Program]:
+        """Every program of the run, oldest first (what a resume rebuilds selection from)."""
+        with self._sessions() as session:
+            rows = session.execute(_with_scores().where(ProgramRow.run_id == run_id).order_by(ProgramRow.id))
+            return [_program(program, score) for program, score in rows]
+
+    def best_programs(self, run_id: int, k: int) -> list[Program]:
+        """The k programs with the highest scalar, best first; ties go to the older program."""
+        with self._sessions() as session:
+            query = (_with_scores().where(ScoreRow.run_id == run_id)
+                     .order_by(ScoreRow.scalar.desc(), ScoreRow.program_id).limit(k))
+            return [_program(program, score) for program, score in session.execute(query)]
+
+    def first_solved(self, run_id: int) -> Program | None:
+        """The solved program of the earliest iteration (lowest id among equals), or None."""
+        with self._sessions() as session:
+            query = (_with_scores().where(ScoreRow.run_id == run_id, ScoreRow.solved.is_(True))
+                     .order_by(ProgramRow.iteration, ProgramRow.id).limit(1))
+            found = session.execute(query).first()
+            return _program(*found) if found else None
+
+    def count_programs(self, run_id: int) -> int:
+        with self._sessions() as session:
+            query = select(func.count()).select_from(ProgramRow).where(ProgramRow.run_id == run_id)
+            return session.scalar(query) or 0
+
+    def completed_iterations(self, run_id: int) -> set[int]:
+        """Iterations with at least one terminal attempt (TERMINAL_KINDS)."""
+        with self._sessions() as session:
+            query = select(AttemptRow.iteration).distinct().where(
+                AttemptRow.run_id == run_id, AttemptRow.kind.in_(TERMINAL_KINDS))
+            return set(session.scalars(query))
+
+    def failure_counts(self, run_id: int) -> dict[str, int]:
+        """Failed answers by 'kind: reason head' (the reason up to its first ':'), or 'kind' alone, most first."""
+        with self._sessions() as session:
+            rows = session.execute(select(AttemptRow.kind, AttemptRow.reason).where(
+                AttemptRow.run_id == run_id, AttemptRow.kind.in_(FAILURE_KINDS)))
+            counts = Counter(f"{kind}: {reason.split(':')[0].strip()}" if reason else kind for kind, reason in rows)
+            return dict(counts.most_common())
+
+    def attempts(self, run_id: int) -> list[AttemptInfo]:
+        """Every attempts row of the run, in write order."""
+        with self._sessions() as session:
+            rows = session.scalars(select(AttemptRow).where(AttemptRow.run_id == run_id).order_by(AttemptRow.id))
+            return [_frozen(AttemptInfo, row) for row in rows]
+
+    def iteration_costs(self, run_id: int) -> list[IterationCost]:
+        """What each committed iteration >= 1 spent (calls, errors, evaluations, tokens, active wall clock)."""
+        calls = func.sum(case((AttemptRow.kind == "policy_call", 1), else_=0))
+        errors = func.sum(case((AttemptRow.kind == "policy_error", 1), else_=0))
+        evaluations = func.sum(case((AttemptRow.kind.in_(("child", "eval_failed")), 1), else_=0))
+        query = (select(AttemptRow.iteration, calls, errors, evaluations, func.sum(AttemptRow.completion_tokens),
+                        func.sum(AttemptRow.prompt_tokens), func.max(AttemptRow.run_elapsed_s))
+                 .where(AttemptRow.run_id == run_id, AttemptRow.iteration >= 1)
+                 .group_by(AttemptRow.iteration).order_by(AttemptRow.iteration))
+        with self._sessions() as session:
+            return [IterationCost(iteration=int(it), policy_calls=int(c or 0), policy_errors=int(e or 0),
+                                  evaluations=int(n or 0), completion_tokens=int(ct or 0), prompt_tokens=int(pt or 0),
+                                  elapsed_s=float(el) if el is not None else None)
+                    for it, c, e, n, ct, pt, el in session.execute(query)]
+
+    def run_elapsed_s(self, run_id: int) -> float:
+        """The largest active wall clock stored for the run (0 if none): where a resumed run's clock continues."""
+        with self._sessions() as session:
+            query = select(func.max(AttemptRow.run_elapsed_s)).where(AttemptRow.run_id == run_id)
+            return float(session.scalar(query) or 0.0)
+
+
+def _requests(records: Sequence[AttemptRecord | ChildRecord]
+              ) -> list[tuple[AttemptRecord | None, list[AttemptRecord | ChildRecord]]]:
+    """An iteration's records split into (policy call or None, its outcomes): an outcome belongs to the call
+    before it, or to the first call when none precedes it; a policy error belongs to no call and ends the
+    outcomes of the call before it."""
+    leading: list[AttemptRecord | ChildRecord] = []
+    groups: list[tuple[AttemptRecord | None, list[AttemptRecord | ChildRecord]]] = []
+    for record in records:
+        if isinstance(record, AttemptRecord) and record.kind == "policy_call":
+            first_call = not any(call is not None for call, _ in groups)
+            groups.append((record, leading if first_call else []))
+        elif isinstance(record, AttemptRecord) and record.kind == "policy_error":
+            groups.append((None, [record]))  # a failed request: nothing after it belongs to an earlier call
+        elif groups:
+            groups[-1][1].append(record)
+        else:
+            leading.append(record)
+    if not any(call is not None for call, _ in groups) and leading:
+        groups.insert(0, (None, leading))
+    return groups
+
+
+def _insert_programs(session: Session, run_id: int, iteration: int, children: Sequence[ChildRecord],
+                     completion_id: int | None) -> list[Program]:
+    """Program rows, then their score rows (two batched INSERTs), inside the caller's transaction."""
+    if not children:
+        return []
+    program_values = [dict(run_id=run_id, parent_id=child.parent_id, island=child.island, iteration=iteration,
+                           policy=child.policy, code=child.code, edit=child.edit, completion_id=completion_id)
+                      for child in children]
+    returning = insert(ProgramRow).returning(ProgramRow.id, sort_by_parameter_order=True)
+    ids = list(session.scalars(returning, program_values))
+    session.execute(insert(ScoreRow), [
+        dict(program_id=program_id, run_id=run_id, vector_json=json.dumps(child.scores), scalar=float(child.scalar),
+             solved=bool(child.solved), artifacts_json=json.dumps(child.artifacts))
+        for program_id, child in zip(ids, children, strict=True)])
+    return [Program(id=program_id, run_id=run_id, code=child.code, parent_id=child.parent_id, island=child.island,
+                    iteration=iteration, policy=child.policy, edit=child.edit,
+                    scores={name: float(value) for name, value in child.scores.items()}, scalar=float(child.scalar),
+                    solved=bool(child.solved), artifacts=dict(child.artifacts))
+            for program_id, child in zip(ids, children, strict=True)]
+
+
+def _insert_attempt(session: Session, values: dict[str, Any]) -> int:
+    return session.scalars(insert(AttemptRow).values(**values).returning(AttemptRow.id)).one()
+
+
+def _attempt(run_id: int, iteration: int, record: AttemptRecord, policy: str, call_id: int | None,
+             parent_id: int | None = None, run_elapsed_s: float | None = None) -> dict[str, Any]:
+    return dict(run_id=run_id, iteration=iteration, kind=record.kind, reason=record.reason, policy=policy,
+                prompt=record.prompt, completion=record.completion, child_code=record.child_code, program_id=None,
+                call_id=call_id, parent_id=parent_id, latency_s=record.latency_s, prompt_tokens=record.prompt_tokens,
+                completion_tokens=record.completion_tokens, run_elapsed_s=run_elapsed_s)
+
+
+def _child_attempt(run_id: int, iteration: int, child: ChildRecord, program_id: int, call_id: int | None,
+                   policy: str, run_elapsed_s: float | None = None) -> dict[str, Any]:
+    return dict(run_id=run_id, iteration=iteration, kind="child", reason=None, policy=policy, prompt=None,
+                completion=child.edit, child_code=None, program_id=program_id, call_id=call_id,
+                parent_id=child.parent_id, latency_s=0.0, prompt_tokens=0, completion_tokens=0,
+                run_elapsed_s=run_elapsed_s)
+
+
+def _with_scores() -> Any:
+    return select(ProgramRow, ScoreRow).join(ScoreRow, ScoreRow.program_id == ProgramRow.id)
+
+
+def _program(row: ProgramRow, score: ScoreRow) -> Program:
+    return Program(
+        id=row.id, run_id=row.run_id, code=row.code, parent_id=row.parent_id, island=row.island,
+        iteration=row.iteration, policy=row.policy, edit=row.edit,
+        scores={name: float(value) for name, value in json.loads(score.vector_json).items()},
+        scalar=score.scalar, solved=score.solved, artifacts=json.loads(score.artifacts_json),
+    )
+
+
+def _frozen(record_type: type[_Record], row: Base) -> _Record:
+    """The frozen dataclass of a row: its fields are read off the row by name."""
+    return record_type(**{item.name: getattr(row, item.name) for item in fields(record_type)})  # type: ignore[arg-type]
+
+
+def _first_line(exc: BaseException) -> str:
+    cause = getattr(exc, "orig", None) or exc  # the driver's own message, without SQLAlchemy's SQL dump
+    return (str(cause).splitlines() or [type(cause).__name__])[0]
+
+
+def _sqlite_pragmas(connection: Any, _record: Any) -> None:
+    cursor = connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")  # in WAL mode: commits survive a process kill, fsync at checkpoints
+    cursor.execute("PRAGMA busy_timeout=30000")  # wait for another writer (two runs, one file) instead of failing
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+

@@ -1,0 +1,142 @@
+"""The store's SQL tables (SQLAlchemy 2 declarative rows and indexes); program_store.py reads and writes them.
+
+Tables: runs, programs, scores, attempts (see program_store.py), and experiments + experiment_cells, which tie
+the runs of one `evolve experiment` to their cell (problem, policy, seed).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import DateTime, Dialect, Engine, ForeignKey, Index, String, Text, TypeDecorator, inspect, text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class _UtcDateTime(TypeDecorator[datetime]):
+    """Stores naive UTC (SQLite keeps no zone) and reads back aware UTC datetimes."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return value.astimezone(UTC).replace(tzinfo=None) if value is not None else None
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {datetime: _UtcDateTime, str: Text}
+
+
+class RunRow(Base):
+    __tablename__ = "runs"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str]
+    problem: Mapped[str] = mapped_column(String(200))
+    policy: Mapped[str] = mapped_column(String(200))
+    seed: Mapped[int]
+    config_json: Mapped[str]
+    status: Mapped[str] = mapped_column(String(20))
+    iterations_target: Mapped[int]
+    created_at: Mapped[datetime] = mapped_column(default=utc_now)
+    updated_at: Mapped[datetime] = mapped_column(default=utc_now, onupdate=utc_now)
+
+
+class ProgramRow(Base):
+    __tablename__ = "programs"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("programs.id"))
+    island: Mapped[int]
+    iteration: Mapped[int]
+    policy: Mapped[str] = mapped_column(String(200))
+    code: Mapped[str]
+    edit: Mapped[str]
+    # programs <-> attempts reference each other; use_alter lets other databases add this key after both exist
+    completion_id: Mapped[int | None] = mapped_column(ForeignKey("attempts.id", use_alter=True))
+    created_at: Mapped[datetime] = mapped_column(default=utc_now)
+
+
+class ScoreRow(Base):
+    __tablename__ = "scores"
+    program_id: Mapped[int] = mapped_column(ForeignKey("programs.id"), primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"))  # a copy of the program's, for the top-k index
+    vector_json: Mapped[str]  # JSON text, not a JSON column: some databases reorder JSON object keys
+    scalar: Mapped[float]
+    solved: Mapped[bool]
+    artifacts_json: Mapped[str]
+
+
+class AttemptRow(Base):
+    __tablename__ = "attempts"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"))
+    iteration: Mapped[int]
+    kind: Mapped[str] = mapped_column(String(20))
+    reason: Mapped[str | None]
+    policy: Mapped[str] = mapped_column(String(200))
+    prompt: Mapped[str | None]
+    completion: Mapped[str | None]
+    child_code: Mapped[str | None]
+    program_id: Mapped[int | None] = mapped_column(ForeignKey("programs.id"))
+    call_id: Mapped[int | None] = mapped_column(ForeignKey("attempts.id"))  # the policy call of this outcome
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("programs.id"))  # the program the call edited
+    latency_s: Mapped[float]
+    prompt_tokens: Mapped[int]
+    completion_tokens: Mapped[int]
+    # the run's active wall clock when this attempt's iteration was committed (time the run lay killed excluded)
+    run_elapsed_s: Mapped[float | None]
+    created_at: Mapped[datetime] = mapped_column(default=utc_now)
+
+
+# best first, ties to the older program: matches best_programs' ORDER BY, so SQLite reads k index entries
+Index("ix_scores_run_scalar", ScoreRow.run_id, ScoreRow.scalar.desc(), ScoreRow.program_id)
+Index("ix_scores_run_solved", ScoreRow.run_id, ScoreRow.solved)
+Index("ix_attempts_run_iteration", AttemptRow.run_id, AttemptRow.iteration)
+Index("ix_attempts_run_kind_iteration", AttemptRow.run_id, AttemptRow.kind, AttemptRow.iteration)
+
+
+class ExperimentRow(Base):
+    __tablename__ = "experiments"
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    spec_json: Mapped[str]  # the experiment file as last run, validated (ExperimentSpec)
+    created_at: Mapped[datetime] = mapped_column(default=utc_now)
+    updated_at: Mapped[datetime] = mapped_column(default=utc_now, onupdate=utc_now)
+
+
+class CellRow(Base):
+    __tablename__ = "experiment_cells"
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), primary_key=True)
+    experiment: Mapped[str] = mapped_column(ForeignKey("experiments.name"), index=True)
+    problem: Mapped[str] = mapped_column(String(200))
+    policy: Mapped[str] = mapped_column(String(200))
+    seed: Mapped[int]
+
+
+Index("ix_cells_key", CellRow.experiment, CellRow.problem, CellRow.policy, CellRow.seed, unique=True)
+
+
+def missing_columns(engine: Engine) -> list[str]:
+    """Columns this version needs that an existing database lacks (create_all never alters a table).
+
+    Nullable columns added since (attempts.parent_id, attempts.run_elapsed_s) are added in place, so older stores
+    keep working; what is left is returned."""
+    inspector = inspect(engine)
+    missing: list[str] = []
+    for table in Base.metadata.tables.values():
+        present = {column["name"] for column in inspector.get_columns(table.name)}
+        for column in table.columns:
+            if column.name in present:
+                continue
+            if column.nullable and not column.primary_key and column.server_default is None:
+                kind = column.type.compile(dialect=engine.dialect)
+                with engine.begin() as connection:
+                    connection.execute(text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}'))
+            else:
+                missing.append(f"{table.name}.{column.name}")
+    return missing
