@@ -1,30 +1,18 @@
-"""Which exceptions are the user's to fix, worded as one line, rather than the engine's bugs."""
+"""UserError: the base of every error the user can fix, whose message is one complete line (the CLI prints it).
+
+Anything else that escapes a command is the engine's bug and keeps its traceback. This module imports nothing,
+so any module may subclass UserError without pulling in others.
+"""
 
 from __future__ import annotations
 
-import importlib
 
-# (module, class) pairs: errors whose message is already a complete line for the user.
-_USER_ERRORS = (
-    ("evolve.problems.problem", "ProblemError"),
-    ("evolve.cli.runner", "RunError"),
-    ("evolve.engine.controller", "SeedProgramError"),
-    ("evolve.store.program_store", "StoreError"),
-    ("evolve.policies.model_files", "ModelFileError"),
-    ("evolve.policies.base", "PolicyError"),
-    ("evolve.search.prompt_templates", "TemplateError"),
-    ("evolve.rl.vllm_rollouts", "RolloutEngineError"),
-    ("evolve.rl.checkpoints", "ResumeError"),
-)
+class UserError(Exception):
+    """A mistake the user can fix (a config key, a problem folder, a run id...), worded as one line that names
+    the thing and the fix. `evolve` prints it as `error: <line>` and exits 1 (ConfigError: exit 2)."""
 
-
-def user_facing(exc: BaseException) -> str | None:
-    """The one-line message for an error the user can fix, or None for anything else."""
-    for module_name, class_name in _USER_ERRORS:
-        try:
-            error_type = getattr(importlib.import_module(module_name), class_name)
-        except (ImportError, AttributeError):
-            continue
-        if isinstance(exc, error_type):
-            return str(exc)
-    return None
+    def __str__(self) -> str:
+        # one message argument is the line, also for subclasses of KeyError, whose own str would quote it
+        if len(self.args) == 1:
+            return " ".join(str(self.args[0]).splitlines())
+        return super().__str__()

@@ -9,6 +9,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from evolve.errors import UserError
+
 DEFAULT_CONFIG = "evolve.toml"
 
 
@@ -203,13 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         console.print(f"[red]config error:[/] {exc}", highlight=False)
         return 2
-    except Exception as exc:  # user-facing errors from the engine's own error types
-        from evolve.errors import user_facing
-
-        message = user_facing(exc)
-        if message is None:
-            raise
-        console.print(f"[red]error:[/] {message}", highlight=False)
+    except UserError as exc:
+        console.print(f"[red]error:[/] {exc}", highlight=False)
         return 1
 
 

@@ -13,13 +13,14 @@ from rich.syntax import Syntax
 from evolve.cli.progress import ProgressView, summary_rows
 from evolve.config import RunConfig
 from evolve.engine.controller import Controller, RunStats
+from evolve.errors import UserError
 from evolve.policies.base import Policy, PolicyUnavailable
 from evolve.policies.factory import open_policy
 from evolve.problems.problem import Problem, load_problem
 from evolve.store.program_store import ProgramStore
 
 
-class RunError(RuntimeError):
+class RunError(UserError, RuntimeError):
     """A run cannot start or resume; the message is one line for the user."""
 
 

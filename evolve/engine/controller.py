@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from evolve.config import PolicySection, RunConfig, SelectionConfig
 from evolve.engine.schedule import IterationSchedule
+from evolve.errors import UserError
 from evolve.policies.base import Policy, PolicyUnavailable
 from evolve.problems.evaluation import evaluate_program
 from evolve.problems.problem import Problem
@@ -24,7 +25,7 @@ from evolve.seeds import request_seed
 from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore
 
 
-class SeedProgramError(RuntimeError):
+class SeedProgramError(UserError, RuntimeError):
     """The problem's initial program does not evaluate, so there is nothing to evolve from."""
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from evolve.errors import UserError
 from evolve.records import Completion
 
 if TYPE_CHECKING:
     from evolve.search.prompts import Prompt
 
 
-class PolicyError(RuntimeError):
+class PolicyError(UserError, RuntimeError):
     """A policy could not produce a completion (model error, closed policy); the controller records it."""
 
 

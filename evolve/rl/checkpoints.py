@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from evolve.errors import UserError
 from evolve.problems.problem import problem_key
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ PROVENANCE_FILE = "evolve_training.json"  # in OUT/final: what the checkpoint wa
 TRAIN_CONFIG_FILE = "train_config.json"  # in OUT, written when training starts (step_N folders sit beside it)
 
 
-class ResumeError(RuntimeError):
+class ResumeError(UserError, RuntimeError):
     """There is nothing to resume, or the state does not fit the model; the message says what to do."""
 
 

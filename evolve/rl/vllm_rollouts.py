@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from evolve.errors import UserError
 from evolve.policies.base import cut_at_stop
 from evolve.policies.vllm_engine import NO_VLLM, vllm_environment
 from evolve.rl.rollouts import Group, Rollout, Scorer, Task, score_group
@@ -26,7 +27,7 @@ from evolve.rl.rollouts import Group, Rollout, Scorer, Task, score_group
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
-class RolloutEngineError(RuntimeError):
+class RolloutEngineError(UserError, RuntimeError):
     """vLLM is missing or could not start; the message says which and what to do."""
 
 

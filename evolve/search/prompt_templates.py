@@ -10,13 +10,15 @@ from typing import Any
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from evolve.errors import UserError
+
 BUILTIN_DIR = Path(__file__).parent / "templates"
 MESSAGES_FILE = "prompt.jinja"
 COMPLETION_FILE = "completion.jinja"
 _ROLE_LINE = re.compile(r"^<\|(system|user|assistant)\|>[ \t]*$", re.MULTILINE)
 
 
-class TemplateError(Exception):
+class TemplateError(UserError):
     """A prompt template cannot be found, parsed or rendered; one line naming the file and the fault."""
 
 

@@ -34,6 +34,7 @@ from sqlalchemy import case, create_engine, event, func, insert, make_url, selec
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from evolve.errors import UserError
 from evolve.records import AttemptKind, Program
 from evolve.store.tables import (
     AttemptRow,
@@ -47,129 +48,7 @@ from evolve.store.tables import (
     utc_now,
 )
 
-RunStatus = Literal["running", "finished", "failed", "interrupted"]
-RUN_STATUSES: tuple[str, ...] = get_args(RunStatus)
-OpenMode = Literal["create", "existing", "read"]
-TERMINAL_KINDS: tuple[str, ...] = get_args(AttemptKind)  # an iteration with one of these is complete
-FAILURE_KINDS: tuple[str, ...] = tuple(kind for kind in TERMINAL_KINDS if kind != "child")
-ATTEMPT_KINDS: tuple[str, ...] = ("policy_call", *TERMINAL_KINDS)
 _Record = TypeVar("_Record", "RunInfo", "AttemptInfo", "CellInfo")
-
-
-class StoreError(Exception):
-    """A store problem the user can act on (unknown run, unwritable or locked database), worded as one line."""
-
-
-class UnknownIdError(StoreError, KeyError):
-    """No run or program with that id; a KeyError too, so lookups can be caught either way."""
-
-    def __str__(self) -> str:  # KeyError would quote the message
-        return Exception.__str__(self)
-
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    id: int
-    name: str
-    problem: str
-    policy: str
-    seed: int
-    config_json: str
-    status: str
-    iterations_target: int
-    created_at: datetime
-    updated_at: datetime
-
-
-@dataclass(frozen=True)
-class CellInfo:
-    """One cell of an experiment: the run that evolves `problem` with `policy` from `seed`."""
-
-    run_id: int
-    experiment: str
-    problem: str
-    policy: str
-    seed: int
-
-
-@dataclass(frozen=True)
-class AttemptInfo:
-    """One stored attempts row."""
-
-    id: int
-    run_id: int
-    iteration: int
-    kind: str
-    reason: str | None
-    policy: str
-    prompt: str | None
-    completion: str | None
-    child_code: str | None
-    program_id: int | None
-    call_id: int | None
-    parent_id: int | None
-    latency_s: float
-    prompt_tokens: int
-    completion_tokens: int
-    created_at: datetime
-    run_elapsed_s: float | None = None  # the run's active wall clock at the commit; None in stores from before
-
-
-@dataclass(frozen=True)
-class IterationCost:
-    """What one committed iteration spent."""
-
-    iteration: int
-    policy_calls: int  # requests that returned a completion
-    policy_errors: int  # requests that failed
-    evaluations: int  # children sent to the evaluator (valid children + eval_failed), not duplicates/edit failures
-    completion_tokens: int  # generated tokens, summed over the iteration's calls
-    prompt_tokens: int
-    elapsed_s: float | None  # the run's active wall clock (seconds since the run started, excluding time it lay
-    # killed) when this iteration was committed; None for iterations stored before this column
-
-
-@dataclass(frozen=True)
-class AttemptRecord:
-    """An attempt to write: a policy call, or an answer's outcome that did not become a program."""
-
-    kind: str  # 'policy_call' or an AttemptKind other than 'child' (children are ChildRecords)
-    reason: str | None = None
-    prompt: str | None = None
-    completion: str | None = None
-    child_code: str | None = None  # the built code of a duplicate or a failed evaluation, if any
-    latency_s: float = 0.0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-    def __post_init__(self) -> None:
-        if self.kind not in ATTEMPT_KINDS or self.kind == "child":
-            allowed = ", ".join(kind for kind in ATTEMPT_KINDS if kind != "child")
-            raise ValueError(f"attempt kind {self.kind!r} is not one of {allowed} (a child is a ChildRecord)")
-
-
-@dataclass(frozen=True)
-class ChildRecord:
-    """A scored program to write, with its 'child' attempt."""
-
-    code: str
-    parent_id: int | None
-    island: int
-    policy: str  # "" for the seed
-    edit: str  # the answer text that produced it
-    scores: dict[str, float]
-    scalar: float
-    solved: bool
-    artifacts: dict[str, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if math.isnan(self.scalar):
-            raise ValueError("a child's scalar is NaN")
-
-    @property
-    def kind(self) -> str:
-        return "child"
 
 
 def database_url(url_or_path: str) -> str:
@@ -333,7 +212,7 @@ class ProgramStore:
         child = ChildRecord(code=code, parent_id=parent_id, island=island, policy=policy, edit=edit,
                             scores=scores, scalar=scalar, solved=solved, artifacts=artifacts or {})
         with self._write(f"a program of run {run_id}") as session:
-            (program,) = _insert_programs(session, run_id, iteration, [child], completion_id)
+            (program,) = insert_programs(session, run_id, iteration, [child], completion_id)
             return program
 
     def record_attempt(self, run_id: int, iteration: int, kind: str, reason: str | None = None, policy: str = "",
@@ -344,7 +223,7 @@ class ProgramStore:
         if kind not in ATTEMPT_KINDS:
             raise ValueError(f"attempt kind {kind!r} is not one of {', '.join(ATTEMPT_KINDS)}")
         with self._write(f"an attempt of run {run_id}") as session:
-            return _insert_attempt(session, dict(
+            return insert_attempt(session, dict(
                 run_id=run_id, iteration=iteration, kind=kind, reason=reason, policy=policy, prompt=prompt,
                 completion=completion, child_code=child_code, program_id=program_id, call_id=call_id,
                 parent_id=parent_id, latency_s=latency_s, prompt_tokens=prompt_tokens,
@@ -353,8 +232,8 @@ class ProgramStore:
     def record_child(self, run_id: int, iteration: int, child: ChildRecord, call_id: int | None = None) -> Program:
         """A program, its score and its 'child' attempt (linked to the policy call `call_id`), in one transaction."""
         with self._write(f"a child of run {run_id}") as session:
-            (program,) = _insert_programs(session, run_id, iteration, [child], call_id)
-            _insert_attempt(session, _child_attempt(run_id, iteration, child, program.id, call_id, child.policy))
+            (program,) = insert_programs(session, run_id, iteration, [child], call_id)
+            insert_attempt(session, child_attempt_values(run_id, iteration, child, program.id, call_id, child.policy))
             return program
 
     def record_iteration(self, run_id: int, iteration: int, records: Sequence[AttemptRecord | ChildRecord],
@@ -367,17 +246,17 @@ class ProgramStore:
         `run_elapsed_s`. Returns the children as Programs, in order. Nothing is written if anything fails."""
         stored: list[Program] = []
         with self._write(f"iteration {iteration} of run {run_id}") as session:
-            for call, outcomes in _requests(records):
-                call_id = (_insert_attempt(session, _attempt(run_id, iteration, call, policy, None, parent_id,
+            for call, outcomes in split_requests(records):
+                call_id = (insert_attempt(session, attempt_values(run_id, iteration, call, policy, None, parent_id,
                                                              run_elapsed_s)) if call is not None else None)
                 children = [r for r in outcomes if isinstance(r, ChildRecord)]
-                programs = _insert_programs(session, run_id, iteration, children, call_id)
+                programs = insert_programs(session, run_id, iteration, children, call_id)
                 next_child = iter(programs)
                 values = [
-                    _child_attempt(run_id, iteration, record, next(next_child).id, call_id, policy or record.policy,
+                    child_attempt_values(run_id, iteration, record, next(next_child).id, call_id, policy or record.policy,
                                    run_elapsed_s)
                     if isinstance(record, ChildRecord)
-                    else _attempt(run_id, iteration, record, policy, call_id, parent_id, run_elapsed_s)
+                    else attempt_values(run_id, iteration, record, policy, call_id, parent_id, run_elapsed_s)
                     for record in outcomes
                 ]
                 if values:
@@ -460,69 +339,6 @@ class ProgramStore:
         with self._sessions() as session:
             query = select(func.max(AttemptRow.run_elapsed_s)).where(AttemptRow.run_id == run_id)
             return float(session.scalar(query) or 0.0)
-
-
-def _requests(records: Sequence[AttemptRecord | ChildRecord]
-              ) -> list[tuple[AttemptRecord | None, list[AttemptRecord | ChildRecord]]]:
-    """An iteration's records split into (policy call or None, its outcomes): an outcome belongs to the call
-    before it, or to the first call when none precedes it; a policy error belongs to no call and ends the
-    outcomes of the call before it."""
-    leading: list[AttemptRecord | ChildRecord] = []
-    groups: list[tuple[AttemptRecord | None, list[AttemptRecord | ChildRecord]]] = []
-    for record in records:
-        if isinstance(record, AttemptRecord) and record.kind == "policy_call":
-            first_call = not any(call is not None for call, _ in groups)
-            groups.append((record, leading if first_call else []))
-        elif isinstance(record, AttemptRecord) and record.kind == "policy_error":
-            groups.append((None, [record]))  # a failed request: nothing after it belongs to an earlier call
-        elif groups:
-            groups[-1][1].append(record)
-        else:
-            leading.append(record)
-    if not any(call is not None for call, _ in groups) and leading:
-        groups.insert(0, (None, leading))
-    return groups
-
-
-def _insert_programs(session: Session, run_id: int, iteration: int, children: Sequence[ChildRecord],
-                     completion_id: int | None) -> list[Program]:
-    """Program rows, then their score rows (two batched INSERTs), inside the caller's transaction."""
-    if not children:
-        return []
-    program_values = [dict(run_id=run_id, parent_id=child.parent_id, island=child.island, iteration=iteration,
-                           policy=child.policy, code=child.code, edit=child.edit, completion_id=completion_id)
-                      for child in children]
-    returning = insert(ProgramRow).returning(ProgramRow.id, sort_by_parameter_order=True)
-    ids = list(session.scalars(returning, program_values))
-    session.execute(insert(ScoreRow), [
-        dict(program_id=program_id, run_id=run_id, vector_json=json.dumps(child.scores), scalar=float(child.scalar),
-             solved=bool(child.solved), artifacts_json=json.dumps(child.artifacts))
-        for program_id, child in zip(ids, children, strict=True)])
-    return [Program(id=program_id, run_id=run_id, code=child.code, parent_id=child.parent_id, island=child.island,
-                    iteration=iteration, policy=child.policy, edit=child.edit,
-                    scores={name: float(value) for name, value in child.scores.items()}, scalar=float(child.scalar),
-                    solved=bool(child.solved), artifacts=dict(child.artifacts))
-            for program_id, child in zip(ids, children, strict=True)]
-
-
-def _insert_attempt(session: Session, values: dict[str, Any]) -> int:
-    return session.scalars(insert(AttemptRow).values(**values).returning(AttemptRow.id)).one()
-
-
-def _attempt(run_id: int, iteration: int, record: AttemptRecord, policy: str, call_id: int | None,
-             parent_id: int | None = None, run_elapsed_s: float | None = None) -> dict[str, Any]:
-    return dict(run_id=run_id, iteration=iteration, kind=record.kind, reason=record.reason, policy=policy,
-                prompt=record.prompt, completion=record.completion, child_code=record.child_code, program_id=None,
-                call_id=call_id, parent_id=parent_id, latency_s=record.latency_s, prompt_tokens=record.prompt_tokens,
-                completion_tokens=record.completion_tokens, run_elapsed_s=run_elapsed_s)
-
-
-def _child_attempt(run_id: int, iteration: int, child: ChildRecord, program_id: int, call_id: int | None,
-                   policy: str, run_elapsed_s: float | None = None) -> dict[str, Any]:
-    return dict(run_id=run_id, iteration=iteration, kind="child", reason=None, policy=policy, prompt=None,
-                completion=child.edit, child_code=None, program_id=program_id, call_id=call_id,
-                parent_id=child.parent_id, latency_s=0.0, prompt_tokens=0, completion_tokens=0,
-                run_elapsed_s=run_elapsed_s)
 
 
 def _with_scores() -> Any:
