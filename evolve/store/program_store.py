@@ -16,31 +16,64 @@ Durability: every public write is one transaction, committed before the method r
 mode with synchronous=NORMAL, so a commit survives the process being killed at any instant (a power cut may
 lose the last commits, never consistency). `record_iteration` writes one iteration's records atomically: a
 resume sees whole iterations or none, and an iteration is complete once it has a terminal attempt.
+
+One writer per run: a process that drives a run holds its lease (`driving`, lease.py); while it does, its writes
+of that run (iterations, status, budget) renew the lease in their own transaction and fail with LeaseLostError,
+writing nothing, if another process took the run after the lease lapsed.
+
+The records and errors are in records.py, row conversion in rows.py, opening the database in connection.py;
+this module re-exports the records so `from evolve.store.program_store import StoreError, ...` keeps working.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
-from datetime import datetime
-from pathlib import Path
-from typing import Any, Literal, TypeVar, get_args
 
 from sqlalchemy import case, create_engine, event, func, insert, make_url, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from evolve.errors import UserError
-from evolve.records import AttemptKind, Program
+from evolve.records import Program
+from evolve.store import lease as leases
+from evolve.store.connection import GuardedSessions, database_url, first_line, require_sqlite_file, sqlite_pragmas
+from evolve.store.records import (
+    ATTEMPT_KINDS,
+    FAILURE_KINDS,
+    RUN_STATUSES,
+    TERMINAL_KINDS,
+    AttemptInfo,
+    AttemptRecord,
+    CellInfo,
+    ChildRecord,
+    IterationCost,
+    LeaseHeldError,
+    LeaseInfo,
+    LeaseLostError,
+    OpenMode,
+    RunInfo,
+    RunStatus,
+    StoreError,
+    UnknownIdError,
+)
+from evolve.store.rows import (
+    attempt_values,
+    child_attempt_values,
+    frozen,
+    insert_attempt,
+    insert_programs,
+    program_of,
+    split_requests,
+    with_scores,
+)
 from evolve.store.tables import (
     AttemptRow,
     Base,
     CellRow,
     ExperimentRow,
+    LeaseRow,
     ProgramRow,
     RunRow,
     ScoreRow,
@@ -48,40 +81,11 @@ from evolve.store.tables import (
     utc_now,
 )
 
-_Record = TypeVar("_Record", "RunInfo", "AttemptInfo", "CellInfo")
-
-
-def database_url(url_or_path: str) -> str:
-    """A plain path becomes a SQLite URL; anything with '://' is already an SQLAlchemy URL."""
-    return url_or_path if "://" in url_or_path else f"sqlite:///{url_or_path}"
-
-
-def _require_sqlite_file(url: str) -> None:
-    """StoreError unless `url` is a SQLite file that exists (other databases and in-memory SQLite pass)."""
-    parsed = make_url(url)
-    database = parsed.database or ""
-    if parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:") and not database.startswith("file:") \
-            and not Path(database).is_file():
-        raise StoreError(f"no store at {database}")
-
-
-class _GuardedSessions:
-    """The store's session factory: a read session turns any database error (a damaged file, a missing table)
-    into one StoreError line; begin() (writes) is translated by ProgramStore._write."""
-
-    def __init__(self, factory: sessionmaker[Session], where: str) -> None:
-        self._factory, self._where = factory, where
-
-    def begin(self) -> Any:
-        return self._factory.begin()
-
-    @contextmanager
-    def __call__(self) -> Iterator[Session]:
-        try:
-            with self._factory() as session:
-                yield session
-        except (SQLAlchemyError, UnicodeDecodeError, json.JSONDecodeError) as exc:  # the latter two: damaged rows
-            raise StoreError(f"cannot read {self._where}: {_first_line(exc)}") from exc
+__all__ = [  # the records and errors live in store/records.py; importers may keep naming this module
+    "ATTEMPT_KINDS", "FAILURE_KINDS", "RUN_STATUSES", "TERMINAL_KINDS", "AttemptInfo", "AttemptRecord", "CellInfo",
+    "ChildRecord", "IterationCost", "LeaseHeldError", "LeaseInfo", "LeaseLostError", "OpenMode", "ProgramStore",
+    "RunInfo", "RunStatus", "StoreError", "UnknownIdError", "database_url",
+]
 
 
 class ProgramStore:
@@ -95,23 +99,89 @@ class ProgramStore:
         try:
             self._where = make_url(self.url).render_as_string(hide_password=True)
             if mode != "create":
-                _require_sqlite_file(self.url)
+                require_sqlite_file(self.url)
             self.engine = create_engine(self.url)
             if self.engine.dialect.name == "sqlite":
-                event.listen(self.engine, "connect", _sqlite_pragmas)
+                event.listen(self.engine, "connect", sqlite_pragmas)
             stale: list[str] = []
             if mode != "read":
                 Base.metadata.create_all(self.engine)
                 stale = missing_columns(self.engine)
         except (SQLAlchemyError, ValueError) as exc:
-            raise StoreError(f"cannot open the store {url_or_path}: {_first_line(exc)}") from exc
+            raise StoreError(f"cannot open the store {url_or_path}: {first_line(exc)}") from exc
         if stale:
             raise StoreError(f"the store {url_or_path} was written by another version of evolve "
                              f"(missing {', '.join(stale)}); use a new database file")
-        self._sessions = _GuardedSessions(sessionmaker(self.engine, expire_on_commit=False), self._where)
+        self._sessions = GuardedSessions(sessionmaker(self.engine, expire_on_commit=False), self._where)
+        self.holder = leases.new_holder()  # this store's name in the leases it takes
+        self._held: set[int] = set()  # runs this store holds the lease of: their writes check it
+        self._lease_s = leases.DEFAULT_LEASE_S
 
     def close(self) -> None:
         self.engine.dispose()
+
+    def take_lease(self, run_id: int, lease_s: float | None = None) -> None:
+        """Make this store the one writer of the run (see leases.py); LeaseHeldError, one line naming the holder,
+        while another process's lease is live. Taking a lease this store holds renews it."""
+        lease_s = lease_s if lease_s is not None else leases.lease_seconds()
+        self.get_run(run_id)  # UnknownIdError first
+        now = utc_now()
+        with self._write(f"the lease of run {run_id}") as session:
+            if self.engine.dialect.name in leases.UPSERT_DIALECTS or session.get(LeaseRow, run_id) is None:
+                session.execute(leases.ensure_row(self.engine.dialect.name, run_id))
+            taken = session.execute(leases.take(run_id, self.holder, now, lease_s)).rowcount == 1
+        if not taken:
+            current = self.lease(run_id)
+            holder = current.describe(utc_now()) if current else "another process"
+            raise LeaseHeldError(f"run {run_id} is being driven by {holder}; only one process may write a run: "
+                                 "wait for it to end or stop it (a killed process's lease lapses on its own)")
+        self._lease_s = lease_s
+        self._held.add(run_id)
+
+    def renew_lease(self, run_id: int) -> bool:
+        """Push the lease's expiry on; False when the lease is no longer this store's."""
+        with self._write(f"the lease of run {run_id}") as session:
+            kept = session.execute(leases.renew(run_id, self.holder, utc_now(), self._lease_s)).rowcount == 1
+        if not kept:
+            self._held.discard(run_id)
+        return kept
+
+    def release_lease(self, run_id: int) -> None:
+        """Give the run up (nothing happens if this store does not hold it)."""
+        self._held.discard(run_id)
+        with self._write(f"the lease of run {run_id}") as session:
+            session.execute(leases.release(run_id, self.holder, utc_now()))
+
+    def lease(self, run_id: int) -> LeaseInfo | None:
+        """The run's live or lapsed lease, None when nobody has held it or it was released."""
+        with self._sessions() as session:
+            row = session.get(LeaseRow, run_id)
+            if row is None or row.holder is None or row.renewed_at is None or row.expires_at is None:
+                return None
+            return LeaseInfo(run_id, row.holder, row.renewed_at, row.expires_at)
+
+    @contextmanager
+    def driving(self, run_id: int, lease_s: float | None = None) -> Iterator[None]:
+        """Hold the run's lease for the block: taken on entry (LeaseHeldError if another process drives it),
+        renewed every lease_s / 4 by a thread and at every commit, released on exit however the block ends."""
+        self.take_lease(run_id, lease_s)
+        heartbeat = leases.Heartbeat(lambda: self.renew_lease(run_id), self._lease_s / 4, f"lease-run-{run_id}")
+        heartbeat.start()
+        try:
+            yield
+        finally:
+            heartbeat.stop()
+            self.release_lease(run_id)
+
+    def _check_lease(self, session: Session, run_id: int) -> None:
+        """Inside a write of a run this store drives: renew the lease, or LeaseLostError (the write is rolled back)
+        when another process took the run after this one's lease lapsed."""
+        if run_id in self._held and session.execute(
+                leases.renew(run_id, self.holder, utc_now(), self._lease_s)).rowcount != 1:
+            self._held.discard(run_id)
+            taker = self.lease(run_id)
+            raise LeaseLostError(f"run {run_id} was taken over by {taker.process if taker else 'another process'} "
+                                 "after this process's lease lapsed; this process stopped writing it")
 
     @contextmanager
     def _write(self, what: str) -> Iterator[Session]:
@@ -120,7 +190,7 @@ class ProgramStore:
             with self._sessions.begin() as session:
                 yield session
         except SQLAlchemyError as exc:
-            raise StoreError(f"cannot write {what} to {self._where}: {_first_line(exc)}") from exc
+            raise StoreError(f"cannot write {what} to {self._where}: {first_line(exc)}") from exc
 
     def create_run(self, name: str, problem: str, policy: str, seed: int, config_json: str,
                    iterations_target: int, experiment: str | None = None) -> int:
@@ -152,7 +222,7 @@ class ProgramStore:
         """The runs of an experiment, one per (problem, policy, seed) cell, oldest first."""
         with self._sessions() as session:
             rows = session.scalars(select(CellRow).where(CellRow.experiment == name).order_by(CellRow.run_id))
-            return [_frozen(CellInfo, row) for row in rows]
+            return [frozen(CellInfo, row) for row in rows]
 
     def score_timeline(self, run_id: int) -> list[tuple[int, float, bool]]:
         """(iteration, scalar, solved) of every program of the run, by iteration: enough for best@k and pass@k."""
@@ -183,16 +253,17 @@ class ProgramStore:
             row = session.get(RunRow, run_id)
             if row is None:
                 raise UnknownIdError(f"no run {run_id} in {self._where}")
-            return _frozen(RunInfo, row)
+            return frozen(RunInfo, row)
 
     def list_runs(self) -> list[RunInfo]:
         with self._sessions() as session:
-            return [_frozen(RunInfo, row) for row in session.scalars(select(RunRow).order_by(RunRow.id))]
+            return [frozen(RunInfo, row) for row in session.scalars(select(RunRow).order_by(RunRow.id))]
 
     def set_run_status(self, run_id: int, status: RunStatus) -> None:
         if status not in RUN_STATUSES:
             raise ValueError(f"run status {status!r} is not one of {', '.join(RUN_STATUSES)}")
         with self._write(f"the status of run {run_id}") as session:
+            self._check_lease(session, run_id)
             changed = session.execute(update(RunRow).where(RunRow.id == run_id).values(status=status)).rowcount
             if not changed:
                 raise UnknownIdError(f"no run {run_id} in {self._where}")
@@ -200,6 +271,7 @@ class ProgramStore:
     def set_run_budget(self, run_id: int, iterations_target: int, config_json: str) -> None:
         """Give a run a new iteration budget and the config that asks for it (a sampling run extended to more n)."""
         with self._write(f"the budget of run {run_id}") as session:
+            self._check_lease(session, run_id)
             changed = session.execute(update(RunRow).where(RunRow.id == run_id).values(
                 iterations_target=iterations_target, config_json=config_json)).rowcount
             if not changed:
@@ -246,6 +318,7 @@ class ProgramStore:
         `run_elapsed_s`. Returns the children as Programs, in order. Nothing is written if anything fails."""
         stored: list[Program] = []
         with self._write(f"iteration {iteration} of run {run_id}") as session:
+            self._check_lease(session, run_id)
             for call, outcomes in split_requests(records):
                 call_id = (insert_attempt(session, attempt_values(run_id, iteration, call, policy, None, parent_id,
                                                              run_elapsed_s)) if call is not None else None)
@@ -253,8 +326,8 @@ class ProgramStore:
                 programs = insert_programs(session, run_id, iteration, children, call_id)
                 next_child = iter(programs)
                 values = [
-                    child_attempt_values(run_id, iteration, record, next(next_child).id, call_id, policy or record.policy,
-                                   run_elapsed_s)
+                    child_attempt_values(run_id, iteration, record, next(next_child).id, call_id,
+                                         policy or record.policy, run_elapsed_s)
                     if isinstance(record, ChildRecord)
                     else attempt_values(run_id, iteration, record, policy, call_id, parent_id, run_elapsed_s)
                     for record in outcomes
@@ -267,31 +340,31 @@ class ProgramStore:
 
     def get_program(self, program_id: int) -> Program:
         with self._sessions() as session:
-            found = session.execute(_with_scores().where(ProgramRow.id == program_id)).first()
+            found = session.execute(with_scores().where(ProgramRow.id == program_id)).first()
             if found is None:
                 raise UnknownIdError(f"no program {program_id} in {self._where}")
-            return _program(*found)
+            return program_of(*found)
 
     def programs(self, run_id: int) -> list[Program]:
         """Every program of the run, oldest first (what a resume rebuilds selection from)."""
         with self._sessions() as session:
-            rows = session.execute(_with_scores().where(ProgramRow.run_id == run_id).order_by(ProgramRow.id))
-            return [_program(program, score) for program, score in rows]
+            rows = session.execute(with_scores().where(ProgramRow.run_id == run_id).order_by(ProgramRow.id))
+            return [program_of(program, score) for program, score in rows]
 
     def best_programs(self, run_id: int, k: int) -> list[Program]:
         """The k programs with the highest scalar, best first; ties go to the older program."""
         with self._sessions() as session:
-            query = (_with_scores().where(ScoreRow.run_id == run_id)
+            query = (with_scores().where(ScoreRow.run_id == run_id)
                      .order_by(ScoreRow.scalar.desc(), ScoreRow.program_id).limit(k))
-            return [_program(program, score) for program, score in session.execute(query)]
+            return [program_of(program, score) for program, score in session.execute(query)]
 
     def first_solved(self, run_id: int) -> Program | None:
         """The solved program of the earliest iteration (lowest id among equals), or None."""
         with self._sessions() as session:
-            query = (_with_scores().where(ScoreRow.run_id == run_id, ScoreRow.solved.is_(True))
+            query = (with_scores().where(ScoreRow.run_id == run_id, ScoreRow.solved.is_(True))
                      .order_by(ProgramRow.iteration, ProgramRow.id).limit(1))
             found = session.execute(query).first()
-            return _program(*found) if found else None
+            return program_of(*found) if found else None
 
     def count_programs(self, run_id: int) -> int:
         with self._sessions() as session:
@@ -317,7 +390,7 @@ class ProgramStore:
         """Every attempts row of the run, in write order."""
         with self._sessions() as session:
             rows = session.scalars(select(AttemptRow).where(AttemptRow.run_id == run_id).order_by(AttemptRow.id))
-            return [_frozen(AttemptInfo, row) for row in rows]
+            return [frozen(AttemptInfo, row) for row in rows]
 
     def iteration_costs(self, run_id: int) -> list[IterationCost]:
         """What each committed iteration >= 1 spent (calls, errors, evaluations, tokens, active wall clock)."""
@@ -340,35 +413,4 @@ class ProgramStore:
             query = select(func.max(AttemptRow.run_elapsed_s)).where(AttemptRow.run_id == run_id)
             return float(session.scalar(query) or 0.0)
 
-
-def _with_scores() -> Any:
-    return select(ProgramRow, ScoreRow).join(ScoreRow, ScoreRow.program_id == ProgramRow.id)
-
-
-def _program(row: ProgramRow, score: ScoreRow) -> Program:
-    return Program(
-        id=row.id, run_id=row.run_id, code=row.code, parent_id=row.parent_id, island=row.island,
-        iteration=row.iteration, policy=row.policy, edit=row.edit,
-        scores={name: float(value) for name, value in json.loads(score.vector_json).items()},
-        scalar=score.scalar, solved=score.solved, artifacts=json.loads(score.artifacts_json),
-    )
-
-
-def _frozen(record_type: type[_Record], row: Base) -> _Record:
-    """The frozen dataclass of a row: its fields are read off the row by name."""
-    return record_type(**{item.name: getattr(row, item.name) for item in fields(record_type)})  # type: ignore[arg-type]
-
-
-def _first_line(exc: BaseException) -> str:
-    cause = getattr(exc, "orig", None) or exc  # the driver's own message, without SQLAlchemy's SQL dump
-    return (str(cause).splitlines() or [type(cause).__name__])[0]
-
-
-def _sqlite_pragmas(connection: Any, _record: Any) -> None:
-    cursor = connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")  # in WAL mode: commits survive a process kill, fsync at checkpoints
-    cursor.execute("PRAGMA busy_timeout=30000")  # wait for another writer (two runs, one file) instead of failing
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.close()
 

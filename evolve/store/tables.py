@@ -1,7 +1,8 @@
 """The store's SQL tables (SQLAlchemy 2 declarative rows and indexes); program_store.py reads and writes them.
 
-Tables: runs, programs, scores, attempts (see program_store.py), and experiments + experiment_cells, which tie
-the runs of one `evolve experiment` to their cell (problem, policy, seed).
+Tables: runs, programs, scores, attempts (see program_store.py), experiments + experiment_cells, which tie
+the runs of one `evolve experiment` to their cell (problem, policy, seed), and run_leases, which say which process
+drives a run (lease.py).
 """
 
 from __future__ import annotations
@@ -119,6 +120,17 @@ class CellRow(Base):
 
 
 Index("ix_cells_key", CellRow.experiment, CellRow.problem, CellRow.policy, CellRow.seed, unique=True)
+
+
+class LeaseRow(Base):
+    """The process driving a run (one row per run ever driven); holder None: nobody. Stores from before this table
+    get it on their next writable open (create_all)."""
+
+    __tablename__ = "run_leases"
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), primary_key=True, autoincrement=False)
+    holder: Mapped[str | None] = mapped_column(String(300))  # host:pid:random token
+    renewed_at: Mapped[datetime | None]  # the holder's clock, UTC
+    expires_at: Mapped[datetime | None]
 
 
 def missing_columns(engine: Engine) -> list[str]:

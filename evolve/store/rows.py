@@ -1,0 +1,99 @@
+"""Rows <-> records: an iteration's records written as programs, scores and attempts rows inside the caller's
+transaction (ProgramStore.record_iteration and friends), and rows read back as Programs and frozen records."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import fields
+from typing import Any, TypeVar
+
+from sqlalchemy import Select, insert, select
+from sqlalchemy.orm import Session
+
+from evolve.records import Program
+from evolve.store.records import AttemptInfo, AttemptRecord, CellInfo, ChildRecord, RunInfo
+from evolve.store.tables import AttemptRow, Base, ProgramRow, ScoreRow
+
+FrozenRecord = TypeVar("FrozenRecord", RunInfo, AttemptInfo, CellInfo)
+
+
+def split_requests(records: Sequence[AttemptRecord | ChildRecord]
+              ) -> list[tuple[AttemptRecord | None, list[AttemptRecord | ChildRecord]]]:
+    """An iteration's records split into (policy call or None, its outcomes): an outcome belongs to the call
+    before it, or to the first call when none precedes it; a policy error belongs to no call and ends the
+    outcomes of the call before it."""
+    leading: list[AttemptRecord | ChildRecord] = []
+    groups: list[tuple[AttemptRecord | None, list[AttemptRecord | ChildRecord]]] = []
+    for record in records:
+        if isinstance(record, AttemptRecord) and record.kind == "policy_call":
+            first_call = not any(call is not None for call, _ in groups)
+            groups.append((record, leading if first_call else []))
+        elif isinstance(record, AttemptRecord) and record.kind == "policy_error":
+            groups.append((None, [record]))  # a failed request: nothing after it belongs to an earlier call
+        elif groups:
+            groups[-1][1].append(record)
+        else:
+            leading.append(record)
+    if not any(call is not None for call, _ in groups) and leading:
+        groups.insert(0, (None, leading))
+    return groups
+
+
+def insert_programs(session: Session, run_id: int, iteration: int, children: Sequence[ChildRecord],
+                     completion_id: int | None) -> list[Program]:
+    """Program rows, then their score rows (two batched INSERTs), inside the caller's transaction."""
+    if not children:
+        return []
+    program_values = [dict(run_id=run_id, parent_id=child.parent_id, island=child.island, iteration=iteration,
+                           policy=child.policy, code=child.code, edit=child.edit, completion_id=completion_id)
+                      for child in children]
+    returning = insert(ProgramRow).returning(ProgramRow.id, sort_by_parameter_order=True)
+    ids = list(session.scalars(returning, program_values))
+    session.execute(insert(ScoreRow), [
+        dict(program_id=program_id, run_id=run_id, vector_json=json.dumps(child.scores), scalar=float(child.scalar),
+             solved=bool(child.solved), artifacts_json=json.dumps(child.artifacts))
+        for program_id, child in zip(ids, children, strict=True)])
+    return [Program(id=program_id, run_id=run_id, code=child.code, parent_id=child.parent_id, island=child.island,
+                    iteration=iteration, policy=child.policy, edit=child.edit,
+                    scores={name: float(value) for name, value in child.scores.items()}, scalar=float(child.scalar),
+                    solved=bool(child.solved), artifacts=dict(child.artifacts))
+            for program_id, child in zip(ids, children, strict=True)]
+
+
+def insert_attempt(session: Session, values: dict[str, Any]) -> int:
+    return session.scalars(insert(AttemptRow).values(**values).returning(AttemptRow.id)).one()
+
+
+def attempt_values(run_id: int, iteration: int, record: AttemptRecord, policy: str, call_id: int | None,
+             parent_id: int | None = None, run_elapsed_s: float | None = None) -> dict[str, Any]:
+    return dict(run_id=run_id, iteration=iteration, kind=record.kind, reason=record.reason, policy=policy,
+                prompt=record.prompt, completion=record.completion, child_code=record.child_code, program_id=None,
+                call_id=call_id, parent_id=parent_id, latency_s=record.latency_s, prompt_tokens=record.prompt_tokens,
+                completion_tokens=record.completion_tokens, run_elapsed_s=run_elapsed_s)
+
+
+def child_attempt_values(run_id: int, iteration: int, child: ChildRecord, program_id: int, call_id: int | None,
+                   policy: str, run_elapsed_s: float | None = None) -> dict[str, Any]:
+    return dict(run_id=run_id, iteration=iteration, kind="child", reason=None, policy=policy, prompt=None,
+                completion=child.edit, child_code=None, program_id=program_id, call_id=call_id,
+                parent_id=child.parent_id, latency_s=0.0, prompt_tokens=0, completion_tokens=0,
+                run_elapsed_s=run_elapsed_s)
+
+
+def with_scores() -> Select[tuple[ProgramRow, ScoreRow]]:
+    return select(ProgramRow, ScoreRow).join(ScoreRow, ScoreRow.program_id == ProgramRow.id)
+
+
+def program_of(row: ProgramRow, score: ScoreRow) -> Program:
+    return Program(
+        id=row.id, run_id=row.run_id, code=row.code, parent_id=row.parent_id, island=row.island,
+        iteration=row.iteration, policy=row.policy, edit=row.edit,
+        scores={name: float(value) for name, value in json.loads(score.vector_json).items()},
+        scalar=score.scalar, solved=score.solved, artifacts=json.loads(score.artifacts_json),
+    )
+
+
+def frozen(record_type: type[FrozenRecord], row: Base) -> FrozenRecord:
+    """The frozen dataclass of a row: its fields are read off the row by name."""
+    return record_type(**{item.name: getattr(row, item.name) for item in fields(record_type)})  # type: ignore[arg-type]
