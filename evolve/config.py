@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
 
@@ -98,15 +99,20 @@ class OpenAIPolicySection(VLLMEngineSettings, BasePolicySection):
     serve_args: tuple[str, ...] = Field((), description="extra arguments for `vllm serve`")
     startup_timeout_s: float = Field(900.0, gt=0)
 
+    @staticmethod
+    def server_keys() -> tuple[str, ...]:
+        """The settings of the server that serve = true starts, unused (and refused when set) without it."""
+        return (*VLLMEngineSettings.model_fields, "serve_port", "serve_args", "startup_timeout_s")
+
     @model_validator(mode="after")
     def _server_settings_fit(self) -> OpenAIPolicySection:
         if not self.url and not self.serve:
             raise ValueError("the openai backend needs url (an OpenAI-compatible server) or serve = true")
         if not self.serve:
-            for key in (*VLLMEngineSettings.model_fields, "serve_port", "serve_args", "startup_timeout_s"):
+            for key in self.server_keys():
                 if getattr(self, key) != OpenAIPolicySection.model_fields[key].default:
-                    raise ValueError(f"policy.{key} sets up the vLLM server that serve = true starts; "
-                                     "this openai policy has serve = false")
+                    raise ValueError(f"{key} = {getattr(self, key)!r} is for the vLLM server that serve = true "
+                                     "starts; this openai policy has serve = false")
         return self
 
 
@@ -170,27 +176,46 @@ class RunConfig(StrictModel):
         return self
 
 
-def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    for part in loc[:-1]:
-        field = model.model_fields.get(str(part))
-        annotation = field.annotation if field else None
+def _read_location(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[list[str], type[BaseModel] | None, str]:
+    """A pydantic error's location read against the model: the key's parts (without the backend tag a policy union
+    adds), the model whose field the last part is (None past a list or a plain value), and that policy's backend."""
+    parts: list[str] = []
+    owner: type[BaseModel] | None = None
+    annotation: Any = model
+    backend = ""
+    for part in loc:
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            model = annotation
+            owner = annotation
+            field = annotation.model_fields.get(str(part))
+            annotation = field.annotation if field else None
+        elif isinstance(part, int) and get_origin(annotation) is tuple:  # an item of a list such as policies
+            owner, annotation = None, get_args(annotation)[0]
+        elif isinstance(part, str) and part in POLICY_BACKENDS:  # the union's tag: not a key of the file
+            annotation, backend = POLICY_BACKENDS[part], part
+            continue
         else:
-            return []
-    return list(model.model_fields)
+            owner, annotation = None, None
+        parts.append(str(part))
+    return parts, owner, backend
 
 
 def describe_error(error: dict[str, Any], source: str, model: type[BaseModel] | None = None) -> str:
     """One line for a pydantic error: the file, the dotted key, and what is allowed or wrong."""
-    loc = tuple(error["loc"])
-    key = ".".join(str(p) for p in loc) or "(top level)"
+    parts, owner, backend = _read_location(model or RunConfig, tuple(error["loc"]))
+    key = ".".join(parts) or "(top level)"
     if error["type"] == "extra_forbidden":
-        allowed = ", ".join(_allowed_keys(model or RunConfig, loc))
+        backends = [name for name, section in POLICY_BACKENDS.items() if parts[-1] in section.model_fields]
+        if backend and backends:
+            article = "an" if backends[0][0] in "aeiouh" else "a"  # an hf, an openai, a vllm
+            return f"{source}: {key} is {article} {' or '.join(backends)} setting; this policy's backend is {backend}"
+        allowed = ", ".join(owner.model_fields) if owner else ""
         return f"{source}: unknown key '{key}' (allowed here: {allowed})"
+    if error["type"] == "union_tag_invalid":  # a policy's backend that is none of the backends
+        return (f"{source}: invalid value for '{key}.backend': {error['ctx']['tag']!r} "
+                f"(allowed: {', '.join(POLICY_BACKENDS)})")
     if error["type"] == "value_error":  # a check across keys: the section's whole table is no help to show
         message = error["msg"].removeprefix("Value error, ")
-        return f"{source}: {message}" if not loc else f"{source}: invalid value for '{key}': {message}"
+        return f"{source}: {message}" if not parts else f"{source}: invalid value for '{key}': {message}"
     value = error.get("input")
     return f"{source}: invalid value for '{key}': {value!r} ({error['msg']})"
 
@@ -201,6 +226,20 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> RunConfig:
     except ValidationError as exc:
         first = exc.errors()[0]
         raise ConfigError(describe_error(first, source)) from None
+
+
+def stored_config(config_json: str) -> RunConfig:
+    """A run's config as the store holds it. A run stored before the policy settings were split by backend holds
+    every backend's settings, those of the other backends unused: they are dropped, so the run resumes."""
+    data = json.loads(config_json)
+    policy = data.get("policy")
+    section = POLICY_BACKENDS.get(_backend_of(policy)) if isinstance(policy, dict) else None
+    if isinstance(policy, dict) and section is not None:
+        unused = OpenAIPolicySection.server_keys() if policy.get("backend") == "openai" and not policy.get("serve") \
+            else ()
+        data["policy"] = {key: value for key, value in policy.items()
+                          if key in section.model_fields and key not in unused}
+    return RunConfig.model_validate(data)
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
@@ -214,9 +253,13 @@ def read_toml(path: str | Path) -> dict[str, Any]:
 
 
 def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> RunConfig:
-    """Read a TOML file (or the defaults when path is None) and apply `section.key` overrides."""
+    """Read a TOML file (or the defaults when path is None) and apply `section.key` overrides. An override of
+    policy.backend drops the file's settings of its old backend (evolve.toml's hf max_batch, say), not the others."""
     data: dict[str, Any] = read_toml(path) if path is not None else {}
     source = str(path) if path is not None else "<defaults>"
+    new_backend = POLICY_BACKENDS.get(str((overrides or {}).get("policy.backend")))
+    if new_backend is not None and isinstance(data.get("policy"), dict):
+        data["policy"] = {key: value for key, value in data["policy"].items() if key in new_backend.model_fields}
     for dotted, value in (overrides or {}).items():
         if value is None:
             continue

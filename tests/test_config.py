@@ -1,11 +1,19 @@
 """Config parsing: every mistake is one clear line naming the file, the key and what is allowed."""
 
+import json
 from pathlib import Path
 
 import pytest
 
 from evolve.cli.main import main
-from evolve.config import ConfigError, load_config
+from evolve.config import (
+    ConfigError,
+    HFPolicySection,
+    OpenAIPolicySection,
+    VLLMPolicySection,
+    load_config,
+    stored_config,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -90,8 +98,12 @@ def test_cli_reports_config_error_and_runs_nothing(tmp_path: Path, capsys: pytes
     ("text", "fragment"),
     [
         ('[policy]\nbackend = "openai"\n', "the openai backend needs url"),
-        ('[policy]\nserve = true\n', "serve = true starts a server for the openai backend"),
-        ('[policy]\nlora = "adapters/x"\n', "lora is for the vllm backend"),
+        ('[policy]\nserve = true\n', "policy.serve is an openai setting; this policy's backend is hf"),
+        ('[policy]\nlora = "adapters/x"\n', "policy.lora is a vllm or openai setting; this policy's backend is hf"),
+        ('[policy]\nbackend = "vllm"\nthreads = 2\n', "policy.threads is an hf setting; this policy's backend is vllm"),
+        ('[policy]\nbackend = "openai"\nurl = "http://h/v1"\nmax_batch = 4\n', "policy.max_batch is an hf setting"),
+        ('[policy]\nbackend = "openai"\nurl = "http://h/v1"\nlora = "a"\n', "this openai policy has serve = false"),
+        ('[policy]\nthreds = 2\n', "unknown key 'policy.threds' (allowed here: name, backend, model"),
         ('[policy]\nanswer_tag = "re sponse"\n', "policy.answer_tag"),
         ('[policy]\nbackend = "tgi"\n', "policy.backend"),
     ],
@@ -119,3 +131,72 @@ def test_command_line_settings_reach_any_key_and_are_checked_like_the_file(tmp_p
         load_config(None, parse_setting("policy.answers=0"))
     with pytest.raises(ConfigError, match="SECTION.KEY=VALUE"):
         parse_setting("answers3")
+
+
+@pytest.mark.parametrize(
+    ("text", "section"),
+    [
+        ('[policy]\nthreads = 2\n', HFPolicySection),
+        ('[policy]\nbackend = "hf"\ndevice = "cuda"\n', HFPolicySection),
+        ('[policy]\nbackend = "vllm"\nlora = "adapters/x"\ntensor_parallel_size = 2\n', VLLMPolicySection),
+        ('[policy]\nbackend = "openai"\nurl = "http://127.0.0.1:8000/v1"\nretries = 1\n', OpenAIPolicySection),
+        ('[policy]\nbackend = "openai"\nserve = true\nlora = "adapters/x"\ndtype = "bfloat16"\n', OpenAIPolicySection),
+    ],
+)
+def test_each_backend_parses_into_its_own_section(tmp_path: Path, text: str, section: type) -> None:
+    policy = load_config(write(tmp_path, text)).policy
+    assert type(policy) is section
+    assert policy.backend == section.model_fields["backend"].default
+
+
+def test_a_policy_without_backend_is_hf_and_carries_only_hf_settings() -> None:
+    policy = load_config(None, {"policy.max_batch": 3}).policy
+    assert isinstance(policy, HFPolicySection) and policy.max_batch == 3
+    assert "url" not in policy.model_dump() and "lora" not in policy.model_dump()
+
+
+def test_set_backend_openai_with_url_on_the_command_line_gives_an_openai_policy(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from evolve.cli.main import parse_setting
+
+    overrides = {**parse_setting('policy.backend="openai"'), **parse_setting('policy.url="http://127.0.0.1:9/v1"')}
+    policy = load_config(ROOT / "evolve.toml", overrides).policy
+    assert isinstance(policy, OpenAIPolicySection) and policy.url == "http://127.0.0.1:9/v1"
+    # the file's hf settings (max_batch) give way to the new backend; one set on the command line is refused
+    code = main(["run", "--config", str(ROOT / "evolve.toml"), "--db", str(tmp_path / "s.db"),
+                 "--set", 'policy.backend="vllm"', "--set", "policy.max_batch=2"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert code == 2 and "policy.max_batch is an hf setting; this policy's backend is vllm" in out
+    assert not (tmp_path / "s.db").exists()
+
+
+def test_an_experiment_policy_with_a_foreign_setting_is_named_by_its_index(tmp_path: Path) -> None:
+    from evolve.engine.experiment import load_experiment
+
+    path = tmp_path / "e.toml"
+    path.write_text('problems = ["fizzbuzz"]\niterations = 2\n[[policies]]\nname = "a"\n'
+                    '[[policies]]\nname = "b"\nbackend = "vllm"\nurl = "http://h/v1"\n')
+    with pytest.raises(ConfigError) as caught:
+        load_experiment(path)
+    assert str(caught.value) == f"{path}: policies.1.url is an openai setting; this policy's backend is vllm"
+
+
+def test_a_run_stored_with_every_backends_settings_still_loads() -> None:
+    """Stores written before the split hold all 30 policy keys; the other backends' (unused) ones are dropped."""
+    flat = {"name": "p", "backend": "hf", "model": "", "max_batch": 2, "dtype": "auto", "device": "cpu",
+            "threads": 1, "lora": "", "tensor_parallel_size": 1, "url": "", "api_key_env": "", "timeout_s": 300.0,
+            "serve": False, "serve_port": 0, "serve_args": []}
+    config = stored_config(json.dumps({"run": {"iterations": 3}, "policy": flat}))
+    assert isinstance(config.policy, HFPolicySection) and (config.policy.max_batch, config.policy.threads) == (2, 1)
+    served = {**flat, "backend": "openai", "url": "http://h/v1", "lora": "unused-without-serve"}
+    config = stored_config(json.dumps({"policy": served}))
+    assert isinstance(config.policy, OpenAIPolicySection) and config.policy.lora == ""
+    assert stored_config(config.model_dump_json()) == config
+
+
+def test_every_shipped_config_and_experiment_file_still_parses() -> None:
+    from evolve.engine.experiment import load_experiment
+
+    assert isinstance(load_config(ROOT / "evolve.toml").policy, HFPolicySection)
+    for path in sorted((ROOT / "experiments").glob("*.toml")):
+        assert load_experiment(path, db="x.db").policies

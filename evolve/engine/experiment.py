@@ -11,7 +11,6 @@ one at a time: a policy's model is loaded (or its server started) once and share
 from __future__ import annotations
 
 import asyncio
-import signal
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,14 +25,16 @@ from evolve.config import (
     RunSection,
     SelectionConfig,
     StrictModel,
+    VLLMEngineSettings,
     describe_error,
     read_toml,
 )
 from evolve.engine.controller import Controller, RunStats, SeedProgramError
+from evolve.engine.driving import cancelled_by_signals, resumed_config
 from evolve.policies.base import Policy, PolicyUnavailable
 from evolve.policies.factory import open_policy
-from evolve.problems.problem import load_problem, problem_key
-from evolve.store.program_store import ProgramStore, RunInfo
+from evolve.problems.problem import Problem, load_problem, problem_key
+from evolve.store.program_store import LeaseHeldError, LeaseLostError, ProgramStore, RunInfo
 
 CellKey = tuple[str, str, int]  # (problem, policy, seed)
 
@@ -151,24 +152,21 @@ async def run_sharing_backend(backend: Policy, runs: Sequence[Coroutine[Any, Any
     SIGINT and SIGTERM cancel the calling task, so a Ctrl-C ends every run as an interruption. A PolicyUnavailable
     in any run stops them all and is returned. In every case the tasks are cancelled and awaited, the signal
     handlers removed and the backend closed."""
-    loop = asyncio.get_running_loop()
-    main = asyncio.current_task()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        if main is not None:
-            loop.add_signal_handler(sig, main.cancel)
     tasks = [asyncio.create_task(run) for run in runs]
     try:
-        await asyncio.gather(*tasks)
+        with cancelled_by_signals():
+            try:
+                await asyncio.gather(*tasks)
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
     except PolicyUnavailable as exc:
         return exc
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
         await backend.close()
     return None
+
 
 class ExperimentRunner:
     """Runs the unfinished cells of one experiment; `on_change` is called whenever a cell's progress moves."""
@@ -224,35 +222,49 @@ class ExperimentRunner:
             problem_name, policy_name, seed = cell.key
             if cell.run_id is None:
                 config = self.spec.cell_config(problem_name, policy_name, seed)
+            else:
+                config = resumed_config(self.store, cell.run_id, self.spec.db)
+            problem = load_problem(problem_name, Path(config.run.programs_dir))
+            if cell.run_id is None:  # written only now that its problem (and the policy) loaded
                 cell.run_id = self.store.create_run(
                     name=config.run.name, problem=problem_name, policy=policy_name, seed=seed,
                     config_json=config.model_dump_json(), iterations_target=config.run.iterations,
                     experiment=self.spec.name)
-            else:
-                config = RunConfig.model_validate_json(self.store.get_run(cell.run_id).config_json)
-                config = config.model_copy(update={"run": config.run.model_copy(update={"db": self.spec.db})})
-            problem = load_problem(problem_name, Path(config.run.programs_dir))
-            self.store.set_run_status(cell.run_id, "running")
-            cell.status = "running"
-
-            def moved(stats: RunStats) -> None:
-                cell.stats = stats
+            try:
+                with self.store.driving(cell.run_id):
+                    await self._drive_cell(backend, cell, cell.run_id, config, problem, eval_slots)
+            except LeaseHeldError as exc:  # another live process drives this cell: its status is not ours
+                cell.status, cell.detail = "failed", str(exc)
                 self.on_change(cell)
 
-            controller = Controller(config, problem, self.store, backend, cell.run_id, on_update=moved,
-                                    eval_slots=eval_slots)
-            try:
-                cell.stats = await controller.run()
-            except SeedProgramError as exc:
-                self._set(cell, "failed", str(exc))
-                return
-            except PolicyUnavailable:
-                self._set(cell, "interrupted", "the policy became unavailable")
-                raise
-            except asyncio.CancelledError:
-                self._set(cell, "interrupted", "")
-                raise
-            self._set(cell, "finished", "")
+    async def _drive_cell(self, backend: Policy, cell: CellProgress, run_id: int, config: RunConfig,
+                          problem: Problem, eval_slots: asyncio.Semaphore) -> None:
+        """Drive a cell whose lease this process holds and write its final status."""
+        self.store.set_run_status(run_id, "running")
+        cell.status = "running"
+
+        def moved(stats: RunStats) -> None:
+            cell.stats = stats
+            self.on_change(cell)
+
+        controller = Controller(config, problem, self.store, backend, run_id, on_update=moved,
+                                eval_slots=eval_slots)
+        try:
+            cell.stats = await controller.run()
+        except LeaseLostError as exc:  # another process took the cell over: leave its status alone
+            cell.status, cell.detail = "failed", str(exc)
+            self.on_change(cell)
+            return
+        except SeedProgramError as exc:
+            self._set(cell, "failed", str(exc))
+            return
+        except PolicyUnavailable:
+            self._set(cell, "interrupted", "the policy became unavailable")
+            raise
+        except asyncio.CancelledError:
+            self._set(cell, "interrupted", "")
+            raise
+        self._set(cell, "finished", "")
 
     def _set(self, cell: CellProgress, status: str, detail: str) -> None:
         cell.status, cell.detail = status, detail
@@ -272,7 +284,7 @@ def refuse_policies_trained_on_tests(spec: ExperimentSpec) -> None:
     from evolve.rl.checkpoints import trained_on
 
     for policy in spec.policies:
-        for checkpoint in (policy.model, policy.lora):
+        for checkpoint in (policy.model, policy.lora if isinstance(policy, VLLMEngineSettings) else ""):
             found = trained_on(checkpoint, spec.problems) if checkpoint else None
             if found is not None:
                 path, overlap = found

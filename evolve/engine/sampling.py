@@ -21,14 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evolve.cli.runner import RunError
-from evolve.config import RunConfig
+from evolve.config import RunConfig, stored_config
 from evolve.engine.controller import Controller, SeedProgramError, code_key
 from evolve.engine.experiment import run_sharing_backend
 from evolve.policies.base import Policy, PolicyUnavailable
 from evolve.policies.factory import open_policy
 from evolve.problems.problem import Problem, load_problem
 from evolve.report.passk import best_at_k, pass_at_k
-from evolve.store.program_store import ProgramStore, RunInfo
+from evolve.store.program_store import LeaseHeldError, LeaseLostError, ProgramStore, RunInfo
+from evolve.store.tables import utc_now
 
 
 class SampleError(RunError):
@@ -104,8 +105,9 @@ def sample_config(base: RunConfig, problem: str, problem_name: str, answers: int
 
 def settings_changed(stored: RunConfig, wanted: RunConfig) -> list[str]:
     """'policy.KEY a -> b' for each sampling setting that differs between a stored run and this request."""
-    changes = [f"policy.{key} {value!r} -> {wanted.policy.model_dump()[key]!r}"
-               for key, value in stored.policy.model_dump().items() if wanted.policy.model_dump()[key] != value]
+    before, after = stored.policy.model_dump(), wanted.policy.model_dump()
+    changes = [f"policy.{key} {before.get(key, '(unset)')!r} -> {after.get(key, '(unset)')!r}"
+               for key in {**before, **after} if before.get(key) != after.get(key)]
     if stored.run.seed != wanted.run.seed:
         changes.append(f"run.seed {stored.run.seed} -> {wanted.run.seed}")
     return changes
@@ -130,7 +132,7 @@ def plan_samples(store: ProgramStore, base: RunConfig, problems: Sequence[str], 
         if info is None:
             plans.append(SamplePlan(problem, wanted, None, False))
             continue
-        stored = RunConfig.model_validate_json(info.config_json)
+        stored = stored_config(info.config_json)
         changed = settings_changed(stored, wanted)
         if changed:
             raise SampleError(f"run {info.id} ({info.name}) in {base.run.db} was sampled with other settings "
@@ -140,6 +142,10 @@ def plan_samples(store: ProgramStore, base: RunConfig, problems: Sequence[str], 
         config = stored.model_copy(update={"run": stored.run.model_copy(update={"db": base.run.db,
                                                                                 "iterations": needed})})
         done = {i for i in store.completed_iterations(info.id) if i >= 1}
+        holder = store.lease(info.id)
+        if holder is not None and holder.live(utc_now()) and holder.holder != store.holder:
+            raise SampleError(f"run {info.id} ({info.name}) is being sampled by {holder.describe(utc_now())}; "
+                              "wait for it to end or stop it")
         if needed > stored.run.iterations:
             store.set_run_budget(info.id, config.run.iterations, config.model_dump_json())
         plans.append(SamplePlan(problem, config, info.id, len(done) >= needed))
@@ -185,25 +191,37 @@ async def _sample_one(store: ProgramStore, backend: Policy, plan: SamplePlan, sl
     async with slots:
         config = plan.config
         run_id = plan.run_id
-        if run_id is None:
+        if run_id is None:  # the problem loaded in plan_samples, the policy before this task started
             run_id = store.create_run(name=config.run.name, problem=config.run.problem, policy=config.policy.name,
                                       seed=config.run.seed, config_json=config.model_dump_json(),
                                       iterations_target=config.run.iterations)
-        store.set_run_status(run_id, "running")
-        controller = Controller(config, plan.problem, store, backend, run_id, eval_slots=eval_slots,
-                                on_update=lambda stats: on_request(plan, stats.iterations_done))
         try:
-            await controller.run()
-        except SeedProgramError as exc:
-            store.set_run_status(run_id, "failed")
+            with store.driving(run_id):
+                await _drive_sample(store, backend, plan, run_id, eval_slots, outcome, on_request)
+        except (LeaseHeldError, LeaseLostError) as exc:  # another process samples this problem
             outcome.errors.append(f"{plan.problem.name}: {exc}")
             return
-        except (PolicyUnavailable, asyncio.CancelledError):
-            store.set_run_status(run_id, "interrupted")
-            raise
-        store.set_run_status(run_id, "finished")
-        outcome.finished[config.run.name] = run_id
-        on_done(plan, run_id)
+        if config.run.name in outcome.finished:
+            on_done(plan, run_id)
+
+
+async def _drive_sample(store: ProgramStore, backend: Policy, plan: SamplePlan, run_id: int,
+                        eval_slots: asyncio.Semaphore, outcome: SampleOutcome, on_request: PlanCallback) -> None:
+    """Sample one problem's run, whose lease this process holds, to its budget and write its final status."""
+    store.set_run_status(run_id, "running")
+    controller = Controller(plan.config, plan.problem, store, backend, run_id, eval_slots=eval_slots,
+                            on_update=lambda stats: on_request(plan, stats.iterations_done))
+    try:
+        await controller.run()
+    except SeedProgramError as exc:
+        store.set_run_status(run_id, "failed")
+        outcome.errors.append(f"{plan.problem.name}: {exc}")
+        return
+    except (PolicyUnavailable, asyncio.CancelledError):
+        store.set_run_status(run_id, "interrupted")
+        raise
+    store.set_run_status(run_id, "finished")
+    outcome.finished[plan.config.run.name] = run_id
 
 
 def answer_outcomes(store: ProgramStore, run_id: int, answers_per_request: int,

