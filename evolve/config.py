@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import json
-import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
+from pydantic import BaseModel, Discriminator, Field, Tag, ValidationError, model_validator
 
+from evolve import toml_files
 from evolve.errors import UserError
+from evolve.toml_files import StrictModel
 
 
 class ConfigError(UserError):
     """A configuration mistake, worded as one line that names the file, the key and what is allowed."""
-
-
-class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class RunSection(StrictModel):
@@ -244,12 +241,7 @@ def stored_config(config_json: str) -> RunConfig:
 
 def read_toml(path: str | Path) -> dict[str, Any]:
     """A TOML file's table, or ConfigError naming the file."""
-    try:
-        return tomllib.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    return toml_files.read_toml(path, ConfigError)
 
 
 def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> RunConfig:

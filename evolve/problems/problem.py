@@ -5,26 +5,22 @@ from __future__ import annotations
 import ast
 import math
 import textwrap
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 
 from evolve.errors import UserError
 from evolve.sandbox.core import SandboxLimits
 from evolve.search.edits import EVOLVE_END, EVOLVE_START, find_blocks
+from evolve.toml_files import StrictModel, format_validation_error, read_toml
 
 _BUILTIN_FEATURES = ("code_length", "scalar")
 
 
 class ProblemError(UserError):
     """A mistake in a problem folder, worded as one line that names the file and what to fix."""
-
-
-class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class ScoreSection(StrictModel):
@@ -43,6 +39,7 @@ class LimitsSection(StrictModel):
     memory_mb: int = Field(SandboxLimits.memory_mb, ge=32)
     max_processes: int = Field(SandboxLimits.max_processes, ge=1)
     max_output_bytes: int = Field(SandboxLimits.max_output_bytes, ge=1024)
+    max_written_mb: int = Field(SandboxLimits.max_written_mb, ge=1, description="all files the candidate writes")
 
 
 class MapElitesSection(StrictModel):
@@ -141,22 +138,6 @@ class Problem:
         return self.solved_scalar_at_least is None or self.scalar(scores) >= self.solved_scalar_at_least
 
 
-def _describe(error: Any, source: Path) -> str:
-    loc = tuple(error["loc"])
-    key = ".".join(str(part) for part in loc) or "(top level)"
-    if error["type"] == "extra_forbidden":
-        model: type[BaseModel] = ProblemFile
-        for part in loc[:-1]:
-            annotation = model.model_fields[str(part)].annotation
-            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-                model = annotation
-        return f"{source}: unknown key '{key}' (allowed here: {', '.join(model.model_fields)})"
-    if error["type"] == "missing":
-        return f"{source}: missing key '{key}'"
-    message = str(error["msg"]).removeprefix("Value error, ")
-    return f"{source}: invalid value for '{key}': {error.get('input')!r} ({message})"
-
-
 def _check_consistency(spec: ProblemFile, folder: Path, source: Path) -> None:
     if spec.name != folder.name:
         raise ProblemError(f"{source}: name = {spec.name!r} must match the folder name {folder.name!r}")
@@ -180,16 +161,11 @@ def _check_consistency(spec: ProblemFile, folder: Path, source: Path) -> None:
                            f"{' nor '.join(_BUILTIN_FEATURES)} nor declared objectives")
 
 
-def _read_toml(source: Path) -> ProblemFile:
+def _read_spec(source: Path) -> ProblemFile:
     try:
-        data = tomllib.loads(source.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise ProblemError(f"{source}: not valid TOML ({exc})") from None
-    try:
-        return ProblemFile.model_validate(data)
+        return ProblemFile.model_validate(read_toml(source, ProblemError))
     except ValidationError as exc:
-        errors = sorted(exc.errors(), key=lambda error: error["type"] != "extra_forbidden")  # typos first
-        raise ProblemError(_describe(errors[0], source)) from None
+        raise ProblemError(format_validation_error(exc, source, ProblemFile)) from None
 
 
 def _read_initial(path: Path) -> str:
@@ -240,7 +216,7 @@ def load_problem(name_or_path: str, programs_dir: Path) -> Problem:
         if not (folder / filename).is_file():
             raise ProblemError(f"{folder / filename}: file not found (every problem folder needs {filename}, {role})")
     source = folder / "problem.toml"
-    spec = _read_toml(source)
+    spec = _read_spec(source)
     _check_consistency(spec, folder, source)
     initial_code = _read_initial(folder / "initial.py")
     _check_evaluator(folder / "evaluator.py")
