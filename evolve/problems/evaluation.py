@@ -22,14 +22,15 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from types import FrameType, ModuleType, TracebackType
-from typing import Any
+from typing import Any, get_args
 
 from evolve.evaluator_api import CandidateFailure, EvaluationResult
 from evolve.problems.problem import Problem, ProblemError, load_problem
-from evolve.records import Evaluation
+from evolve.records import Evaluation, FailureKind
 from evolve.sandbox.core import Sandbox
 
 _MARGIN_S = 15.0  # two interpreter starts, imports and the evaluator's own work, beyond the candidate's limit
@@ -73,13 +74,30 @@ def _worker_failure(returncode: int | None, stderr: bytes) -> str:
 
 
 def _parse_worker_output(stdout: bytes) -> Evaluation | None:
+    """The Evaluation on the worker's last JSON line; None when there is none or its fields are not what it writes."""
     for line in reversed(stdout.decode(errors="replace").splitlines()):
         try:
             data = json.loads(line)
-            return Evaluation(**data) if isinstance(data, dict) else None
-        except (ValueError, TypeError, RecursionError):
+        except (ValueError, RecursionError):
             continue
+        return _evaluation_from(data)
     return None
+
+
+def _evaluation_from(data: Any) -> Evaluation | None:
+    if not isinstance(data, dict) or not isinstance(data.get("ok"), bool):
+        return None
+    ok, scores, artifacts = data["ok"], data.get("scores", {}), data.get("artifacts", {})
+    failure, detail = data.get("failure"), data.get("detail", "")
+    if not isinstance(scores, dict) or not isinstance(artifacts, dict) or not isinstance(detail, str):
+        return None
+    if not all(type(value) is float and math.isfinite(value) for value in scores.values()):
+        return None
+    if (failure is not None) if ok else (failure not in get_args(FailureKind)):
+        return None
+    return Evaluation(ok=ok, scores={_text(name, 200): value for name, value in scores.items()},
+                      failure=failure, detail=_text(detail, _MAX_DETAIL_CHARS) or ("" if ok else "no detail given"),
+                      artifacts={_text(key, 200): _text(text, _MAX_ARTIFACT_CHARS) for key, text in artifacts.items()})
 
 
 async def evaluate_program(problem: Problem, code: str, timeout_s: float | None = None) -> Evaluation:
@@ -147,6 +165,16 @@ def _takes_sandbox(function: Any) -> bool:
     return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in positional)
 
 
+def _text(value: Any, limit: int, show: Callable[[Any], str] = str) -> str:
+    """show(value) cut to `limit` characters, never raising (str() of a huge int or of deep nesting does) and with
+    any lone surrogate replaced (the store cannot encode one)."""
+    try:
+        text = value if isinstance(value, str) and show is str else show(value)
+    except Exception:  # noqa: BLE001 - an object that cannot be shown is named by its type
+        text = f"<{type(value).__name__}>"
+    return text[:limit].encode("utf-8", "replace").decode("utf-8")
+
+
 def check_result(problem: Problem, returned: Any) -> tuple[dict[str, float], dict[str, str]]:
     """Scores and artifacts from what evaluate() returned; EvaluatorMistake names what is wrong."""
     artifacts: Any = {}
@@ -159,7 +187,7 @@ def check_result(problem: Problem, returned: Any) -> tuple[dict[str, float], dic
     if not isinstance(artifacts, dict):
         raise EvaluatorMistake(f"EvaluationResult.artifacts is {type(artifacts).__name__}, not dict[str, str]")
     missing = [name for name in problem.objectives if name not in raw]
-    unexpected = sorted(str(name) for name in raw if name not in problem.objectives)
+    unexpected = sorted(_text(name, 200) for name in raw if name not in problem.objectives)
     if missing or unexpected:
         raise EvaluatorMistake(f"evaluate() must return exactly the objectives in problem.toml; "
                                f"missing {missing}, unexpected {unexpected}")
@@ -167,11 +195,16 @@ def check_result(problem: Problem, returned: Any) -> tuple[dict[str, float], dic
     for name in problem.objectives:
         value = raw[name]
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise EvaluatorMistake(f"objective '{name}' is {type(value).__name__} {value!r}, not a number")
-        if not math.isfinite(float(value)):
-            raise EvaluatorMistake(f"objective '{name}' is {float(value)}, not a finite number")
-        scores[name] = float(value)
-    kept = {str(key): str(text)[:_MAX_ARTIFACT_CHARS] for key, text in artifacts.items()}
+            raise EvaluatorMistake(f"objective '{name}' is {type(value).__name__} {_text(value, 80, repr)}, "
+                                   "not a number")
+        try:
+            number = float(value)
+        except (OverflowError, ValueError):
+            raise EvaluatorMistake(f"objective '{name}' is {type(value).__name__}, too large for a float") from None
+        if not math.isfinite(number):
+            raise EvaluatorMistake(f"objective '{name}' is {number}, not a finite number")
+        scores[name] = number
+    kept = {_text(key, 200): _text(text, _MAX_ARTIFACT_CHARS) for key, text in artifacts.items()}
     return scores, kept
 
 
