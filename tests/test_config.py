@@ -200,3 +200,11 @@ def test_every_shipped_config_and_experiment_file_still_parses() -> None:
     assert isinstance(load_config(ROOT / "evolve.toml").policy, HFPolicySection)
     for path in sorted((ROOT / "experiments").glob("*.toml")):
         assert load_experiment(path, db="x.db").policies
+
+
+def test_a_sampling_run_stored_with_another_backend_names_the_backend_and_the_common_settings() -> None:
+    from evolve.engine.sampling import settings_changed
+
+    stored = load_config(None)
+    wanted = load_config(None, {"policy.backend": "openai", "policy.url": "http://h/v1", "policy.temperature": 1.0})
+    assert settings_changed(stored, wanted) == ["policy.backend 'hf' -> 'openai'", "policy.temperature 0.8 -> 1.0"]

@@ -105,9 +105,9 @@ def sample_config(base: RunConfig, problem: str, problem_name: str, answers: int
 
 def settings_changed(stored: RunConfig, wanted: RunConfig) -> list[str]:
     """'policy.KEY a -> b' for each sampling setting that differs between a stored run and this request."""
-    before, after = stored.policy.model_dump(), wanted.policy.model_dump()
-    changes = [f"policy.{key} {before.get(key, '(unset)')!r} -> {after.get(key, '(unset)')!r}"
-               for key in {**before, **after} if before.get(key) != after.get(key)]
+    before, after = stored.policy.model_dump(), wanted.policy.model_dump()  # another backend: its settings differ
+    changes = [f"policy.{key} {value!r} -> {after[key]!r}" for key, value in before.items()
+               if key in after and after[key] != value]
     if stored.run.seed != wanted.run.seed:
         changes.append(f"run.seed {stored.run.seed} -> {wanted.run.seed}")
     return changes
