@@ -40,9 +40,11 @@ def open_policy(section: PolicySection, seed: int = 0, concurrency: int = 8) -> 
         if section.serve:
             from evolve.policies.vllm_server import VLLMServer
 
-            server = VLLMServer(model_path(section), section.name, section.serve_port, section.lora, section.dtype,
-                                section.max_model_len, section.tensor_parallel_size,
-                                section.gpu_memory_utilization, section.serve_args, section.startup_timeout_s)
+            server = VLLMServer(model_path(section), section.name, port=section.serve_port, lora=section.lora,
+                                dtype=section.dtype, max_model_len=section.max_model_len,
+                                tensor_parallel_size=section.tensor_parallel_size,
+                                gpu_memory_utilization=section.gpu_memory_utilization, extra_args=section.serve_args,
+                                startup_timeout_s=section.startup_timeout_s)
             url, model = server.start(), section.name
         try:
             yield OpenAIPolicy(name=section.name, url=url, model=model, api=section.api,
