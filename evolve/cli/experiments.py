@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 from rich.console import Console
 
@@ -26,32 +24,14 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                         help="the range every ranking scalar lies in, which the mean intervals assume (default 0,1)")
 
 
-def experiment_file(name_or_path: str) -> Path:
-    path = Path(name_or_path)
-    if path.suffix != ".toml" and not path.exists():
-        path = Path("experiments") / f"{name_or_path}.toml"
-    return path
-
-
 def cmd_experiment(args: argparse.Namespace, console: Console) -> int:
-    from evolve.cli.progress import ExperimentView
-    from evolve.engine.experiment import ExperimentRunner, load_experiment
+    from evolve.api import run_experiment
 
-    spec = load_experiment(experiment_file(args.file), args.db)
-    cells = len(spec.cells())
-    console.print(f"experiment [bold]{spec.name}[/]: {len(spec.policies)} policies x {len(spec.problems)} problems "
-                  f"x {len(spec.seeds)} seeds = {cells} cells of {spec.iterations} iterations, store {spec.db}",
-                  highlight=False)
-    runner = ExperimentRunner(spec)
-    view = ExperimentView(f"evolve experiment {spec.name}", list(runner.cells.values()), console,
-                          live=False if args.plain else None)
-    runner.on_change = view.update
-    with view:
-        outcome = runner.run()
+    outcome = run_experiment(args.file, db=args.db, console=console, live=False if args.plain else None)
     for error in outcome.errors:
         console.print(f"[red]error:[/] {error}", highlight=False)
     done = sum(cell.status == "finished" for cell in outcome.cells.values())
-    console.print(f"{done}/{cells} cells finished", highlight=False)
+    console.print(f"{done}/{len(outcome.cells)} cells finished", highlight=False)
     if not outcome.finished:
         console.print(f"the experiment is saved; continue with: evolve experiment {args.file}"
                       + (f" --db {args.db}" if args.db else ""), highlight=False)
@@ -62,34 +42,12 @@ def cmd_experiment(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_report(args: argparse.Namespace, console: Console) -> int:
+    from evolve.api import experiment_report
     from evolve.config import ConfigError
-    from evolve.engine.experiment import load_experiment
-    from evolve.report.html import report_html
-    from evolve.report.results import collect
-    from evolve.report.results_files import write_csvs, write_json
-    from evolve.report.terminal import render_report
-    from evolve.store.program_store import ProgramStore
 
     score_range = _score_range(args.score_range, ConfigError)
-    spec = load_experiment(experiment_file(args.experiment), args.db)
-    store = ProgramStore(spec.db, mode="read")
-    stored = store.experiment_spec(spec.name)
-    if stored is None:
-        console.print(f"[red]error:[/] no experiment '{spec.name}' in {spec.db}; run `evolve experiment "
-                      f"{args.experiment}` first", highlight=False)
-        return 1
-    if json.loads(stored) | {"db": spec.db} != json.loads(spec.model_dump_json()):
-        console.print(f"[yellow]warning:[/] {experiment_file(args.experiment)} changed since the experiment last "
-                      "ran; the report follows the file (cells it no longer names are left out, new ones show as "
-                      "not run)", highlight=False)
-    results = collect(store, spec, score_range=score_range, pairs=args.pairs)
-    render_report(results, console)
-    out = Path(args.out or Path("reports") / spec.name)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "report.html").write_text(report_html(results))
-    write_json(results, out / "report.json")
-    written = [out / "report.html", out / "report.json", *write_csvs(results, out)]
-    console.print("wrote " + ", ".join(str(path) for path in written), highlight=False)
+    experiment_report(args.experiment, db=args.db, out=args.out, pairs=args.pairs, score_range=score_range,
+                      console=console)
     return 0
 
 

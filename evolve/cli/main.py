@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from evolve.cli.common import DEFAULT_CONFIG, run_config
+from evolve.cli.common import parse_setting as parse_setting  # scripts and tests import it from here
 from evolve.errors import UserError
-
-DEFAULT_CONFIG = "evolve.toml"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -60,49 +61,23 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load(args: argparse.Namespace, console: Console):  # -> RunConfig
-    from evolve.config import load_config
-
-    path = args.config or (DEFAULT_CONFIG if Path(DEFAULT_CONFIG).exists() else None)
-    overrides = {
-        "run.problem": getattr(args, "problem", None),
-        "run.iterations": getattr(args, "iterations", None),
-        "run.seed": getattr(args, "seed", None),
-        "run.db": getattr(args, "db", None),
-    }
-    for item in getattr(args, "set", []):
-        overrides.update(parse_setting(item))
-    return load_config(path, overrides)
-
-
-def parse_setting(item: str) -> dict[str, object]:
-    """'policy.answers=3' -> {'policy.answers': 3}; a value that is not TOML is taken as a string."""
-    import tomllib
-
-    from evolve.config import ConfigError
-
-    key, sep, raw = item.partition("=")
-    if not sep or "." not in key.strip():
-        raise ConfigError(f"--set {item!r}: write SECTION.KEY=VALUE, e.g. --set policy.answers=3")
-    try:
-        value = tomllib.loads(f"v = {raw.strip()}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = raw.strip()
-    return {key.strip(): value}
+def _flag_overrides(args: argparse.Namespace) -> dict[str, object]:
+    return {"run.problem": getattr(args, "problem", None), "run.iterations": getattr(args, "iterations", None),
+            "run.seed": getattr(args, "seed", None), "run.db": getattr(args, "db", None)}
 
 
 def _cmd_run(args: argparse.Namespace, console: Console) -> int:
-    config = _load(args, console)
-    from evolve.cli.runner import run_evolution
+    from evolve.api import run
 
-    outcome = run_evolution(config, resume=args.resume, console=console, live=False if args.plain else None)
+    outcome = run(run_config(args, _flag_overrides(args)), resume=args.resume, console=console,
+                  live=False if args.plain else None)
     return {"finished": 0, "interrupted": 130}.get(outcome.status, 1)
 
 
 def _cmd_runs(args: argparse.Namespace, console: Console) -> int:
     from evolve.store.program_store import ProgramStore
 
-    config = _load(args, console)
+    config = run_config(args, _flag_overrides(args))
     store = ProgramStore(config.run.db, mode="read")
     table = Table(title=f"runs in {config.run.db}")
     for column in ("id", "problem", "policy", "seed", "status", "iterations", "programs", "best"):
@@ -186,28 +161,34 @@ def _cmd_new_problem(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def exit_code(command: Callable[[], int], console: Console) -> int:
+    """Run a command: its exit code, or a mistake the user can fix as one line (ConfigError: exit 2, any other
+    UserError: 1). Anything else is a bug and keeps its traceback."""
     from evolve.config import ConfigError
 
-    args = _parser().parse_args(argv)
-    console = Console()
+    try:
+        return command()
+    except ConfigError as exc:
+        console.print(f"[red]config error:[/] {exc}", highlight=False, soft_wrap=True)
+        return 2
+    except UserError as exc:
+        console.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        return 1
+
+
+def main(argv: list[str] | None = None) -> int:
     from evolve.cli import experiments as cli_experiments
     from evolve.cli import runs as cli_runs
     from evolve.cli import sample as cli_sample
     from evolve.cli import train as cli_train
 
+    args = _parser().parse_args(argv)
+    console = Console()
     handlers = {"run": _cmd_run, "runs": _cmd_runs, "problems": _cmd_problems, "check": _cmd_check,
                 "new-problem": _cmd_new_problem, "import": _cmd_import, "experiment": cli_experiments.cmd_experiment,
                 "report": cli_experiments.cmd_report, "show": cli_runs.cmd_show, "lineage": cli_runs.cmd_lineage,
                 "export": cli_runs.cmd_export, "train": cli_train.cmd_train, "sample": cli_sample.cmd_sample}
-    try:
-        return handlers[args.command](args, console)
-    except ConfigError as exc:
-        console.print(f"[red]config error:[/] {exc}", highlight=False)
-        return 2
-    except UserError as exc:
-        console.print(f"[red]error:[/] {exc}", highlight=False)
-        return 1
+    return exit_code(lambda: handlers[args.command](args, console), console)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from evolve.cli.common import read_store
+
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
     show = commands.add_parser("show", help="one run: best programs, first solve, failures by reason, throughput")
@@ -29,17 +31,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         command.add_argument("--config", "-c", default=None)
 
 
-def _store(args: argparse.Namespace, console: Console):  # -> ProgramStore
-    from evolve.cli.main import _load
-    from evolve.store.program_store import ProgramStore
-
-    return ProgramStore(args.db or _load(args, console).run.db, mode="read")
-
-
 def cmd_show(args: argparse.Namespace, console: Console) -> int:
     from evolve.report.run_summary import render_run, run_summary_dict
 
-    store = _store(args, console)
+    store = read_store(args)
     if args.json:
         print(json.dumps(run_summary_dict(store, args.run), indent=1))
     else:
@@ -50,7 +45,7 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
 def cmd_lineage(args: argparse.Namespace, console: Console) -> int:
     from evolve.report.lineage import ancestry, lineage_html, render_lineage
 
-    lineage = ancestry(_store(args, console), args.run, args.program)
+    lineage = ancestry(read_store(args), args.run, args.program)
     render_lineage(lineage, console)
     if args.html:
         Path(args.html).write_text(lineage_html(lineage), encoding="utf-8")
@@ -61,7 +56,7 @@ def cmd_lineage(args: argparse.Namespace, console: Console) -> int:
 def cmd_export(args: argparse.Namespace, console: Console) -> int:
     from evolve.report.export import export_run
 
-    store = _store(args, console)
+    store = read_store(args)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as out:
             count = export_run(store, args.run, out)

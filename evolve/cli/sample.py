@@ -54,8 +54,8 @@ def problem_list(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_sample(args: argparse.Namespace, console: Console) -> int:
-    from evolve.cli.main import DEFAULT_CONFIG, parse_setting
-    from evolve.config import ConfigError, load_config
+    from evolve.cli.common import run_config
+    from evolve.config import ConfigError
     from evolve.engine.sampling import plan_samples, problem_sample, requests_for, run_samples
     from evolve.report.passk import EstimatorError, check_k, parse_ks
     from evolve.store.program_store import ProgramStore
@@ -70,10 +70,7 @@ def cmd_sample(args: argparse.Namespace, console: Console) -> int:
     if args.parallel < 1:
         raise ConfigError(f"--parallel {args.parallel}: sample at least one problem at a time")
     overrides: dict[str, Any] = {"run.db": args.db, "run.seed": args.seed, "run.programs_dir": args.programs_dir}
-    for item in args.set:
-        overrides.update(parse_setting(item))
-    path = args.config or (DEFAULT_CONFIG if Path(DEFAULT_CONFIG).exists() else None)
-    base = load_config(path, overrides)
+    base = run_config(args, overrides)
     problems = problem_list(args)
     store = ProgramStore(base.run.db)
     plans = plan_samples(store, base, problems, args.n)

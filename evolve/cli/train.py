@@ -77,12 +77,13 @@ def train_config(args: argparse.Namespace) -> Any:  # -> TrainConfig
     """Defaults, then the TOML file, then --set, then the flags; ConfigError names the first bad key."""
     from pydantic import ValidationError
 
-    from evolve.config import ConfigError, describe_error, read_toml
+    from evolve.config import ConfigError
     from evolve.rl.trainer import TrainConfig
+    from evolve.toml_files import format_validation_error, read_toml
 
     data: dict[str, Any] = {}
     if args.config:
-        raw = read_toml(args.config)
+        raw = read_toml(args.config, ConfigError)
         data = dict(raw.get("train", raw)) if isinstance(raw.get("train", raw), dict) else {}
     for item in args.set:
         key, sep, raw = item.partition("=")
@@ -99,7 +100,7 @@ def train_config(args: argparse.Namespace) -> Any:  # -> TrainConfig
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(describe_error(exc.errors()[0], args.config or "evolve train", TrainConfig)) from None
+        raise ConfigError(format_validation_error(exc, args.config or "evolve train", TrainConfig)) from None
 
 
 def resumed_config(args: argparse.Namespace) -> Any:  # -> TrainConfig
@@ -108,8 +109,9 @@ def resumed_config(args: argparse.Namespace) -> Any:  # -> TrainConfig
 
     from pydantic import ValidationError
 
-    from evolve.config import ConfigError, describe_error
+    from evolve.config import ConfigError
     from evolve.rl.trainer import TrainConfig
+    from evolve.toml_files import format_validation_error
 
     stored = Path(args.resume) / "train_config.json"
     if not stored.is_file():
@@ -131,7 +133,7 @@ def resumed_config(args: argparse.Namespace) -> Any:  # -> TrainConfig
         data = TrainConfig.model_validate_json(stored.read_text()).model_dump()
         return TrainConfig.model_validate({**data, **updates, "out": str(args.resume)})
     except ValidationError as exc:
-        raise ConfigError(describe_error(exc.errors()[0], str(stored), TrainConfig)) from None
+        raise ConfigError(format_validation_error(exc, stored, TrainConfig)) from None
 
 
 def held_out_config(args: argparse.Namespace, config: Any) -> Any:  # -> TrainConfig
@@ -141,7 +143,7 @@ def held_out_config(args: argparse.Namespace, config: Any) -> Any:  # -> TrainCo
     from evolve.rl.checkpoints import problem_keys
 
     if args.experiment:
-        from evolve.cli.experiments import experiment_file
+        from evolve.api import experiment_file
         from evolve.engine.experiment import load_experiment
 
         source = experiment_file(args.experiment)

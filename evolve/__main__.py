@@ -1,0 +1,7 @@
+"""`python -m evolve ...`: the same command line as `evolve ...`."""
+
+import sys
+
+from evolve.cli.main import main
+
+sys.exit(main())

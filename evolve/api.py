@@ -1,0 +1,116 @@
+"""The Python entry points behind `evolve run`, `evolve experiment` and `evolve report`: each does what its command
+does (same output on the console, same store writes) and returns what happened instead of an exit code."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from rich.console import Console
+
+if TYPE_CHECKING:
+    from evolve.cli.runner import RunOutcome
+    from evolve.config import RunConfig
+    from evolve.engine.experiment import ExperimentOutcome, ExperimentSpec
+    from evolve.report.results import ExperimentResults
+
+
+def run(config: RunConfig | str | Path | None = None, *, overrides: Mapping[str, Any] | None = None,
+        resume: int | None = None, console: Console | None = None, live: bool | None = None) -> RunOutcome:
+    """Run an evolution to its end (or resume run `resume` in the config's store) and return its outcome: run_id,
+    status ('finished', 'interrupted' or 'policy_unavailable'; a resumable run either way) and stats.
+
+    config: a RunConfig, an evolve.toml path, or None for the defaults; overrides: {'section.key': value} applied
+    on top of a path or the defaults. Progress goes to `console` (Console(quiet=True) for none); live: the live
+    panel (None: on a terminal only). A mistake in the config, the problem or the store raises a UserError."""
+    from evolve.cli.runner import run_evolution
+    from evolve.config import ConfigError, RunConfig, load_config
+
+    if isinstance(config, RunConfig):
+        if overrides:
+            raise ConfigError("evolve.run: overrides apply to a config file or the defaults; "
+                              "change a RunConfig with model_copy(update=...) instead")
+    else:
+        config = load_config(config, dict(overrides or {}))
+    return run_evolution(config, resume=resume, console=console, live=live)
+
+
+def experiment_file(name_or_path: str | Path) -> Path:
+    """An experiment file: a path, or a name that stands for experiments/NAME.toml."""
+    path = Path(name_or_path)
+    if path.suffix != ".toml" and not path.exists():
+        path = Path("experiments") / f"{name_or_path}.toml"
+    return path
+
+
+def load_experiment_file(experiment: str | Path | ExperimentSpec, db: str | None = None) -> ExperimentSpec:
+    """An ExperimentSpec as given, or read from a file (see experiment_file) with its store replaced by db."""
+    from evolve.engine.experiment import ExperimentSpec, load_experiment
+
+    if isinstance(experiment, ExperimentSpec):
+        return experiment if db is None else experiment.model_copy(update={"db": db})
+    return load_experiment(experiment_file(experiment), db)
+
+
+def run_experiment(experiment: str | Path | ExperimentSpec, *, db: str | None = None,
+                   console: Console | None = None, live: bool | None = None) -> ExperimentOutcome:
+    """Run (or resume: finished cells are kept) every cell of an experiment: policies x problems x seeds.
+    The outcome holds each cell's status, the errors met, and whether it finished or was interrupted."""
+    from evolve.cli.progress import ExperimentView
+    from evolve.engine.experiment import ExperimentRunner
+
+    console = console or Console()
+    spec = load_experiment_file(experiment, db)
+    cells = len(spec.cells())
+    console.print(f"experiment [bold]{spec.name}[/]: {len(spec.policies)} policies x {len(spec.problems)} problems "
+                  f"x {len(spec.seeds)} seeds = {cells} cells of {spec.iterations} iterations, store {spec.db}",
+                  highlight=False)
+    runner = ExperimentRunner(spec)
+    view = ExperimentView(f"evolve experiment {spec.name}", list(runner.cells.values()), console, live=live)
+    runner.on_change = view.update
+    with view:
+        return runner.run()
+
+
+@dataclass(frozen=True)
+class Report:
+    """An experiment's report: every number (results) and the files written (HTML, JSON, CSV)."""
+
+    results: ExperimentResults
+    files: tuple[Path, ...]
+
+
+def experiment_report(experiment: str | Path | ExperimentSpec, *, db: str | None = None, out: str | Path | None = None,
+           pairs: Literal["all", "first"] = "all", score_range: tuple[float, float] = (0.0, 1.0),
+           console: Console | None = None) -> Report:
+    """Which problems each policy cracked: shown on the console and written to out (default reports/NAME/) as
+    report.html, report.json and CSV files. StoreError when the experiment never ran in its store."""
+    from evolve.report.html import report_html
+    from evolve.report.results import collect
+    from evolve.report.results_files import write_csvs, write_json
+    from evolve.report.terminal import render_report
+    from evolve.store.program_store import ProgramStore, StoreError
+
+    console = console or Console()
+    spec = load_experiment_file(experiment, db)
+    store = ProgramStore(spec.db, mode="read")
+    stored = store.experiment_spec(spec.name)
+    if stored is None:
+        named = experiment if isinstance(experiment, str | Path) else spec.name
+        raise StoreError(f"no experiment '{spec.name}' in {spec.db}; run `evolve experiment {named}` first")
+    if json.loads(stored) | {"db": spec.db} != json.loads(spec.model_dump_json()):
+        source = experiment_file(experiment) if isinstance(experiment, str | Path) else f"experiment {spec.name}"
+        console.print(f"[yellow]warning:[/] {source} changed since the experiment last ran; the report follows the "
+                      "file (cells it no longer names are left out, new ones show as not run)", highlight=False)
+    results = collect(store, spec, score_range=score_range, pairs=pairs)
+    render_report(results, console)
+    folder = Path(out or Path("reports") / spec.name)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "report.html").write_text(report_html(results))
+    write_json(results, folder / "report.json")
+    files = (folder / "report.html", folder / "report.json", *write_csvs(results, folder))
+    console.print("wrote " + ", ".join(str(path) for path in files), highlight=False)
+    return Report(results, files)
