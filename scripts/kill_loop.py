@@ -1,0 +1,330 @@
+"""Kill -9 loop: a real `evolve run` against a local fake OpenAI server, SIGKILLed at random instants and resumed.
+
+The run (fizzbuzz, answers from a canned server on loopback) is started, killed with SIGKILL (its whole process
+group, evaluators included) after a random delay, resumed with `evolve run --resume`, killed again, ... N times, then
+left to finish. The store must then hold: every iteration of the budget exactly once (one policy call each, one
+outcome set each), no program row twice, a clean `PRAGMA integrity_check` and foreign_key_check, every program's
+parent present, every program scored, status "finished". A resume refused because the killed holder's lease has not
+expired yet (EVOLVE_LEASE_S, set short here) is retried after a pause.
+
+    .venv/bin/python scripts/kill_loop.py --kills 20
+
+Exit status 0 when every check holds, 1 (each failed check on a line) otherwise, 2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN_TIMEOUT_S = 300.0  # the last, unkilled resume must finish the budget within this
+REFUSED_MARKERS = ("lease", "being driven", "driven by")  # how a resume refused for a live lease reads
+
+
+# ---------------------------------------------------------------- the fake OpenAI server
+
+FIZZBUZZ = '''def fizzbuzz(n: int) -> str:
+    """FizzBuzz, variant {number}."""
+    if n % 15 == 0:
+        return "FizzBuzz"
+    if n % 3 == 0:
+        return "Fizz"
+    if n % {divisor} == 0:
+        return "Buzz"
+    return str(n)
+'''
+
+
+@dataclass
+class FakeAnswers:
+    """Canned completions: mostly distinct valid rewrites of fizzbuzz, some prose with no code; each after a random
+    pause, so that kills land mid-request as well as mid-evaluation. Like a real server, a final assistant message
+    (the prompt's prefill) is continued: the reply is what follows it."""
+
+    seed: int
+    served: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def next(self, prefill: str) -> tuple[str, float]:
+        with self.lock:
+            self.served += 1
+            number = self.served
+        draw = random.Random(self.seed * 1_000_003 + number)
+        if draw.random() < 0.15:
+            return "I would rewrite the function to be faster, but here is no code.", draw.uniform(0.01, 0.2)
+        code = FIZZBUZZ.format(number=number, divisor=draw.choice([5, 5, 5, 7, 4]))
+        return code.removeprefix(prefill), draw.uniform(0.01, 0.3)
+
+
+def fake_server(answers: FakeAnswers) -> ThreadingHTTPServer:
+    """An OpenAI-compatible endpoint on 127.0.0.1 (GET /v1/models, POST /v1/chat/completions) serving `answers`."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            self.reply(200, {"object": "list", "data": [{"id": "fake", "object": "model"}]})
+
+        def do_POST(self) -> None:  # noqa: N802
+            request = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            if not self.path.endswith("/chat/completions"):
+                self.reply(404, {"error": {"message": f"no route {self.path}"}})
+                return
+            last = (request.get("messages") or [{}])[-1]
+            text, pause_s = answers.next(last.get("content", "") if last.get("role") == "assistant" else "")
+            time.sleep(pause_s)
+            self.reply(200, {"id": "fake", "object": "chat.completion", "created": int(time.time()), "model": "fake",
+                             "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                          "finish_reason": "stop"}],
+                             "usage": {"prompt_tokens": 100, "completion_tokens": 60, "total_tokens": 160}})
+
+        def reply(self, status: int, body: dict[str, object]) -> None:
+            data = json.dumps(body).encode()
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):  # the client was killed mid-request
+                pass
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+# ---------------------------------------------------------------- driving and killing the run
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one start of `evolve run` ended: killed by us, or exited on its own with this code and output."""
+
+    killed: bool
+    returncode: int
+    output: str
+    iterations_before: int
+    iterations_after: int
+
+
+def write_config(folder: Path, url: str, iterations: int, seed: int) -> Path:
+    config = folder / "kill_loop.toml"
+    config.write_text(f"""[run]
+problem = "fizzbuzz"
+iterations = {iterations}
+seed = {seed}
+db = "{folder / 'kill_loop.db'}"
+concurrency = 4
+eval_workers = 2
+
+[policy]
+name = "fake"
+backend = "openai"
+url = "{url}"
+model = "fake"
+edit_format = "rewrite"
+answers = 1
+""")
+    return config
+
+
+def completed_iterations(db: Path) -> int:
+    """Iterations with an outcome in the store, read straight from the SQLite file (0 before it exists)."""
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as connection:
+            row = connection.execute("SELECT COUNT(DISTINCT iteration) FROM attempts "
+                                     "WHERE kind != 'policy_call' AND iteration > 0").fetchone()
+        return int(row[0])
+    except sqlite3.Error:
+        return 0  # tables not created yet
+
+
+def has_run(db: Path) -> bool:
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as connection:
+            return connection.execute("SELECT COUNT(*) FROM runs").fetchone()[0] > 0
+    except sqlite3.Error:
+        return False
+
+
+def start_once(command: list[str], folder: Path, environment: dict[str, str], kill_after_s: float | None,
+               db: Path) -> Outcome:
+    """One `evolve run`, SIGKILLed (with its process group) after kill_after_s unless it ends first."""
+    before = completed_iterations(db)
+    with open(folder / "output.log", "w+") as log:
+        process = subprocess.Popen(command, cwd=ROOT, env=environment, stdin=subprocess.DEVNULL, stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            process.wait(timeout=kill_after_s if kill_after_s is not None else RUN_TIMEOUT_S)
+            killed = False
+        except subprocess.TimeoutExpired:
+            killed = True
+        if killed:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        log.seek(0)
+        output = log.read()
+    if killed and kill_after_s is None:
+        raise SystemExit(f"the last resume did not finish within {RUN_TIMEOUT_S:g} s:\n{output[-2000:]}")
+    return Outcome(killed, process.returncode, output, before, completed_iterations(db))
+
+
+def refused_for_lease(outcome: Outcome) -> bool:
+    return not outcome.killed and outcome.returncode != 0 and any(m in outcome.output.lower() for m in REFUSED_MARKERS)
+
+
+# ---------------------------------------------------------------- the checks
+
+
+def check_store(db: Path, budget: int) -> tuple[dict[str, int], list[str]]:
+    """(final counts, failed checks) of run 1 in the store."""
+    failures: list[str] = []
+    with sqlite3.connect(db) as connection:
+        def one(sql: str) -> int:
+            return int(connection.execute(sql).fetchone()[0])
+
+        def rows(sql: str) -> list[tuple[object, ...]]:
+            return connection.execute(sql).fetchall()
+
+        integrity = [row[0] for row in rows("PRAGMA integrity_check")]
+        if integrity != ["ok"]:
+            failures.append(f"integrity_check: {integrity[:5]}")
+        broken_keys = rows("PRAGMA foreign_key_check")
+        if broken_keys:
+            failures.append(f"foreign_key_check: {broken_keys[:5]}")
+        status, target = rows("SELECT status, iterations_target FROM runs WHERE id = 1")[0]
+        if status != "finished" or target != budget:
+            failures.append(f"run 1 is {status!r} with budget {target}, not 'finished' with {budget}")
+        calls = dict(rows("SELECT iteration, COUNT(*) FROM attempts WHERE run_id = 1 AND kind = 'policy_call' "
+                          "AND iteration > 0 GROUP BY iteration"))
+        done = {row[0] for row in rows("SELECT DISTINCT iteration FROM attempts WHERE run_id = 1 "
+                                       "AND kind != 'policy_call' AND iteration > 0")}
+        if done != set(range(1, budget + 1)):
+            failures.append(f"iterations with an outcome: {len(done)}, not exactly 1..{budget} "
+                            f"(missing {sorted(set(range(1, budget + 1)) - done)[:10]}, "
+                            f"beyond {sorted(done - set(range(1, budget + 1)))[:10]})")
+        twice = {iteration: count for iteration, count in calls.items() if count > 1}
+        if twice or set(calls) - set(range(1, budget + 1)):
+            failures.append(f"iterations stored twice (policy calls per iteration): {dict(list(twice.items())[:10])}")
+        duplicated = rows("SELECT COUNT(*) FROM programs WHERE run_id = 1 GROUP BY code HAVING COUNT(*) > 1")
+        if duplicated:
+            failures.append(f"{len(duplicated)} program codes stored more than once")
+        per_iteration = rows("SELECT iteration, COUNT(*) FROM programs WHERE run_id = 1 GROUP BY iteration "
+                             "HAVING COUNT(*) > 1")
+        if per_iteration:
+            failures.append(f"iterations with more than one program (answers = 1): {per_iteration[:10]}")
+        orphans = one("SELECT COUNT(*) FROM programs p LEFT JOIN programs q ON q.id = p.parent_id "
+                      "WHERE p.parent_id IS NOT NULL AND q.id IS NULL")
+        if orphans:
+            failures.append(f"{orphans} programs whose parent is not in the store")
+        unscored = one("SELECT COUNT(*) FROM programs p LEFT JOIN scores s ON s.program_id = p.id "
+                       "WHERE s.program_id IS NULL")
+        if unscored:
+            failures.append(f"{unscored} programs without a score row")
+        counts = {"iterations": len(done), "policy_calls": sum(calls.values()),
+                  "programs": one("SELECT COUNT(*) FROM programs WHERE run_id = 1"),
+                  "attempts": one("SELECT COUNT(*) FROM attempts WHERE run_id = 1")}
+    return counts, failures
+
+
+# ---------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kills", type=int, default=5, help="SIGKILLs before the run may finish (N)")
+    parser.add_argument("--iterations", type=int, default=0, help="budget (default: 20 + 4 per kill)")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the kill instants, the answers and the run")
+    parser.add_argument("--min-delay", type=float, default=1.5, help="earliest kill, seconds after a start")
+    parser.add_argument("--max-delay", type=float, default=7.0, help="latest kill, seconds after a start")
+    parser.add_argument("--lease-s", type=float, default=2.0, help="EVOLVE_LEASE_S for the run (short: a killed "
+                        "holder's lease expires fast)")
+    parser.add_argument("--keep", type=Path, default=None, help="folder for the store and logs (default: temporary)")
+    args = parser.parse_args(argv)
+    if args.kills < 0 or args.iterations < 0 or not 0 < args.min_delay <= args.max_delay:
+        parser.error("--kills and --iterations must be >= 0 and 0 < --min-delay <= --max-delay")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    budget = args.iterations or 20 + 4 * args.kills
+    rng = random.Random(args.seed)
+    started = time.monotonic()
+    folder = args.keep or Path(tempfile.mkdtemp(prefix="kill-loop-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    db = folder / "kill_loop.db"
+    if db.exists():
+        raise SystemExit(f"{db} exists: give --keep an empty folder")
+    answers = FakeAnswers(args.seed)
+    server = fake_server(answers)
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    config = write_config(folder, url, budget, args.seed)
+    environment = {**os.environ, "EVOLVE_LEASE_S": f"{args.lease_s:g}", "PYTHONUNBUFFERED": "1"}
+    evolve = [sys.executable, "-m", "evolve.cli.main", "run", "--plain"]
+    fresh, resume = [*evolve, "--config", str(config)], [*evolve, "--resume", "1", "--db", str(db)]
+    landed = refused = 0
+    progress: list[int] = []
+    try:
+        while landed < args.kills:
+            command = resume if has_run(db) else fresh
+            outcome = start_once(command, folder, environment, rng.uniform(args.min_delay, args.max_delay), db)
+            if outcome.killed:
+                landed += 1
+                progress.append(outcome.iterations_after)
+                print(f"kill {landed}/{args.kills}: iterations {outcome.iterations_before} -> "
+                      f"{outcome.iterations_after}", flush=True)
+            elif refused_for_lease(outcome):
+                refused += 1
+                time.sleep(args.lease_s / 2)
+            elif outcome.returncode == 0:
+                print(f"the run finished before kill {landed + 1}; raise --iterations", flush=True)
+                break
+            else:
+                print(f"evolve run failed (exit {outcome.returncode}):\n{outcome.output[-3000:]}", file=sys.stderr)
+                return 1
+        while True:  # the last resume runs to the end
+            outcome = start_once(resume if has_run(db) else fresh, folder, environment, None, db)
+            if not refused_for_lease(outcome):
+                break
+            refused += 1
+            time.sleep(args.lease_s / 2)
+        if outcome.returncode != 0:
+            print(f"the final resume failed (exit {outcome.returncode}):\n{outcome.output[-3000:]}", file=sys.stderr)
+            return 1
+        counts, failures = check_store(db, budget)
+    finally:
+        server.shutdown()
+    wall_s = time.monotonic() - started
+    print(f"kill loop: N = {args.kills}, kills landed {landed}, resumes refused for a live lease {refused}, "
+          f"budget {budget}, wall {wall_s:.1f} s, policy requests served {answers.served}")
+    print(f"iterations committed at each kill: {progress}")
+    print("final: " + ", ".join(f"{name} {value}" for name, value in counts.items()))
+    for failure in failures:
+        print(f"FAILED: {failure}")
+    if not failures:
+        print("every check holds: budget exact, no iteration twice, no duplicate program, integrity ok, "
+              "every parent present, every program scored")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
