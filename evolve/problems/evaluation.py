@@ -1,7 +1,10 @@
 """The trusted evaluator process: scores one program with its problem's evaluator.py, apart from the engine.
 
 `evaluate_program` (engine side) writes the code to a temporary file and starts
-`python -m evolve.problems.evaluation PROBLEM_DIR PROGRAM_PATH` in its own session under a hard deadline.
+`python -m evolve.problems.evaluation` in its own session under a hard deadline; the problem folder and the
+program path go in on its stdin as one JSON object, never in its argv (which any process may read).
+Its temporary folder is named after the engine process, and each evaluation first removes the folders of
+engine processes that were killed before they could (evolve/sandbox/housekeeping.py).
 That worker (this module's __main__) imports the problem's evaluator.py, calls
 `evaluate(program_path, sandbox)` (or OpenEvolve's `evaluate(program_path)`), checks what came back
 against the declared objectives and writes one JSON object on stdout. The worker never imports the
@@ -17,9 +20,9 @@ import json
 import math
 import numbers
 import os
+import shutil
 import signal
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -32,11 +35,13 @@ from evolve.evaluator_api import CandidateFailure, EvaluationResult
 from evolve.problems.problem import Problem, ProblemError, load_problem
 from evolve.records import Evaluation, FailureKind
 from evolve.sandbox.core import Sandbox
+from evolve.sandbox.housekeeping import make_owned_folder, remove_stale_folders
 
 _MARGIN_S = 15.0  # two interpreter starts, imports and the evaluator's own work, beyond the candidate's limit
 _GRACE_S = 1.0  # after SIGTERM the worker stops its sandbox children; then the whole group gets SIGKILL
 _MAX_ARTIFACT_CHARS = 2000
 _MAX_DETAIL_CHARS = 500
+FOLDER_PREFIX = "evolve-eval-"
 
 
 def evaluation_timeout(problem: Problem) -> float:
@@ -104,16 +109,19 @@ async def evaluate_program(problem: Problem, code: str, timeout_s: float | None 
     """Score `code` in a fresh trusted evaluator process; every failure comes back as an Evaluation."""
     deadline = timeout_s if timeout_s is not None else evaluation_timeout(problem)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="evolve-eval-") as folder:
-        program_path = Path(folder) / "program.py"
+    remove_stale_folders(FOLDER_PREFIX)
+    folder = make_owned_folder(FOLDER_PREFIX)
+    try:
+        program_path = folder / "program.py"
         program_path.write_text(code)
+        job = json.dumps({"problem_dir": str(problem.path), "program_path": str(program_path)}).encode()
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "evolve.problems.evaluation", str(problem.path), str(program_path),
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            sys.executable, "-m", "evolve.problems.evaluation",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
         )
         try:
-            stdout, stderr = await asyncio.wait_for(process.communicate(), deadline)
+            stdout, stderr = await asyncio.wait_for(process.communicate(job), deadline)
         except TimeoutError:
             await _stop(process)
             return Evaluation(ok=False, failure="timeout", detail=f"the evaluation took over {deadline:g}s",
@@ -122,6 +130,8 @@ async def evaluate_program(problem: Problem, code: str, timeout_s: float | None 
             await _stop(process)
             raise
         _signal_group(process.pid, signal.SIGKILL)  # anything the evaluator left running
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     wall_s = time.monotonic() - started
     evaluation = _parse_worker_output(stdout)
     if evaluation is None:
@@ -252,11 +262,27 @@ def _stop_children(signum: int, frame: FrameType | None) -> None:
     raise _Stopped
 
 
+def read_job(stdin: bytes) -> tuple[str, str] | None:
+    """(problem folder, program path) from the JSON object on the worker's stdin; None if it is not one."""
+    try:
+        job = json.loads(stdin)
+    except ValueError:
+        return None
+    if not isinstance(job, dict) or not all(isinstance(job.get(key), str) for key in ("problem_dir", "program_path")):
+        return None
+    return job["problem_dir"], job["program_path"]
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: python -m evolve.problems.evaluation PROBLEM_DIR PROGRAM_PATH", file=sys.stderr)
+    job = read_job(sys.stdin.buffer.read()) if not argv else None
+    if job is None:
+        print('usage: echo \'{"problem_dir": DIR, "program_path": FILE}\' | python -m evolve.problems.evaluation',
+              file=sys.stderr)
         return 2
-    problem_dir, program_path = argv
+    problem_dir, program_path = job
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)  # the evaluator reads nothing more from the engine
+    os.close(devnull)
     result_stream = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # whatever the evaluator prints goes to stderr and cannot be taken for the result
     signal.signal(signal.SIGTERM, _stop_children)

