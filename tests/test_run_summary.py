@@ -95,14 +95,31 @@ def test_summary_counts_outcomes_without_the_seed_and_failures_by_reason(store: 
                                    "policy_error: ReadTimeout": 1, "edit_failed: no answer in the completion": 1}
 
 
-def test_throughput_is_tokens_over_generation_time_and_iterations_over_wall_time(store: ProgramStore,
+def test_throughput_is_tokens_over_wall_time_and_per_request_over_summed_latency(store: ProgramStore,
                                                                                    db: Path) -> None:
-    run, _ = build_run(store, db)
-    t = run_summary_dict(store, run)["throughput"]
+    run, _ = build_run(store, db)  # stored without the active clock: the wall time is created -> updated
+    summary = run_summary_dict(store, run)
+    t = summary["throughput"]
     assert (t["policy_calls"], t["policy_errors"], t["completion_tokens"], t["prompt_tokens"]) == (5, 1, 200, 500)
-    assert (t["generation_s"], t["tokens_per_s"], t["mean_latency_s"]) == (10.0, 20.0, 2.0)
+    assert (t["generation_s"], t["tokens_per_request_s"], t["mean_latency_s"]) == (10.0, 20.0, 2.0)
     assert t["wall_s"] == 720.0 and t["iterations_per_min"] == pytest.approx(0.5)
-    assert t["tokens_per_wall_s"] == pytest.approx(200 / 720)
+    assert t["tokens_per_s"] == pytest.approx(200 / 720)
+    assert summary["iterations_with_child"] == 4  # iterations 1, 2, 4, 6
+
+
+def test_wall_time_is_the_active_clock_without_the_time_the_run_lay_killed(store: ProgramStore, db: Path) -> None:
+    run = store.create_run("killed-once", "tests3", POLICY, 0, "{}", 4)
+    store.record_iteration(run, 0, [child(0, None, (0, 0, 0))], run_elapsed_s=1.0)
+    empty = AttemptRecord("edit_failed", "no answer in the completion", completion="...")
+    store.record_iteration(run, 1, [call(4.0, 30), empty], policy=POLICY, run_elapsed_s=10.0)
+    # killed here for an hour; the resumed process's clock goes on from 10 s
+    store.record_iteration(run, 2, [call(4.0, 30), empty], policy=POLICY, run_elapsed_s=15.0)
+    with sqlite3.connect(db) as connection:
+        connection.execute("UPDATE runs SET created_at = '2025-01-01 00:00:00.000000', "
+                           "updated_at = '2025-01-01 01:00:15.000000' WHERE id = ?", (run,))
+    t = run_summary_dict(store, run)["throughput"]
+    assert t["wall_s"] == 15.0 and t["tokens_per_s"] == pytest.approx(60 / 15)
+    assert t["iterations_per_min"] == pytest.approx(2 / 0.25)
 
 
 def test_terminal_view_shows_the_same_numbers_and_the_best_code(store: ProgramStore, db: Path) -> None:
@@ -114,8 +131,9 @@ def test_terminal_view_shows_the_same_numbers_and_the_best_code(store: ProgramSt
                      f"first solved  #{four} at iteration 4",
                      "outcomes      child 4, policy_error 1, edit_failed 1, duplicate 1, eval_failed 1",
                      "5 (1 failed), mean latency 2.00 s",
-                     "200 completion, 500 prompt; 20.0 tokens/s over 10.0 s of generation, 0.3 tokens/s over the",
-                     "0.50 iterations/min over the wall time", "(wall 12m 00s)", "eval_failed: crash",
+                     "200 completion, 500 prompt; 0.3 tokens/s over the active wall time, 20.0 tokens/s per request",
+                     "(10.0 s of summed", "0.50 iterations/min over the active wall time", "(active 12m 00s)",
+                     "eval_failed: crash",
                      "3/3 111", f"code of the best program #{four}", "return 4"):
         assert expected in text, expected
     assert text.index(f"#{four} ") < text.index("3/3 111")

@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-import signal
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
 from rich.syntax import Syntax
 
-from evolve.cli.progress import ProgressView, summary_rows
+from evolve.cli.progress import ProgressView
 from evolve.config import RunConfig
 from evolve.engine.controller import Controller, RunStats
+from evolve.engine.driving import cancelled_by_signals, resumed_config
 from evolve.errors import UserError
 from evolve.policies.base import Policy, PolicyUnavailable
 from evolve.policies.factory import open_policy
 from evolve.problems.problem import Problem, load_problem
-from evolve.store.program_store import ProgramStore
+from evolve.report.run_summary import RunSummary, summarize
+from evolve.search.prompt_templates import load_template
+from evolve.store.program_store import LeaseLostError, ProgramStore, UnknownIdError
 
 
 class RunError(UserError, RuntimeError):
@@ -35,64 +38,76 @@ def problem_for(config: RunConfig) -> Problem:
     return load_problem(config.run.problem, Path(config.run.programs_dir))
 
 
-def start_or_resume(store: ProgramStore, config: RunConfig, resume: int | None) -> tuple[int, RunConfig]:
-    """The run to drive and its config: a new run, or the stored one (its own config) on resume."""
-    if resume is None:
-        run_id = store.create_run(
-            name=config.run.name or f"{config.run.problem}-{config.policy.name}-s{config.run.seed}",
-            problem=config.run.problem,
-            policy=config.policy.name,
-            seed=config.run.seed,
-            config_json=config.model_dump_json(),
-            iterations_target=config.run.iterations,
-        )
-        return run_id, config
+def new_run(store: ProgramStore, config: RunConfig) -> int:
+    """A new run of `config` in the store (called once its problem and policy have loaded)."""
+    return store.create_run(
+        name=config.run.name or f"{config.run.problem}-{config.policy.name}-s{config.run.seed}",
+        problem=config.run.problem,
+        policy=config.policy.name,
+        seed=config.run.seed,
+        config_json=config.model_dump_json(),
+        iterations_target=config.run.iterations,
+    )
+
+
+def resumed(store: ProgramStore, config: RunConfig, resume: int) -> RunConfig:
+    """The stored run's own config, found in config.run.db."""
     try:
-        info = store.get_run(resume)
-    except Exception as exc:
+        return resumed_config(store, resume, config.run.db)
+    except UnknownIdError as exc:
         raise RunError(f"no run {resume} in {config.run.db}") from exc
-    stored = RunConfig.model_validate_json(info.config_json)
-    # the store is where we found the run, wherever the stored config said it was
-    stored = stored.model_copy(update={"run": stored.run.model_copy(update={"db": config.run.db})})
-    return resume, stored
 
 
 async def _drive(controller: Controller, policy: Policy) -> RunStats:
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        if task is not None:
-            loop.add_signal_handler(sig, task.cancel)
     try:
-        return await controller.run()
+        with cancelled_by_signals():
+            return await controller.run()
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
         await policy.close()
 
 
 def run_evolution(config: RunConfig, resume: int | None = None, console: Console | None = None,
                   live: bool | None = None) -> RunOutcome:
+    """Start a run of `config`, or resume run `resume` with its stored config, and drive it to its budget.
+
+    The process holds the run's lease while it drives it: a resume of a run another live process drives is
+    refused (LeaseHeldError, one line) before the problem or the model loads. A new run is written to the store
+    only once its problem and its policy have loaded, so a failed start leaves no run behind."""
     console = console or Console()
     store = ProgramStore(config.run.db, mode="create" if resume is None else "existing")
-    run_id, config = start_or_resume(store, config, resume)
-    problem = problem_for(config)
+    with ExitStack() as held:
+        if resume is not None:
+            config = resumed(store, config, resume)
+            held.enter_context(store.driving(resume))
+        problem = problem_for(config)
+        load_template(config.policy.template)  # a missing template stops us before the model loads, too
+        policy = held.enter_context(open_policy(config.policy, config.run.seed, config.run.concurrency))
+        run_id = resume if resume is not None else new_run(store, config)
+        if resume is None:
+            held.enter_context(store.driving(run_id))
+        return _drive_run(store, config, problem, policy, run_id, resume is not None, console, live)
+
+
+def _drive_run(store: ProgramStore, config: RunConfig, problem: Problem, policy: Policy, run_id: int,
+               resuming: bool, console: Console, live: bool | None) -> RunOutcome:
+    """Drive a run whose lease this process holds, write its final status, and report."""
     store.set_run_status(run_id, "running")
-    verb = "resuming" if resume is not None else "starting"
     console.print(
-        f"{verb} run {run_id}: problem [bold]{problem.name}[/] ({len(problem.objectives)} objectives), "
-        f"policy [bold]{config.policy.name}[/] ({config.policy.backend}: {config.policy.model}), "
-        f"{config.run.iterations} iterations, seed {config.run.seed}, store {config.run.db}",
+        f"{'resuming' if resuming else 'starting'} run {run_id}: problem [bold]{problem.name}[/] "
+        f"({len(problem.objectives)} objectives), policy [bold]{config.policy.name}[/] "
+        f"({config.policy.backend}: {config.policy.model}), {config.run.iterations} iterations, "
+        f"seed {config.run.seed}, store {config.run.db}",
         highlight=False,
     )
     title = f"evolve run {run_id}: {problem.name} x {config.policy.name}"
     resume_hint = f"evolve run --resume {run_id} --db {config.run.db}"
     controller: Controller | None = None
     try:
-        with open_policy(config.policy, config.run.seed, config.run.concurrency) as policy, \
-                ProgressView(title, console, live) as view:
+        with ProgressView(title, console, live) as view:
             controller = Controller(config, problem, store, policy, run_id, on_update=view.update)
             stats = asyncio.run(_drive(controller, policy))
+    except LeaseLostError:
+        raise  # another process drives the run now: its status is not ours to write
     except (KeyboardInterrupt, asyncio.CancelledError):
         store.set_run_status(run_id, "interrupted")
         console.print(f"interrupted; continue with: {resume_hint}", highlight=False)
@@ -106,7 +121,7 @@ def run_evolution(config: RunConfig, resume: int | None = None, console: Console
         store.set_run_status(run_id, "failed")
         raise
     store.set_run_status(run_id, "finished")
-    print_summary(console, store, run_id, stats)
+    print_summary(console, store, run_id)
     return RunOutcome(run_id, "finished", stats)
 
 
@@ -114,9 +129,31 @@ def _stats(controller: Controller | None, config: RunConfig) -> RunStats:
     return controller.stats if controller else RunStats(config.run.iterations)
 
 
-def print_summary(console: Console, store: ProgramStore, run_id: int, stats: RunStats) -> None:
+def summary_lines(summary: RunSummary) -> list[tuple[str, str]]:
+    """The end-of-run rows, counted from the store over the whole run (a resumed run's earlier processes too)."""
+    done, t = summary.iterations_done, summary.throughput
+    with_child = summary.iterations_with_child
+    share = f"{with_child}/{done} ({100 * with_child / done:.0f}%)" if done else "0/0"
+    failures = ", ".join(f"{kind} {count}" for kind, count in sorted(summary.outcomes.items())
+                         if kind != "child" and count) or "none"
+    best = summary.best[0] if summary.best else None
+    solved = summary.first_solved
+    rate = f"{t.tokens_per_s:.1f} tokens/s" if t.tokens_per_s is not None else "- tokens/s"
+    return [
+        ("iterations", f"{done}/{summary.iterations_target}"),
+        ("iterations with a valid child", share),
+        ("children evaluated", str(summary.outcomes.get("child", 0))),
+        ("other outcomes", failures),
+        ("best scalar", f"{best.scalar:.4f} (program #{best.id}, iteration {best.iteration})" if best else "-"),
+        ("solved", f"yes, at iteration {solved.iteration} (program #{solved.id})" if solved else "not yet"),
+        ("generation", f"{t.completion_tokens} tokens, {rate} over {t.wall_s:.0f}s of the run's active wall time"),
+    ]
+
+
+def print_summary(console: Console, store: ProgramStore, run_id: int) -> None:
+    summary = summarize(store, run_id)
     console.rule(f"run {run_id} finished")
-    for key, value in summary_rows(stats):
+    for key, value in summary_lines(summary):
         console.print(f"[bold cyan]{key:>30}[/]  {value}", highlight=False)
     best = store.best_programs(run_id, 1)
     if best:

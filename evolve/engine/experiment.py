@@ -34,6 +34,7 @@ from evolve.engine.driving import cancelled_by_signals, resumed_config
 from evolve.policies.base import Policy, PolicyUnavailable
 from evolve.policies.factory import open_policy
 from evolve.problems.problem import Problem, load_problem, problem_key
+from evolve.search.prompt_templates import load_template
 from evolve.store.program_store import LeaseHeldError, LeaseLostError, ProgramStore, RunInfo
 
 CellKey = tuple[str, str, int]  # (problem, policy, seed)
@@ -181,6 +182,8 @@ class ExperimentRunner:
         for problem in self.spec.problems:  # a missing or broken problem folder stops us before any model loads
             load_problem(problem, Path(self.spec.run.programs_dir))
         refuse_policies_trained_on_tests(self.spec)  # before any model loads, too
+        for policy in self.spec.policies:
+            load_template(policy.template)
         self.store.save_experiment(self.spec.name, self.spec.model_dump_json())
         runs = {cell.run_id: cell for cell in self.store.experiment_cells(self.spec.name)}
         for info in self.store.list_runs():

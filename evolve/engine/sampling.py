@@ -28,6 +28,7 @@ from evolve.policies.base import Policy, PolicyUnavailable
 from evolve.policies.factory import open_policy
 from evolve.problems.problem import Problem, load_problem
 from evolve.report.passk import best_at_k, pass_at_k
+from evolve.search.prompt_templates import load_template
 from evolve.store.program_store import LeaseHeldError, LeaseLostError, ProgramStore, RunInfo
 from evolve.store.tables import utc_now
 
@@ -121,6 +122,7 @@ def latest_run(store: ProgramStore, name: str) -> RunInfo | None:
 def plan_samples(store: ProgramStore, base: RunConfig, problems: Sequence[str], answers: int) -> list[SamplePlan]:
     """Load every problem (a broken one is an error before any model loads) and find or plan its run."""
     programs_dir = Path(base.run.programs_dir)
+    load_template(base.policy.template)
     plans: list[SamplePlan] = []
     for spec in problems:
         problem = load_problem(spec, programs_dir)

@@ -4,10 +4,11 @@
 `render_run` prints them with rich. Rendering computes nothing. Names, reasons and code come from the store and
 are printed as plain text (never read as rich markup).
 
-Time: a run's wall time is created_at -> updated_at (updated at every committed iteration and status change),
-so a run resumed after a pause counts the pause too. Tokens per second divide completion tokens by the summed
-latency of the policy calls; calls in flight together overlap, so the run's aggregate rate is higher (the wall
-rate, completion tokens over wall time, is given beside it).
+Time: a run's wall time is its active wall clock, the run_elapsed_s stored with its last committed iteration:
+the time its processes ran, not the time it lay killed or paused between them (stores from before that column
+fall back to created_at -> updated_at). Tokens per second are completion tokens over that wall time, the run's
+own rate. Per request, completion tokens over the summed latency of the policy calls is a single request's
+decode rate: requests in flight together overlap, so these rates do not add up to the run's.
 """
 
 from __future__ import annotations
@@ -44,10 +45,10 @@ class Throughput:
     policy_errors: int  # calls that failed
     prompt_tokens: int
     completion_tokens: int
-    generation_s: float  # summed latency of the policy calls
-    tokens_per_s: float | None  # completion tokens / generation_s
-    wall_s: float  # created_at -> updated_at
-    tokens_per_wall_s: float | None  # completion tokens / wall_s
+    generation_s: float  # summed latency of the policy calls (overlapping calls each count in full)
+    tokens_per_s: float | None  # completion tokens / wall_s: the run's generation rate
+    tokens_per_request_s: float | None  # completion tokens / generation_s: one request's decode rate
+    wall_s: float  # the run's active wall clock (time it lay killed excluded); created_at -> updated_at in old stores
     iterations_per_min: float | None  # iterations done / wall minutes
     mean_latency_s: float | None
 
@@ -62,6 +63,7 @@ class RunSummary:
     status: str
     iterations_done: int  # iterations >= 1 with a committed outcome
     iterations_target: int
+    iterations_with_child: int  # iterations >= 1 with at least one valid child
     created_at: str  # ISO 8601 to the second, UTC
     updated_at: str
     programs: int
@@ -97,18 +99,20 @@ def summarize(store: ProgramStore, run_id: int) -> RunSummary:
         if row.kind in outcomes and row.iteration > 0:
             outcomes[row.kind] += 1
     done = sum(1 for iteration in store.completed_iterations(run_id) if iteration >= 1)
+    with_child = len({row.iteration for row in attempts if row.kind == "child" and row.iteration >= 1})
     generation_s = sum(row.latency_s for row in calls)
     completion_tokens = sum(row.completion_tokens for row in calls)
-    wall_s = max(0.0, (run.updated_at - run.created_at).total_seconds())
+    wall_s = store.run_elapsed_s(run_id) or max(0.0, (run.updated_at - run.created_at).total_seconds())
     throughput = Throughput(
         policy_calls=len(calls), policy_errors=outcomes["policy_error"],
         prompt_tokens=sum(row.prompt_tokens for row in calls), completion_tokens=completion_tokens,
-        generation_s=generation_s, tokens_per_s=_ratio(completion_tokens, generation_s), wall_s=wall_s,
-        tokens_per_wall_s=_ratio(completion_tokens, wall_s), iterations_per_min=_ratio(done, wall_s / 60),
-        mean_latency_s=_ratio(generation_s, len(calls)))
+        generation_s=generation_s, tokens_per_s=_ratio(completion_tokens, wall_s) if calls else None,
+        tokens_per_request_s=_ratio(completion_tokens, generation_s), wall_s=wall_s,
+        iterations_per_min=_ratio(done, wall_s / 60), mean_latency_s=_ratio(generation_s, len(calls)))
     return RunSummary(
         run_id=run.id, name=run.name, problem=run.problem, policy=run.policy, seed=run.seed, status=run.status,
-        iterations_done=done, iterations_target=run.iterations_target, created_at=_iso(run.created_at),
+        iterations_done=done, iterations_target=run.iterations_target, iterations_with_child=with_child,
+        created_at=_iso(run.created_at),
         updated_at=_iso(run.updated_at), programs=store.count_programs(run_id),
         best=tuple(_brief(program) for program in best), first_solved=_brief(solved) if solved else None,
         outcomes=outcomes, failures=store.failure_counts(run_id), throughput=throughput,
@@ -151,16 +155,17 @@ def render_run(store: ProgramStore, run_id: int, console: Console) -> None:
     rows = [
         ("problem", s.problem), ("policy", s.policy), ("seed", str(s.seed)), ("status", s.status),
         ("iterations", f"{s.iterations_done}/{s.iterations_target}"), ("programs", str(s.programs)),
-        ("created", s.created_at), ("updated", f"{s.updated_at} (wall {_duration(t.wall_s)})"),
+        ("created", s.created_at), ("updated", f"{s.updated_at} (active {_duration(t.wall_s)})"),
         ("first solved", f"#{s.first_solved.id} at iteration {s.first_solved.iteration}" if s.first_solved
          else "not solved"),
         ("outcomes", ", ".join(f"{kind} {count}" for kind, count in s.outcomes.items())),
         ("policy calls", f"{t.policy_calls} ({t.policy_errors} failed), mean latency "
                          f"{_number(t.mean_latency_s, ' s', 2)}"),
         ("tokens", f"{t.completion_tokens} completion, {t.prompt_tokens} prompt; "
-                   f"{_number(t.tokens_per_s)} tokens/s over {t.generation_s:.1f} s of generation, "
-                   f"{_number(t.tokens_per_wall_s)} tokens/s over the wall time"),
-        ("pace", f"{_number(t.iterations_per_min, digits=2)} iterations/min over the wall time"),
+                   f"{_number(t.tokens_per_s)} tokens/s over the active wall time, "
+                   f"{_number(t.tokens_per_request_s)} tokens/s per request ({t.generation_s:.1f} s of summed "
+                   "request time; requests overlap)"),
+        ("pace", f"{_number(t.iterations_per_min, digits=2)} iterations/min over the active wall time"),
     ]
     for key, value in rows:
         facts.add_row(key, Text(value))

@@ -133,18 +133,16 @@ class ProgramStore:
         if not taken:
             current = self.lease(run_id)
             holder = current.describe(utc_now()) if current else "another process"
-            raise LeaseHeldError(f"run {run_id} is being driven by {holder}; only one process may write a run: "
-                                 "wait for it to end or stop it (a killed process's lease lapses on its own)")
+            raise LeaseHeldError(f"run {run_id} is being driven by {holder}; one process writes a run at a time: "
+                                 "wait for that one to end, or stop it (a killed one's lease lapses by itself)")
         self._lease_s = lease_s
         self._held.add(run_id)
 
     def renew_lease(self, run_id: int) -> bool:
-        """Push the lease's expiry on; False when the lease is no longer this store's."""
+        """Push the lease's expiry on; False when the lease is no longer this store's (its writes of the run then
+        fail with LeaseLostError until it releases the lease)."""
         with self._write(f"the lease of run {run_id}") as session:
-            kept = session.execute(leases.renew(run_id, self.holder, utc_now(), self._lease_s)).rowcount == 1
-        if not kept:
-            self._held.discard(run_id)
-        return kept
+            return session.execute(leases.renew(run_id, self.holder, utc_now(), self._lease_s)).rowcount == 1
 
     def release_lease(self, run_id: int) -> None:
         """Give the run up (nothing happens if this store does not hold it)."""
@@ -178,7 +176,6 @@ class ProgramStore:
         when another process took the run after this one's lease lapsed."""
         if run_id in self._held and session.execute(
                 leases.renew(run_id, self.holder, utc_now(), self._lease_s)).rowcount != 1:
-            self._held.discard(run_id)
             taker = self.lease(run_id)
             raise LeaseLostError(f"run {run_id} was taken over by {taker.process if taker else 'another process'} "
                                  "after this process's lease lapsed; this process stopped writing it")

@@ -1,0 +1,193 @@
+"""One writer per run: the run lease in the store, against real `evolve run` processes and a real SQLite store.
+
+The policy is a tiny OpenAI-compatible server on loopback (a thread of this test process) that answers every
+request after a short delay with a completion holding no code; each iteration is then a policy call and an
+`edit_failed` outcome, so a run's pace is the server's delay and the tests take seconds. EVOLVE_LEASE_S makes the
+leases short so that a killed holder's lease lapses quickly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from evolve.cli.main import main
+from evolve.store.program_store import ChildRecord, LeaseHeldError, LeaseLostError, ProgramStore
+
+ROOT = Path(__file__).resolve().parents[1]
+ITERATIONS = 24
+REPLY_DELAY_S = 0.2  # 24 iterations: the winner of the race drives for seconds, the loser meets its lease
+LEASE_S = 3.0
+
+
+class _Replies(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        time.sleep(REPLY_DELAY_S)
+        body = json.dumps({"choices": [{"message": {"content": "I have no code for this."}, "finish_reason": "stop"}],
+                           "usage": {"prompt_tokens": 10, "completion_tokens": 7}}).encode()
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except OSError:
+            pass  # a client killed with -9 mid-request
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (http.server's name)
+        pass
+
+
+@pytest.fixture(scope="module")
+def policy_url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Replies)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+def evolve_run(db: Path, url: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "evolve.cli.main", "run", "--plain", "--db", str(db), "--problem", "fizzbuzz",
+            "--iterations", str(ITERATIONS), "--set", "policy.backend='openai'", "--set", f"policy.url='{url}'",
+            "--set", "policy.model='fake'", "--set", "run.concurrency=1", *extra]
+
+
+def lease_env() -> dict[str, str]:
+    return {**os.environ, "EVOLVE_LEASE_S": str(LEASE_S), "COLUMNS": "500"}  # no wrapping of the one line
+
+
+def committed_iterations(db: Path) -> list[int]:
+    """The iteration of every terminal attempt >= 1 (one per answer; here one answer per iteration)."""
+    with sqlite3.connect(db) as connection:
+        return [row[0] for row in connection.execute(
+            "SELECT iteration FROM attempts WHERE kind != 'policy_call' AND iteration > 0 ORDER BY iteration")]
+
+
+def test_two_resumes_racing_for_a_killed_run_one_drives_it_the_other_is_refused_in_one_line(
+        tmp_path: Path, policy_url: str) -> None:
+    db = tmp_path / "race.db"
+    first = subprocess.Popen(evolve_run(db, policy_url), cwd=ROOT, env=lease_env(), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and first.poll() is None:
+        time.sleep(0.1)
+        try:
+            if len(committed_iterations(db)) >= 3:
+                break
+        except sqlite3.OperationalError:
+            continue  # the tables are not there yet
+    assert first.poll() is None, "the first run ended before it could be killed"
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    before = committed_iterations(db)
+    assert 3 <= len(before) < ITERATIONS
+
+    with sqlite3.connect(db) as connection:  # the dead holder's lease is still there, live for up to LEASE_S
+        (holder,) = connection.execute("SELECT holder FROM run_leases WHERE run_id = 1").fetchone()
+    assert holder.split(":")[1] == str(first.pid)
+    time.sleep(LEASE_S)  # now it has lapsed: the race below is between the two resumes only
+
+    resumes = [subprocess.Popen(evolve_run(db, policy_url, "--resume", "1"), cwd=ROOT, env=lease_env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    outputs = [process.communicate(timeout=120)[0] for process in resumes]
+    codes = sorted(process.returncode for process in resumes)
+    assert codes == [0, 1], outputs
+    refused = next(out for process, out in zip(resumes, outputs, strict=True) if process.returncode == 1)
+    driver = next(process for process in resumes if process.returncode == 0)
+    summary = " ".join(next(out for process, out in zip(resumes, outputs, strict=True) if process is driver).split())
+    # the end-of-run figures count the whole run from the store, not only the resumed process's part
+    assert f"iterations {ITERATIONS}/{ITERATIONS}" in summary and f"edit_failed {ITERATIONS}" in summary, summary
+    assert f"{ITERATIONS * 7} tokens" in summary, summary
+    assert refused.strip().count("\n") == 0, refused  # one line
+    assert f"run 1 is being driven by {os.uname().nodename}:{driver.pid} (lease renewed" in refused, refused
+    assert "Traceback" not in refused
+
+    after = committed_iterations(db)
+    assert after == list(range(1, ITERATIONS + 1))  # the budget exactly, no iteration twice
+    with sqlite3.connect(db) as connection:
+        calls = connection.execute("SELECT COUNT(*) FROM attempts WHERE kind = 'policy_call'").fetchone()[0]
+        status = connection.execute("SELECT status FROM runs WHERE id = 1").fetchone()[0]
+        lease = connection.execute("SELECT holder FROM run_leases WHERE run_id = 1").fetchone()
+    assert calls == ITERATIONS and status == "finished"
+    assert lease == (None,)  # released at the end
+
+
+def seed(store: ProgramStore, run_id: int, iteration: int = 0) -> list[int]:
+    child = ChildRecord(code=f"x = {iteration}\n", parent_id=None, island=0, policy="", edit="", scores={"a": 1.0},
+                        scalar=1.0, solved=False)
+    return [program.id for program in store.record_iteration(run_id, iteration, [child])]
+
+
+def test_a_second_writer_is_refused_while_the_lease_lives_and_takes_it_once_it_lapses(tmp_path: Path) -> None:
+    db = str(tmp_path / "lease.db")
+    first, second = ProgramStore(db), ProgramStore(db)
+    run_id = first.create_run("r", "p", "pol", 0, "{}", 5)
+    first.take_lease(run_id, lease_s=0.6)
+    with pytest.raises(LeaseHeldError) as refused:
+        second.take_lease(run_id, lease_s=0.6)
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith(f"run {run_id} is being driven by {os.uname().nodename}:"
+                                                      f"{os.getpid()} (lease renewed 0 s ago, expires in")
+    seed(first, run_id)  # the holder writes; its commits renew the lease
+    time.sleep(0.8)  # the holder stops renewing (as if killed): its lease lapses
+    second.take_lease(run_id, lease_s=0.6)
+    with pytest.raises(LeaseLostError, match=f"run {run_id} was taken over by"):
+        seed(first, run_id, 1)  # the old holder's write is refused and rolled back whole
+    with pytest.raises(LeaseLostError):
+        first.set_run_status(run_id, "failed")
+    assert [p.iteration for p in second.programs(run_id)] == [0]
+    assert second.get_run(run_id).status == "running"
+    second.release_lease(run_id)
+    assert second.lease(run_id) is None
+    first.release_lease(run_id)  # giving up a lease taken over is harmless
+    first.take_lease(run_id, lease_s=0.6)  # a released lease is free at once
+
+
+def test_the_heartbeat_keeps_a_lease_alive_past_its_length_while_nothing_is_committed(tmp_path: Path) -> None:
+    db = str(tmp_path / "beat.db")
+    driver, other = ProgramStore(db), ProgramStore(db)
+    run_id = driver.create_run("r", "p", "pol", 0, "{}", 5)
+    with driver.driving(run_id, lease_s=0.6):
+        time.sleep(1.5)  # an iteration longer than the lease
+        with pytest.raises(LeaseHeldError):
+            other.take_lease(run_id, lease_s=0.6)
+        seed(driver, run_id)
+    other.take_lease(run_id, lease_s=0.6)  # released on leaving the block
+
+
+def test_an_old_store_without_the_lease_table_gets_it_on_a_writable_open(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    run_id = ProgramStore(str(db)).create_run("r", "p", "pol", 0, "{}", 5)
+    with sqlite3.connect(db) as connection:
+        connection.execute("DROP TABLE run_leases")
+    assert ProgramStore(str(db), mode="read").get_run(run_id).name == "r"  # read-only: opens, adds nothing
+    with sqlite3.connect(db) as connection:
+        assert not connection.execute("SELECT name FROM sqlite_master WHERE name = 'run_leases'").fetchall()
+    store = ProgramStore(str(db), mode="existing")
+    with store.driving(run_id):
+        assert store.lease(run_id) is not None
+
+
+@pytest.mark.parametrize("setting", [["--problem", "no_such_problem"],
+                                     ["--set", "policy.template='/nonexistent/template-folder'"]])
+def test_a_run_that_cannot_start_leaves_no_run_behind(tmp_path: Path, setting: list[str],
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "phantom.db"
+    code = main(["run", "--plain", "--db", str(db), "--iterations", "5", *setting])
+    out = capsys.readouterr().out
+    assert code == 1 and "Traceback" not in out, out
+    assert not db.exists() or ProgramStore(str(db), mode="read").list_runs() == []
