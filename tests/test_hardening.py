@@ -18,10 +18,12 @@ from evolve.problems.check import new_problem
 from evolve.problems.evaluation import evaluate_program
 from evolve.problems.problem import load_problem
 from evolve.records import Evaluation
+from evolve.sandbox.core import Sandbox, SandboxLimits
 from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore, StoreError
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = ROOT / "programs"
+HOSTILE = ROOT / "tests" / "hostile"
 HOARDER = """
 def hoard(n):
     chunks = []
@@ -54,6 +56,31 @@ def test_a_memory_bomb_through_the_new_problem_scaffold_driver_is_scored_memory(
     evaluation, took = evaluate_timed(tmp_path, "stairs", HOARDER)
     assert evaluation.failure == "memory", evaluation
     assert took < 5.0
+
+
+def test_a_memory_bomb_through_any_driver_that_catches_exception_per_input_is_scored_memory() -> None:
+    sandbox = Sandbox(SandboxLimits(wall_time_s=5.0, cpu_time_s=5.0, memory_mb=512))
+    started = time.monotonic()
+    result = sandbox.run_driver(HOSTILE / "memory_bomb.py", HOSTILE / "driver_catches_exception.py", list(range(50)))
+    assert result.status == "memory", result
+    assert time.monotonic() - started < 4.0  # swallowed, each input would allocate again until the 5 s wall clock
+    results = sandbox.run_driver_each(HOSTILE / "memory_bomb.py", HOSTILE / "driver_catches_exception.py",
+                                      [[1, 2], [3, 4]], [4.0, 4.0])
+    assert [result.status for result in results] == ["memory", "memory"], results
+
+
+def test_a_driver_still_sees_the_candidates_functions_and_its_other_failures() -> None:
+    program = HOSTILE / "raises.py"
+    result = Sandbox().run_driver(program, HOSTILE / "driver_catches_exception.py", [1, 2])
+    assert result.status == "ok" and result.value["outputs"] == ["raised ValueError"] * 2, result
+
+
+def test_deeply_nested_json_on_the_result_pipe_is_the_candidates_bad_output_not_an_evaluator_error(
+        tmp_path: Path) -> None:
+    new_problem("stairs", tmp_path)
+    evaluation, _ = evaluate_timed(tmp_path, "stairs", (HOSTILE / "deep_json.py").read_text())
+    assert evaluation.failure == "bad_output", evaluation
+    assert evaluation.detail
 
 
 # ---------------------------------------------------------------- read-only commands never create a store

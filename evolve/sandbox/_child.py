@@ -233,13 +233,53 @@ class MissingFunction(Exception):
     """The candidate does not define the function the job calls."""
 
 
+class CandidateOutOfMemory(BaseException):
+    """A MemoryError out of a candidate's function that a driver called. Not an Exception, so a driver's per-input
+    `except Exception` cannot swallow it and go on to the next input until the wall clock runs out."""
+
+
+def _escaping(function: Callable[..., object]) -> Callable[..., object]:
+    def call(*args: object, **kwargs: object) -> object:
+        try:
+            return function(*args, **kwargs)
+        except MemoryError as exc:
+            raise CandidateOutOfMemory("MemoryError") from exc
+
+    call.__name__, call.__qualname__, call.__doc__ = function.__name__, function.__qualname__, function.__doc__
+    call.__wrapped__ = function  # type: ignore[attr-defined]
+    return call
+
+
+class DriverView:
+    """The candidate module as a driver sees it: its attributes, its functions raising CandidateOutOfMemory for
+    a MemoryError. The candidate's own calls between its functions go unwrapped (no cost to recursion)."""
+
+    __slots__ = ("_module", "_wrapped")
+
+    def __init__(self, module: object) -> None:
+        object.__setattr__(self, "_module", module)
+        object.__setattr__(self, "_wrapped", {})
+
+    def __getattr__(self, name: str) -> object:
+        value = getattr(self._module, name)
+        if type(value) is not type(_escaping):
+            return value
+        wrapped = self._wrapped.get(name)
+        if wrapped is None or wrapped.__wrapped__ is not value:
+            wrapped = self._wrapped[name] = _escaping(value)
+        return wrapped
+
+    def __setattr__(self, name: str, value: object) -> None:
+        setattr(self._module, name, value)
+
+
 def guarded(action: Callable[[], object]) -> dict:
     """{"ok": True, "value": action()}, or the failure message for whatever the candidate's code raised."""
     try:
         return {"ok": True, "value": action()}
     except MissingFunction as exc:
         return {"ok": False, "kind": "crash", "detail": str(exc)}
-    except MemoryError:
+    except (MemoryError, CandidateOutOfMemory):
         return {"ok": False, "kind": "memory", "detail": "MemoryError"}
     except OSError as exc:
         print_traceback(exc)
@@ -254,7 +294,7 @@ def guarded(action: Callable[[], object]) -> dict:
 def invoke(job: dict, candidate: object, driver: object | None, payload: object) -> object:
     """candidate.<target>(*payload), or driver.drive(candidate, payload) in driver mode."""
     if driver is not None:
-        return driver.drive(candidate, payload)  # type: ignore[attr-defined]
+        return driver.drive(DriverView(candidate), payload)  # type: ignore[attr-defined]
     function = getattr(candidate, job["target"], None)
     if not callable(function):
         raise MissingFunction(f"the program defines no function '{job['target']}'")
