@@ -164,16 +164,17 @@ def _cmd_new_problem(args: argparse.Namespace, console: Console) -> int:
 def exit_code(command: Callable[[], int], console: Console) -> int:
     """Run a command: its exit code, or a mistake the user can fix as one line (ConfigError: exit 2, any other
     UserError: 1). Anything else is a bug and keeps its traceback."""
+    from rich.markup import escape
+
     from evolve.config import ConfigError
 
     try:
         return command()
-    except ConfigError as exc:
-        console.print(f"[red]config error:[/] {exc}", highlight=False, soft_wrap=True)
-        return 2
     except UserError as exc:
-        console.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        return 1
+        prefix, code = ("config error", 2) if isinstance(exc, ConfigError) else ("error", 1)
+        line = " ".join(str(exc).splitlines())  # one line even where a subclass words its own str
+        console.print(f"[red]{prefix}:[/] {escape(line)}", highlight=False, soft_wrap=True)
+        return code
 
 
 def main(argv: list[str] | None = None) -> int:

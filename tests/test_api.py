@@ -1,0 +1,194 @@
+"""The public API (`import evolve`) and UserError: light to import, every name there, a real run through it, and
+every error the user can fix printed by the CLI as one line."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import io
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+import evolve
+from evolve.cli.main import exit_code, main
+from evolve.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+RUN_LENGTH_ENCODER = '''def encode(s: str) -> str:
+    """Each run of one repeated character becomes its length followed by the character."""
+    variant = {number}
+    out = []
+    start = 0
+    while start < len(s):
+        end = start
+        while end < len(s) and s[end] == s[start]:
+            end += 1
+        out.append(f"{{end - start}}{{s[start]}}")
+        start = end
+    return "".join(out) if variant >= 0 else ""
+'''
+
+
+def test_import_evolve_loads_neither_torch_nor_transformers_nor_the_engine() -> None:
+    probe = ("import sys, evolve; heavy = [m for m in ('torch', 'transformers', 'sqlalchemy', 'evolve.engine.controller') "
+             "if m in sys.modules]; print(heavy)")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_every_public_name_resolves_without_torch() -> None:
+    probe = ("import sys, evolve; missing = [n for n in evolve.__all__ if getattr(evolve, n, None) is None]; "
+             "print(missing, 'torch' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[] False"
+
+
+def test_public_names_are_the_documented_ones() -> None:
+    for name in ("load_config", "RunConfig", "load_problem", "Problem", "ProgramStore", "run", "run_experiment",
+                 "experiment_report", "UserError", "EvaluationResult", "Sandbox", "__version__"):
+        assert name in evolve.__all__, name
+    assert evolve.UserError is UserError
+    assert evolve.run.__module__ == "evolve.api" and callable(evolve.experiment_report)
+    with pytest.raises(AttributeError):
+        evolve.no_such_name  # noqa: B018 - the attribute access is the test
+
+
+def test_python_dash_m_evolve_is_the_command_line() -> None:
+    result = subprocess.run([sys.executable, "-m", "evolve", "--help"], capture_output=True, text=True, cwd=ROOT,
+                            timeout=120)
+    assert result.returncode == 0 and "new-problem" in result.stdout, result.stderr
+
+
+# ---------------------------------------------------------------- a real run through evolve.run
+
+
+@pytest.fixture
+def encoder_server() -> Iterator[tuple[str, list[dict]]]:
+    """A real OpenAI-compatible endpoint on loopback whose every chat answer is a correct run-length encoder (a
+    different variant per request, so each child is a new program)."""
+    bodies: list[dict] = []
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            with lock:
+                bodies.append(body)
+                number = len(bodies)
+            message = {"role": "assistant", "content": RUN_LENGTH_ENCODER.format(number=number)}
+            reply = json.dumps({"choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                                "usage": {"prompt_tokens": 50, "completion_tokens": 60}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1", bodies
+    server.shutdown()
+    server.server_close()
+
+
+def test_evolve_run_drives_a_real_run_that_stores_scored_programs(tmp_path: Path,
+                                                                  encoder_server: tuple[str, list[dict]]) -> None:
+    url, bodies = encoder_server
+    db = tmp_path / "api.db"
+    overrides = {"run.problem": "run_length", "run.programs_dir": str(ROOT / "programs"), "run.iterations": 2,
+                 "run.seed": 3, "run.db": str(db), "run.concurrency": 1, "run.eval_workers": 1,
+                 "policy.backend": "openai", "policy.url": url, "policy.model": "m", "policy.name": "scripted",
+                 "policy.prefill": False, "policy.retries": 0}
+    outcome = evolve.run(overrides=overrides, console=Console(quiet=True), live=False)
+    assert outcome.status == "finished"
+    assert len(bodies) == 2
+    store = evolve.ProgramStore(str(db), mode="read")
+    assert store.count_programs(outcome.run_id) == 3  # the seed and one child per iteration
+    best = store.best_programs(outcome.run_id, 1)[0]
+    assert best.iteration >= 1 and "variant =" in best.code
+    problem = evolve.load_problem("run_length", ROOT / "programs")
+    assert problem.is_solved(best.scores), best.scores
+
+
+def test_evolve_run_refuses_overrides_on_a_built_config(tmp_path: Path) -> None:
+    with pytest.raises(evolve.ConfigError, match="model_copy"):
+        evolve.run(evolve.load_config(None), overrides={"run.seed": 2})
+
+
+# ---------------------------------------------------------------- UserError through the command line
+
+
+def _user_error_classes() -> list[type[UserError]]:
+    """Every UserError subclass in the package: found in the source (so a new module's class is not missed), then
+    imported."""
+    names = {"UserError"}
+    modules: dict[str, set[str]] = {}
+    trees = {path: ast.parse(path.read_text()) for path in (ROOT / "evolve").rglob("*.py")}
+    grew = True
+    while grew:  # subclasses of subclasses, across modules
+        grew = False
+        for path, tree in trees.items():
+            for node in ast.walk(tree):
+                bases = {getattr(base, "id", getattr(base, "attr", "")) for base in getattr(node, "bases", [])}
+                if isinstance(node, ast.ClassDef) and bases & names and node.name not in names:
+                    names.add(node.name)
+                    module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+                    modules.setdefault(module, set()).add(node.name)
+                    grew = True
+    return [getattr(importlib.import_module(module), name) for module, found in sorted(modules.items())
+            for name in sorted(found)]
+
+
+def test_the_errors_a_user_can_fix_are_user_errors() -> None:
+    found = {cls.__name__ for cls in _user_error_classes()}
+    expected = {"ProblemError", "RunError", "SeedProgramError", "StoreError", "ModelFileError", "PolicyError",
+                "TemplateError", "RolloutEngineError", "ResumeError", "ConfigError"}
+    assert expected <= found, expected - found
+
+
+def test_every_user_error_exits_1_with_one_line_and_config_errors_exit_2() -> None:
+    long_message = "programs/nope: no such problem folder (problems in programs: " + ", ".join(["x" * 12] * 20) + ")"
+    for cls in _user_error_classes():
+        def command(error_type: type[UserError] = cls) -> int:
+            raise error_type(long_message + "\nand a second line")
+
+        console = Console(record=True, width=60, file=io.StringIO())
+        code = exit_code(command, console)
+        text = console.export_text()
+        is_config = issubclass(cls, evolve.ConfigError)
+        assert code == (2 if is_config else 1), cls
+        assert text.count("\n") == 1 and text.startswith("config error: " if is_config else "error: "), (cls, text)
+        assert "and a second line" in text, cls
+
+
+def test_a_bad_problem_name_is_one_error_line_with_exit_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    code = main(["run", "--plain", "--problem", "nope", "--db", str(tmp_path / "x.db"),
+                 f"--set=run.programs_dir=\"{ROOT / 'programs'}\""])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert out.startswith("error: ") and out.count("\n") == 1 and "nope: no such problem folder" in out, out
+
+
+def test_an_engine_bug_keeps_its_traceback() -> None:
+    def command() -> int:
+        raise ZeroDivisionError("a bug, not the user's mistake")
+
+    with pytest.raises(ZeroDivisionError):
+        exit_code(command, Console(file=io.StringIO()))
