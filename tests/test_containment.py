@@ -21,10 +21,14 @@ from evolve.problems.evaluation import evaluate_program
 from evolve.problems.problem import load_problem
 from evolve.sandbox.core import Sandbox, SandboxLimits
 from evolve.sandbox.housekeeping import make_owned_folder, owner_tag
+from evolve.sandbox.supervisor import MAX_FOLDER_ENTRIES, folder_usage
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = Path(__file__).parent / "hostile"
 LIMITS = SandboxLimits(wall_time_s=5.0, cpu_time_s=3.0, memory_mb=512, max_processes=32, max_output_bytes=200_000)
+NAMESPACES = subprocess.run(
+    [sys.executable, "-c", "import ctypes; from evolve.sandbox._isolation import enter_namespaces; "
+     "assert enter_namespaces(ctypes.CDLL(None, use_errno=True))"], cwd=ROOT, capture_output=True).returncode == 0
 SLOW_FIZZBUZZ = "import time\n\ndef fizzbuzz(n):\n    time.sleep(0.05)\n    return str(n)\n"
 
 
@@ -74,6 +78,7 @@ def test_a_unix_socket_outside_the_readable_folders_cannot_be_reached(tmp_path: 
             listener.accept()
 
 
+@pytest.mark.skipif(not NAMESPACES, reason="this kernel refuses this user new namespaces")
 def test_each_network_layer_stops_a_datagram_on_its_own() -> None:
     """The network namespace alone (no seccomp): loopback is down. The seccomp filter alone: no socket at all,
     while a socketpair (which reaches nothing) still works."""
@@ -83,8 +88,8 @@ def test_each_network_layer_stops_a_datagram_on_its_own() -> None:
         port = listener.getsockname()[1]
         namespace_only = run_python(f"""
             import ctypes, socket
-            from evolve.sandbox._child import leave_network
-            assert leave_network(ctypes.CDLL(None, use_errno=True))
+            from evolve.sandbox._isolation import enter_namespaces
+            assert enter_namespaces(ctypes.CDLL(None, use_errno=True))
             try:
                 socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("127.0.0.1", {port}))
             except OSError as exc:
@@ -92,7 +97,7 @@ def test_each_network_layer_stops_a_datagram_on_its_own() -> None:
         """)
         seccomp_only = run_python(f"""
             import ctypes, socket
-            from evolve.sandbox._child import refuse_sockets
+            from evolve.sandbox._isolation import refuse_sockets
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(38, 1, 0, 0, 0)
             assert refuse_sockets(libc)
@@ -159,9 +164,31 @@ def test_many_files_each_under_the_per_file_cap_are_stopped_at_the_total_cap() -
     limits = SandboxLimits(wall_time_s=20.0, cpu_time_s=20.0, memory_mb=512, max_written_mb=16)
     started = time.monotonic()
     result = Sandbox(limits).call(HOSTILE / "write_total.py", "solve", 200)  # 800 MiB in 4 MiB files
-    assert result.status == "bad_output" and "16 MiB" in result.detail, result
+    assert result.status == "bad_output" and "write cap" in result.detail, result
     assert time.monotonic() - started < 10
     assert run("write_total", 2, limits=limits) == 2  # 8 MiB: under the cap
+
+
+@pytest.mark.skipif(not NAMESPACES, reason="this kernel refuses this user new namespaces")
+def test_with_namespaces_the_candidates_folder_is_a_filesystem_of_the_cap_size() -> None:
+    limits = SandboxLimits(max_written_mb=16)
+    result = Sandbox(limits).call(HOSTILE / "write_total.py", "capacity")
+    assert result.status == "ok" and result.value == 16 * 1024 * 1024, result
+
+
+def test_the_folder_watcher_counts_written_blocks_not_sizes_and_sees_into_locked_folders(tmp_path: Path) -> None:
+    folder = tmp_path / "candidate"
+    folder.mkdir()
+    sparse = folder / "sparse.bin"
+    with sparse.open("wb") as handle:
+        handle.seek(1 << 30)
+        handle.write(b"x")
+    locked = folder / "locked"
+    locked.mkdir()
+    (locked / "data.bin").write_bytes(os.urandom(1 << 20))
+    locked.chmod(0)
+    used, entries = folder_usage(folder, MAX_FOLDER_ENTRIES)
+    assert (1 << 20) <= used < (2 << 20) and entries == 3
 
 
 # ---------------------------------------------------------------- temporary folders of killed processes

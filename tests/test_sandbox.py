@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from evolve.sandbox._child import landlock_abi
+from evolve.sandbox._isolation import landlock_abi
 from evolve.sandbox.core import Sandbox, SandboxLimits, SandboxResult
 from evolve.sandbox.processes import cgroup_parents
 

@@ -29,10 +29,12 @@ clocks. Layers, each effective on its own (Linux only):
   Landlock only the unused uid above (when used) stops writes outside.
 - as root without the unused uid, the harness drops every capability but keeps uid 0 (so a private
   /root interpreter stays readable): the candidate cannot raise its rlimits, mount, load modules...
-- no network (see evolve/sandbox/_child.py): a network namespace of its own where the kernel allows one (root
+- no network (see evolve/sandbox/_isolation.py): a network namespace of its own where the kernel allows one (root
   always; another user where unprivileged user namespaces are allowed and not stripped by AppArmor), and a
   seccomp filter refusing socket() of every family (x86_64, aarch64), which also stops UNIX sockets on paths.
 - no other process visible: /proc is not among the Landlock read roots, so no /proc/PID/cmdline can be read.
+- a total write cap (max_written_mb): its folder is a tmpfs of that size in a mount namespace of its own
+  where namespaces are available (as for the network), else the parent sums the folder while it runs.
 - in the parent (evolve/sandbox/supervisor.py): a wall-clock deadline, a cap on stdout + stderr + result
   read incrementally, a cap on what it keeps in its folder (summed while it runs, max_written_mb), and
   SIGKILL to the process group (and cgroup or uid) at the end, in every case.
@@ -62,7 +64,14 @@ from evolve.sandbox.processes import (
     processes,
     spare_uid,
 )
-from evolve.sandbox.supervisor import RunningChild, SandboxLimits, SandboxResult, SandboxStatus, remove_folder
+from evolve.sandbox.supervisor import (
+    MAX_FOLDER_ENTRIES,
+    RunningChild,
+    SandboxLimits,
+    SandboxResult,
+    SandboxStatus,
+    remove_folder,
+)
 
 _HARNESS = Path(__file__).with_name("_child.py")
 _SYSTEM_READ_ROOTS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/dev", "/sys", "/etc/ld.so.cache",
@@ -208,6 +217,7 @@ class Sandbox:
             "uid": uid, "limits": {
                 "cpu_s": max(1, int(limits.cpu_time_s + 0.999)), "memory_bytes": limits.memory_mb * 1024 * 1024,
                 "file_bytes": min(_MAX_FILE_BYTES, limits.max_written_mb * 1024 * 1024), "nproc": nproc,
+                "folder_bytes": limits.max_written_mb * 1024 * 1024, "folder_entries": MAX_FOLDER_ENTRIES,
             },
         }).encode()
 

@@ -3,7 +3,8 @@
 evolve/sandbox/core.py starts the child (see its docstring for the confinement); RunningChild reads its output
 under the caps, sends it the calls of a session and times each round trip, kills every process of the run
 and turns how it ended into a SandboxResult. While it waits on the child it also sums what the candidate keeps
-in its folder (allocated blocks, every file and folder) a few times a second and stops it past the write cap.
+in its folder (allocated blocks, every file and folder) a few times a second and stops it past the write cap:
+the cap where the child could not mount a tmpfs of that size over its folder (evolve/sandbox/_isolation.py).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from evolve.sandbox.processes import RunCgroup, kill_uid
 SandboxStatus = Literal["ok", "timeout", "memory", "crash", "bad_output"]
 _FAILURES = ("timeout", "memory", "crash", "bad_output")
 _WRITE_CHECK_S = 0.05  # how often the candidate's folder is summed while the child runs
-_MAX_ENTRIES = 20_000  # files and folders in the candidate's folder; past it the run is bad_output too
+MAX_FOLDER_ENTRIES = 20_000  # files and folders in the candidate's folder; past it the run is bad_output too
 
 
 @dataclass(frozen=True)
@@ -222,11 +223,11 @@ class RunningChild:
         return result("crash", f"exit code {returncode} without a result")
 
     def over_write_cap(self) -> bool:
-        used, entries = folder_usage(self.workdir, _MAX_ENTRIES)
-        return used > self.limits.max_written_mb * 1024 * 1024 or entries > _MAX_ENTRIES
+        used, entries = folder_usage(self.workdir, MAX_FOLDER_ENTRIES)
+        return used > self.limits.max_written_mb * 1024 * 1024 or entries > MAX_FOLDER_ENTRIES
 
     def write_cap_detail(self) -> str:
-        return f"wrote over the {self.limits.max_written_mb} MiB (or {_MAX_ENTRIES} files) cap on its folder"
+        return f"wrote over its write cap: {self.limits.max_written_mb} MiB or {MAX_FOLDER_ENTRIES} files in its folder"
 
     def kill(self) -> None:
         """SIGKILL the child's whole process group (before it is reaped, so the group id is still ours),

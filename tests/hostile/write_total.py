@@ -9,3 +9,9 @@ def solve(files):
             for _ in range(4):
                 handle.write(block)
     return files
+
+
+def capacity():
+    """The size of the filesystem its folder is on."""
+    info = os.statvfs(".")
+    return info.f_blocks * info.f_frsize
