@@ -26,6 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from evolve.evaluator_api import CandidateFailure, EvaluationResult
+from evolve.policies.base import PolicyError
+from evolve.policies.openai_api import _parse as parse_server_reply
 from evolve.problems.evaluation import EvaluatorMistake, _parse_worker_output, check_result
 from evolve.problems.problem import Problem, load_problem
 from evolve.records import Evaluation, FailureKind
@@ -367,3 +369,26 @@ def test_any_bytes_on_the_result_pipe_are_a_result_or_bad_output_never_an_except
         with pytest.raises(CandidateFailure) as failure:  # how an evaluator passes it on
             raise CandidateFailure(result.status, result.detail)
         assert failure.value.kind == result.status
+
+
+# ---------------------------------------------------------------- (a) an OpenAI-compatible server's reply
+
+JSON_VALUES = ANY.map(lambda value: json.loads(to_json(value)))  # what a server's JSON can hold
+COMPLETION_TEXT = st.one_of(JUNK, st.text(alphabet=SURROGATE, min_size=1, max_size=3), JSON_VALUES)
+REPLIES = st.one_of(JSON_VALUES, st.fixed_dictionaries(
+    {"choices": st.one_of(JSON_VALUES, st.lists(st.one_of(JSON_VALUES, st.fixed_dictionaries(
+        {}, optional={"message": st.one_of(JSON_VALUES, st.fixed_dictionaries({}, optional={"content": COMPLETION_TEXT})),
+                      "text": COMPLETION_TEXT, "finish_reason": JSON_VALUES})), max_size=2))},
+    optional={"usage": JSON_VALUES}))
+
+
+@FUZZ
+@given(REPLIES, st.sampled_from(["chat", "completions"]))
+def test_any_server_reply_is_a_storable_completion_or_a_policy_error(reply: Any, api: str) -> None:
+    try:
+        text, finish_reason, usage = parse_server_reply(reply, api)
+    except PolicyError as error:
+        assert str(error).strip()
+        return
+    assert_storable(text)  # the completion is stored with its attempt
+    assert isinstance(finish_reason, str) and isinstance(usage, dict)

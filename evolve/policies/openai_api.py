@@ -196,6 +196,7 @@ def _parse(data: dict[str, Any], api: str) -> tuple[str, str, dict[str, Any]]:
         text = ""
     if not isinstance(text, str):
         raise PolicyError(f"the server's reply text is not a string: {str(text)[:100]}")
+    text = text.encode("utf-8", "replace").decode("utf-8")  # a lone surrogate ("\\ud800" in JSON): no store takes it
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
     return text, str(choice.get("finish_reason") or ""), usage
 
