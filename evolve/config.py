@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Discriminator, Field, Tag, ValidationError, model_validator
 
@@ -173,48 +173,20 @@ class RunConfig(StrictModel):
         return self
 
 
-def _read_location(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[list[str], type[BaseModel] | None, str]:
-    """A pydantic error's location read against the model: the key's parts (without the backend tag a policy union
-    adds), the model whose field the last part is (None past a list or a plain value), and that policy's backend."""
-    parts: list[str] = []
-    owner: type[BaseModel] | None = None
-    annotation: Any = model
-    backend = ""
-    for part in loc:
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            owner = annotation
-            field = annotation.model_fields.get(str(part))
-            annotation = field.annotation if field else None
-        elif isinstance(part, int) and get_origin(annotation) is tuple:  # an item of a list such as policies
-            owner, annotation = None, get_args(annotation)[0]
-        elif isinstance(part, str) and part in POLICY_BACKENDS:  # the union's tag: not a key of the file
-            annotation, backend = POLICY_BACKENDS[part], part
-            continue
-        else:
-            owner, annotation = None, None
-        parts.append(str(part))
-    return parts, owner, backend
-
-
 def describe_error(error: dict[str, Any], source: str, model: type[BaseModel] | None = None) -> str:
-    """One line for a pydantic error: the file, the dotted key, and what is allowed or wrong."""
-    parts, owner, backend = _read_location(model or RunConfig, tuple(error["loc"]))
-    key = ".".join(parts) or "(top level)"
-    if error["type"] == "extra_forbidden":
-        backends = [name for name, section in POLICY_BACKENDS.items() if parts[-1] in section.model_fields]
-        if backend and backends:
+    """One line for a pydantic error: the file, the dotted key, and what is allowed or wrong (toml_files'
+    wording, plus the policy union's own: a setting of another backend, a backend that is none of them)."""
+    where = toml_files.error_location(model or RunConfig, tuple(error["loc"]))
+    if error["type"] == "extra_forbidden" and where.tag:
+        backends = [name for name, section in POLICY_BACKENDS.items() if where.parts[-1] in section.model_fields]
+        if backends:
             article = "an" if backends[0][0] in "aeiouh" else "a"  # an hf, an openai, a vllm
-            return f"{source}: {key} is {article} {' or '.join(backends)} setting; this policy's backend is {backend}"
-        allowed = ", ".join(owner.model_fields) if owner else ""
-        return f"{source}: unknown key '{key}' (allowed here: {allowed})"
+            return (f"{source}: {where.key} is {article} {' or '.join(backends)} setting; "
+                    f"this policy's backend is {where.tag}")
     if error["type"] == "union_tag_invalid":  # a policy's backend that is none of the backends
-        return (f"{source}: invalid value for '{key}.backend': {error['ctx']['tag']!r} "
+        return (f"{source}: invalid value for '{where.key}.backend': {error['ctx']['tag']!r} "
                 f"(allowed: {', '.join(POLICY_BACKENDS)})")
-    if error["type"] == "value_error":  # a check across keys: the section's whole table is no help to show
-        message = error["msg"].removeprefix("Value error, ")
-        return f"{source}: {message}" if not parts else f"{source}: invalid value for '{key}': {message}"
-    value = error.get("input")
-    return f"{source}: invalid value for '{key}': {value!r} ({error['msg']})"
+    return toml_files.describe_error(error, source, model or RunConfig)
 
 
 def parse_config(data: dict[str, Any], source: str = "<config>") -> RunConfig:
