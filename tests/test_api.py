@@ -192,3 +192,21 @@ def test_an_engine_bug_keeps_its_traceback() -> None:
 
     with pytest.raises(ZeroDivisionError):
         exit_code(command, Console(file=io.StringIO()))
+
+
+def test_a_toml_file_that_cannot_be_read_is_one_line(tmp_path: Path) -> None:
+    latin1 = tmp_path / "latin1.toml"
+    latin1.write_bytes(b'[run]\nname = "caf\xe9"\n')
+    with pytest.raises(evolve.ConfigError) as error:
+        evolve.load_config(latin1)
+    assert str(error.value) == f"{latin1}: not UTF-8 text, so not a TOML file"
+    with pytest.raises(evolve.ConfigError) as error:
+        evolve.load_config(tmp_path)  # a folder
+    assert str(error.value).startswith(f"{tmp_path}: cannot read it (") and "\n" not in str(error.value)
+    folder = tmp_path / "programs" / "broken"
+    folder.mkdir(parents=True)
+    for name in ("initial.py", "evaluator.py"):
+        (folder / name).write_text("")
+    (folder / "problem.toml").write_bytes(b'name = "broken\xff"\n')
+    with pytest.raises(evolve.ProblemError, match="not UTF-8 text"):
+        evolve.load_problem("broken", tmp_path / "programs")
