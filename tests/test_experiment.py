@@ -134,7 +134,9 @@ def test_policy_failing_every_call_is_reported_as_failing_not_as_cracking_nothin
 
 
 @pytest.mark.slow
-def test_experiment_killed_mid_way_resumes_as_a_whole_with_one_run_per_cell(tmp_path: Path) -> None:
+def test_experiment_killed_mid_way_resumes_as_a_whole_with_one_run_per_cell(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EVOLVE_LEASE_S", "2")  # the killed cells' leases lapse soon after the kill
     path = write(tmp_path, SMALL)
     spec = load_experiment(path)
     command = [sys.executable, "-m", "evolve.cli.main", "experiment", str(path), "--plain"]
@@ -150,6 +152,7 @@ def test_experiment_killed_mid_way_resumes_as_a_whole_with_one_run_per_cell(tmp_
     first.wait()
     killed_at = _iterations_done(spec.db)
     assert 1 <= killed_at < 8
+    time.sleep(2)
 
     assert main(["experiment", str(path), "--plain"]) == 0
     store = ProgramStore(spec.db)

@@ -156,10 +156,11 @@ def test_budget_of_requests_per_iteration_survives_a_kill_and_the_clock_skips_th
                 f'policy.url="{server.url}"', 'policy.model="smollm2"', "policy.max_new_tokens=48",
                 "run.concurrency=2", 'run.problem="fizzbuzz"']
     started = time.monotonic()
+    short_lease = {**os.environ, "EVOLVE_LEASE_S": "3"}  # the killed run's lease lapses while it lies killed
     process = subprocess.Popen(
         evolve("run", "--plain", "--db", str(db), "--iterations", str(iterations), "--seed", "2",
                *(f"--set={setting}" for setting in settings)),
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        cwd=ROOT, env=short_lease, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + 600
     before: dict[int, Counter[str]] = {}
     while time.monotonic() < deadline and process.poll() is None:
@@ -181,7 +182,7 @@ def test_budget_of_requests_per_iteration_survives_a_kill_and_the_clock_skips_th
 
     resume_started = time.monotonic()
     resumed = subprocess.run(evolve("run", "--plain", "--resume", "1", "--db", str(db)), cwd=ROOT,
-                             capture_output=True, text=True, timeout=600)
+                             env=short_lease, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     wall = time.monotonic() - started
 

@@ -14,6 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 ITERATIONS = 10
+LEASE_S = 3  # EVOLVE_LEASE_S: the killed run's lease lapses this long after its last renewal
 
 
 def evolve(*args: str) -> list[str]:
@@ -38,8 +39,9 @@ def test_kill_9_mid_run_then_resume_loses_nothing_and_honours_budget(tmp_path: P
     db = tmp_path / "run.db"
     args = ["run", "--plain", "--config", str(ROOT / "evolve.toml"), "--db", str(db),
             "--iterations", str(ITERATIONS), "--seed", "3"]
-    process = subprocess.Popen(evolve(*args), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               start_new_session=True)
+    environment = {**os.environ, "EVOLVE_LEASE_S": str(LEASE_S)}
+    process = subprocess.Popen(evolve(*args), cwd=ROOT, env=environment, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + 600
     committed: set[int] = set()
     while time.monotonic() < deadline and process.poll() is None:
@@ -56,8 +58,9 @@ def test_kill_9_mid_run_then_resume_loses_nothing_and_honours_budget(tmp_path: P
     process.wait()
     before_programs, before_iterations = snapshot(db)
     assert 3 <= len(before_iterations) < ITERATIONS
+    time.sleep(LEASE_S)  # until then the killed process's lease refuses a resume (tests/test_lease.py)
 
-    resumed = subprocess.run(evolve("run", "--plain", "--resume", "1", "--db", str(db)), cwd=ROOT,
+    resumed = subprocess.run(evolve("run", "--plain", "--resume", "1", "--db", str(db)), cwd=ROOT, env=environment,
                              capture_output=True, text=True, timeout=900)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     after_programs, after_iterations = snapshot(db)
