@@ -255,3 +255,47 @@ def test_on_postgresql_racing_writers_get_one_lease_and_a_lapsed_one_is_taken_ov
     assert [p.iteration for p in other.programs(run_id)] == [0]
     for store in stores:
         store.close()
+
+
+def fake_policy_settings(url: str) -> list[str]:
+    return ["--set", "policy.backend='openai'", "--set", f"policy.url='{url}'", "--set", "policy.model='fake'"]
+
+
+def test_an_experiment_cell_another_process_drives_is_refused_and_the_other_cells_run(
+        tmp_path: Path, policy_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from evolve.engine.experiment import load_experiment
+
+    path = tmp_path / "exp.toml"
+    path.write_text(f'problems = ["fizzbuzz"]\nseeds = [0, 1]\niterations = 2\n[run]\nprograms_dir = '
+                    f'"{ROOT / "programs"}"\n[[policies]]\nname = "fake"\nbackend = "openai"\nurl = "{policy_url}"\n'
+                    'model = "fake"\n')
+    spec = load_experiment(path)
+    other = ProgramStore(spec.db)
+    other.save_experiment(spec.name, spec.model_dump_json())
+    config = spec.cell_config("fizzbuzz", "fake", 0)
+    held = other.create_run(config.run.name, "fizzbuzz", "fake", 0, config.model_dump_json(), 2,
+                            experiment=spec.name)
+    other.set_run_status(held, "interrupted")
+    with other.driving(held):
+        code = main(["experiment", str(path), "--plain"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert code == 1 and f"run {held} is being driven by" in out and "Traceback" not in out, out
+    store = ProgramStore(spec.db)
+    assert store.get_run(held).status == "interrupted" and store.completed_iterations(held) == set()
+    (ran,) = [cell.run_id for cell in store.experiment_cells(spec.name) if cell.run_id != held]
+    assert store.get_run(ran).status == "finished" and store.completed_iterations(ran) == {0, 1, 2}
+
+
+def test_a_sampling_run_another_process_drives_is_refused_before_anything_loads(
+        tmp_path: Path, policy_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "s.db"
+    sample = ["sample", "--problems", "fizzbuzz", "--programs-dir", str(ROOT / "programs"), "--db", str(db), "-k", "1",
+              *fake_policy_settings(policy_url)]
+    assert main([*sample, "-n", "1"]) == 0
+    other = ProgramStore(str(db))
+    (run,) = other.list_runs()
+    with other.driving(run.id):
+        code = main([*sample, "-n", "2"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert code == 1 and f"run {run.id} ({run.name}) is being sampled by" in out, out
+    assert other.get_run(run.id).iterations_target == 1  # not extended by the refused command
