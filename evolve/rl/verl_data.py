@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from evolve.config import ConfigError
-from evolve.engine.controller import SeedProgramError
+from evolve.config import ConfigError, HFPolicySection
+from evolve.engine.offspring import SeedProgramError
 from evolve.problems.problem import ProblemError, load_problem
 from evolve.rl.rollouts import parent_prompt, parents_store, refuse_tested_parents, seed_prompt, stored_parents
 from evolve.rl.verl_reward import programs_dir
@@ -48,8 +48,11 @@ async def dataset_rows(
     """One row per prompt and copy, prompts interleaved (copy 0 of each, then copy 1, ...). A prompt per problem's
     seed, and with `parents_db` per evolved parent (evolve.rl.rollouts.stored_parents), its code in `parent_code`."""
     folder = programs_dir(programs)
-    options = PromptOptions(edit_format=edit_format, answers=answers, answer_tag=answer_tag, prefill=False)
-    chosen = load_template(template)
+    # veRL renders the chat template and cannot open the assistant turn: no prefill. Unchecked, as before
+    policy = HFPolicySection.model_construct(edit_format=edit_format, answers=answers, answer_tag=answer_tag,
+                                             template=template, prefill=False)
+    options = PromptOptions.from_policy(policy)
+    chosen = load_template(policy.template)
     if parents_db:
         refuse_tested_parents(parents_db, problems)
     store = parents_store(parents_db) if parents_db else None

@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import weakref
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -46,12 +45,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from evolve.engine.controller import code_key
-from evolve.problems.evaluation import evaluate_program
+from evolve.engine.offspring import ChildScorer
 from evolve.problems.problem import Problem, load_problem
 from evolve.rl.advantages import answer_key, duplicate_mask, reward_array
 from evolve.rl.estimators import objective_weights
-from evolve.search.edits import EditError, apply_diff, apply_rewrite, split_answers
+from evolve.search.prompts import PromptOptions
 
 SCORE_KEY = "score"
 VECTORS_KEY = "reward_vectors"  # evolve.rl.verl_vpo reads this key from veRL's non_tensor_batch
@@ -61,8 +59,8 @@ SCORED_KEY = "scored_answers"
 SETTINGS = ("problem", "answers", "answer_tag", "edit_format", "prefill", "parent_code", "programs_dir", "eval_workers")
 _CACHE_SIZE = 4096  # evaluations kept per process; evaluators are taken to be deterministic, as the engine does
 
-_vectors: dict[tuple[str, str], list[float] | None] = {}
-_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+# veRL calls a plain function, so the one scorer of the process lives here: its cache outlives each call's event loop
+_scorer = ChildScorer(capacity=_CACHE_SIZE)
 
 
 def programs_dir(given: str | os.PathLike[str] | None = None) -> Path:
@@ -77,28 +75,6 @@ def programs_dir(given: str | os.PathLike[str] | None = None) -> Path:
 @lru_cache(maxsize=64)
 def _problem(name: str, folder: str) -> Problem:
     return load_problem(name, Path(folder))
-
-
-def _child(parent: str, answer: str, edit_format: str) -> str | None:
-    try:
-        return apply_diff(parent, answer) if edit_format == "diff" else apply_rewrite(parent, answer)
-    except EditError:
-        return None
-
-
-async def _vector(problem: Problem, code: str | None, workers: int) -> list[float] | None:
-    if code is None:
-        return None
-    key = (str(problem.path), code_key(code))
-    if key not in _vectors:
-        loop = asyncio.get_running_loop()
-        slots = _slots.setdefault(loop, asyncio.Semaphore(workers))
-        async with slots:
-            evaluation = await evaluate_program(problem, code)
-        if len(_vectors) >= _CACHE_SIZE:
-            _vectors.pop(next(iter(_vectors)))
-        _vectors[key] = [evaluation.scores[n] for n in problem.objectives] if evaluation.ok else None
-    return _vectors[key]
 
 
 def _settings(ground_truth: Any, extra_info: Mapping[str, Any] | None, defaults: Mapping[str, Any]) -> dict[str, Any]:
@@ -118,9 +94,11 @@ async def score_response(solution_str: str, settings: Mapping[str, Any]) -> dict
     workers = int(settings.get("eval_workers") or os.cpu_count() or 1)
     parent = str(settings.get("parent_code") or problem.initial_code)
     text = str(settings.get("prefill") or "") + solution_str
-    answers = split_answers(text, m, str(settings.get("answer_tag", "response")))[:m]
-    codes = [_child(parent, answer, str(settings.get("edit_format", "rewrite"))) for answer in answers]
-    vectors = list(await asyncio.gather(*(_vector(problem, code, workers) for code in codes)))
+    options = PromptOptions(edit_format="diff" if settings.get("edit_format") == "diff" else "rewrite", answers=m,
+                            answer_tag=str(settings.get("answer_tag", "response")))
+    children = await _scorer.score(problem, parent, text, options, workers)
+    codes = [scored.child.code for scored in children]
+    vectors = [scored.vector for scored in children]
     keys = [answer_key(code) if code is not None else None for code in codes]
     rewards = reward_array([vectors], m, len(problem.objectives), [keys])[0]
     duplicates = duplicate_mask([keys], m)[0]

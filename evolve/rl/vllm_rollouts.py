@@ -18,10 +18,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from evolve.engine.offspring import ChildScorer
 from evolve.errors import UserError
 from evolve.policies.base import cut_at_stop
 from evolve.policies.vllm_engine import NO_VLLM, vllm_environment
-from evolve.rl.rollouts import Group, Rollout, Scorer, Task, score_group
+from evolve.rl.rollouts import Group, Rollout, Task, score_group
 
 # the LoRA ranks vLLM accepts for max_lora_rank
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -91,7 +92,7 @@ class VllmSampler:
 
 
 async def collect_vllm(sampler: VllmSampler, tasks: Sequence[Task], group_size: int, seeds: Sequence[int],
-                       scorer: Scorer, temperature: float = 1.0) -> list[Group]:
+                       scorer: ChildScorer, temperature: float = 1.0) -> list[Group]:
     """One group per task, all sampled in one vLLM call (in a worker thread), then scored in the sandbox."""
     started = time.monotonic()
     sampled = await asyncio.to_thread(sampler.sample, tasks, group_size, seeds, temperature)

@@ -14,6 +14,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Literal
 
+from evolve.config import BasePolicySection
 from evolve.evaluator_api import FEEDBACK_CHARS
 from evolve.problems.problem import ProblemPrompt
 from evolve.records import MutationRequest, Program
@@ -44,6 +45,12 @@ class PromptOptions:
     example: bool = True  # the template's worked example, for one-answer rewrites
     docstrings: bool = False  # show the block's docstrings
     imports: bool = True  # name the imports outside the block
+
+    @classmethod
+    def from_policy(cls, policy: BasePolicySection) -> PromptOptions:
+        """What a policy's prompting settings ask for; fields a policy section does not have keep their defaults."""
+        return cls(edit_format=policy.edit_format, answers=policy.answers, answer_tag=policy.answer_tag,
+                   max_new_tokens_cap=policy.max_new_tokens, api=policy.api, prefill=policy.prefill)
 
 
 @dataclass(frozen=True)
