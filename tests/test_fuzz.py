@@ -22,7 +22,7 @@ from typing import Any, get_args
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from evolve.evaluator_api import CandidateFailure, EvaluationResult
@@ -162,6 +162,7 @@ def test_splitting_any_completion_into_answers_never_raises(text: str, m: int, t
 
 @FUZZ
 @given(rewrite_answers())
+@example((FIZZBUZZ, '# EVOLVE-BLOCK-START# EVOLVE-BLOCK-START\n        return "Fizz"\n', "def fizzbuzz(n: int) -> str:\n", 0))
 def test_a_malformed_rewrite_answer_is_a_child_or_an_edit_error_with_a_reason(case: tuple[str, str, str, int]) -> None:
     parent, answer, prefill, index = case
     try:

@@ -185,7 +185,8 @@ def _between_markers(text: str) -> str:
     if blocks:
         start, end = blocks[0]
         text = "\n".join(_lines(text)[start:end])
-    return "\n".join(line for line in _lines(text) if line.strip() not in (EVOLVE_START, EVOLVE_END))
+    # find_blocks takes any line that starts with a marker for one: a child must hold none of its own
+    return "\n".join(line for line in _lines(text) if not line.strip().startswith((EVOLVE_START, EVOLVE_END)))
 
 
 def _is_top_level_prose(line: str) -> bool:
@@ -347,6 +348,8 @@ def apply_rewrite(parent_code: str, answer: str, prefill: str = "", index: int =
     old_body = block_body(parent_code, index)
     code = salvage_code(prefill + answer, defined_names(old_body))
     child = replace_block(parent_code, textwrap.indent(code, block_indent(old_body)), index)
+    if _outside_blocks(child) != _outside_blocks(parent_code):  # e.g. a marker inside a string of the answer's
+        raise EditError("answer holds an EVOLVE-BLOCK marker")
     reason = _parse_error_reason(child)
     if reason:
         raise EditError(reason)
