@@ -236,12 +236,16 @@ Sandbox(SandboxLimits(wall_time_s=60, cpu_time_s=60)).call(program, "solve", 1)
     assert left.is_dir()  # nothing removed it: the caller was killed
     assert not working_in(left)  # but its child died with it
     live = make_owned_folder("evolve-sandbox-")
-    reused_pid = sandbox_parent / f"evolve-sandbox-{os.getpid()}.1-x"  # this pid, another start: a dead owner
+    here = owner_tag().rsplit(".", 1)[1]
+    reused_pid = sandbox_parent / f"evolve-sandbox-{os.getpid()}.1.{here}-x"  # this pid, another start: dead owner
     reused_pid.mkdir()
+    elsewhere = sandbox_parent / f"evolve-sandbox-{os.getpid()}.1.1-x"  # another pid namespace: never judged
+    elsewhere.mkdir()
     Sandbox(LIMITS)
     assert not left.exists() and not reused_pid.exists()
-    assert live.is_dir() and live.name.startswith(f"evolve-sandbox-{owner_tag()}-")
+    assert live.is_dir() and live.name.startswith(f"evolve-sandbox-{owner_tag()}-") and elsewhere.is_dir()
     live.rmdir()
+    elsewhere.rmdir()
 
 
 def test_a_killed_engines_evaluation_folder_is_removed_at_the_next_evaluation(sandbox_parent: Path) -> None:

@@ -219,7 +219,8 @@ def test_candidate_cannot_read_the_hidden_target_from_the_evaluator() -> None:
     result = evaluate(problem, CHEATER)
     assert not result.ok, "the candidate read the evaluator and reproduced the target"
     assert result.failure == "crash"
-    assert "PermissionError" in result.detail and "evaluator.py" in result.detail
+    # /proc is unreadable in the sandbox (and the evaluator's argv names no folder): it stops at the first step
+    assert "PermissionError" in result.detail and "/proc/" in result.detail
 
 
 # ---------------------------------------------------------------- problem.toml mistakes

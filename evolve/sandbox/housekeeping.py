@@ -1,9 +1,11 @@
 """Temporary folders that name their owning process, so folders left by a killed process can be removed later.
 
-A folder is `<prefix><pid>.<start>-<random>` in the temporary directory, where <start> is the owner's start time
-(clock ticks since boot, /proc/PID/stat field 22): a pid reused by another process does not keep a dead owner's
-folder alive. `remove_stale_folders(prefix)` removes every such folder whose owner is gone and never one whose
-owner still runs (or whose liveness cannot be read).
+A folder is `<prefix><pid>.<start>.<pidns>-<random>` in the temporary directory, where <start> is the owner's
+start time (clock ticks since boot, /proc/PID/stat field 22), so a pid reused by another process does not keep a
+dead owner's folder alive, and <pidns> the inode of its pid namespace, so a temporary directory shared with
+another container is never judged by pids that mean other processes here. `remove_stale_folders(prefix)`
+removes every such folder of this pid namespace whose owner is gone, and never one whose owner still runs (or
+whose liveness cannot be read).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 
 from evolve.sandbox.supervisor import remove_folder
 
-_OWNED = re.compile(r"(\d+)\.(\d+)-")
+_OWNED = re.compile(r"(\d+)\.(\d+)\.(\d+)-")
 
 
 def process_start(pid: int) -> int | None:
@@ -28,9 +30,17 @@ def process_start(pid: int) -> int | None:
     return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
+def pid_namespace() -> int:
+    """The inode number of this process's pid namespace (0 where it cannot be read)."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
 def owner_tag() -> str:
-    """`<pid>.<start>` of this process, for the name of a folder it owns."""
-    return f"{os.getpid()}.{process_start(os.getpid()) or 0}"
+    """`<pid>.<start>.<pidns>` of this process, for the name of a folder it owns."""
+    return f"{os.getpid()}.{process_start(os.getpid()) or 0}.{pid_namespace()}"
 
 
 def make_owned_folder(prefix: str) -> Path:
@@ -41,7 +51,7 @@ def make_owned_folder(prefix: str) -> Path:
 def owner_is_gone(name: str, prefix: str) -> bool:
     """Whether the folder `name` (under `prefix`) names an owner that has ended; False when it names none."""
     match = _OWNED.match(name[len(prefix):]) if name.startswith(prefix) else None
-    if match is None:
+    if match is None or int(match.group(3)) != pid_namespace() or pid_namespace() == 0:
         return False
     pid, start = int(match.group(1)), int(match.group(2))
     try:
