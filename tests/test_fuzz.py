@@ -87,7 +87,7 @@ SURROGATE = st.characters(categories=["Cs"])
 PIECE = st.one_of(st.sampled_from(PIECES), st.sampled_from(PARENT_LINES), st.text(max_size=12),
                   st.text(alphabet=SURROGATE, min_size=1, max_size=2))
 SEPARATOR = st.sampled_from(["\n", "\n", "\n", "", " ", "\n\n", "\r\n"])
-JUNK = st.lists(st.tuples(PIECE, SEPARATOR), max_size=40).map(lambda parts: "".join(a + b for a, b in parts))
+JUNK = st.lists(st.tuples(PIECE, SEPARATOR), max_size=16).map(lambda parts: "".join(a + b for a, b in parts))
 
 
 @st.composite
