@@ -135,6 +135,20 @@ def test_another_processes_command_line_is_unreadable() -> None:
         bystander.wait()
 
 
+@pytest.mark.skipif(not NAMESPACES, reason="this kernel refuses this user new namespaces")
+def test_without_landlock_the_mount_namespace_alone_hides_every_process(tmp_path: Path) -> None:
+    hidden = run_python(f"""
+        import ctypes, os
+        from evolve.sandbox._isolation import enter_namespaces, hide_processes, private_folder
+        libc = ctypes.CDLL(None, use_errno=True)
+        assert enter_namespaces(libc) and private_folder(libc, {str(tmp_path)!r}, 1 << 20, 100, None)
+        assert hide_processes(libc)
+        print(os.listdir("/proc"), os.path.exists("/proc/1/cmdline"), os.path.exists("/proc/self/status"))
+    """)
+    assert hidden.stdout.split("\n")[0] == "[] False False", hidden
+    assert os.path.exists("/proc/1/cmdline")  # only inside its namespace
+
+
 def test_the_evaluators_arguments_never_appear_in_any_command_line() -> None:
     problem = load_problem("fizzbuzz", ROOT / "programs")
     seen: list[bytes] = []

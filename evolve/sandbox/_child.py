@@ -189,6 +189,7 @@ def confine(job: dict) -> dict | object | None:
     limits = job["limits"]
     if _isolation.enter_namespaces(libc):
         _isolation.private_folder(libc, job["workdir"], limits["folder_bytes"], limits["folder_entries"], job["uid"])
+        _isolation.hide_processes(libc)
     _isolation.no_new_privileges(libc)
     _isolation.landlock(libc, job["workdir"], job["read_roots"], job["list_roots"])
     _isolation.drop_privileges(libc, job["uid"])  # raises (and the candidate is never run) if it cannot

@@ -2,7 +2,8 @@
 
 Namespaces (`enter_namespaces`): a network namespace of its own, whose only interface (loopback) is down, and a
 mount namespace in which the candidate's folder becomes a tmpfs of a fixed size (`private_folder`): the kernel
-refuses writes past the total cap (ENOSPC) and files past the cap on their number. Root unshares directly;
+refuses writes past the total cap (ENOSPC) and files past the cap on their number; /proc is covered by an empty
+tmpfs there (`hide_processes`), as Landlock also leaves it unreadable. Root unshares directly;
 another user creates a user namespace along with them, mapping only its own uid and gid, and gives up the
 capabilities it got there once the tmpfs is mounted. Skipped where the kernel refuses (no unprivileged user
 namespaces, or AppArmor stripping them of every capability): then the supervisor's watcher caps the folder.
@@ -35,7 +36,7 @@ _PR_SET_NO_NEW_PRIVS, _PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_A
 _PR_SET_PDEATHSIG = 1
 _CAPABILITY_VERSION_3 = 0x20080522
 _CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
-_MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 2, 4, 1 << 14, 1 << 18
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 1, 2, 4, 8, 1 << 14, 1 << 18
 _APPARMOR_USERNS = "/proc/sys/kernel/apparmor_restrict_unprivileged_userns"
 # seccomp: audit arch and the numbers of socket, io_uring_setup and pidfd_getfd on each architecture filtered.
 _SECCOMP_ARCHES = {"x86_64": (0xC000003E, (41, 425, 438)), "aarch64": (0xC00000B7, (198, 425, 438))}
@@ -136,6 +137,13 @@ def private_folder(libc: ctypes.CDLL, folder: str, max_bytes: int, max_entries: 
             handle.write(data)
         os.chown(path, uid, gid)
     return True
+
+
+def hide_processes(libc: ctypes.CDLL) -> bool:
+    """Cover /proc with an empty read-only tmpfs in this mount namespace (after private_folder, which made mounts
+    private): no process, this one included, is listed or readable there, Landlock or not. True if covered."""
+    flags = _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
+    return libc.mount(b"tmpfs", b"/proc", b"tmpfs", flags, b"size=4k,nr_inodes=1,mode=0555") == 0
 
 
 def refuse_sockets(libc: ctypes.CDLL) -> bool:
