@@ -1,10 +1,10 @@
 """RL rollouts on the engine's own mutation prompts: sample G completions per prompt, split answers, score children.
 
 A training prompt is exactly what `evolve run` would send for the problem's seed program (build_prompt on a
-MutationRequest whose parent is the seed), so the reward trained on is the reward searched with. Each completion is
-split into up to m answers (split_answers), each answer turned into a child (apply_rewrite / apply_diff) and scored
-with the problem's trusted evaluator in the sandbox. An answer that does not parse, leaves the program unchanged, or
-fails its evaluation scores a zero vector (VPO paper).
+MutationRequest whose parent is the seed), so the reward trained on is the reward searched with. Each completion
+becomes children and scores exactly as in evolution (engine.offspring: up to m answers, each edited into the parent
+and scored with the problem's trusted evaluator in the sandbox, each child once per training run). An answer that
+does not parse, leaves the program unchanged, or fails its evaluation scores a zero vector (VPO paper).
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ the same five keys every time (veRL reads the key set off the batch's first resp
 
 - ``score``: the problem's declared scalar of the best answer (0 when none scored), what veRL logs and GRPO trains on;
 - ``reward_vectors``: a JSON string of the ``m x d`` matrix built exactly as in evolution and ``evolve train``: the
-  answers split with split_answers, each child built with apply_rewrite / apply_diff and evaluated in the sandbox;
+  completion turned into children and scored by engine.offspring (split_answers, apply_rewrite / apply_diff, the
+  sandbox; each child evaluated once per process while its evaluation is among the last 4096 kept);
   an answer that is missing, does not build, changes nothing or fails its evaluation is a row of zeros, a duplicate
   child copies its first occurrence (reward_array). A string, not a nested list, because veRL's agent loop calls
   ``np.array`` on each extra key over the batch (nested lists would be stacked, or raise when problems of different
