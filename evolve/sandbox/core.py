@@ -32,7 +32,9 @@ clocks. Layers, each effective on its own (Linux only):
 - no network (see evolve/sandbox/_isolation.py): a network namespace of its own where the kernel allows one (root
   always; another user where unprivileged user namespaces are allowed and not stripped by AppArmor), and a
   seccomp filter refusing socket() of every family (x86_64, aarch64), which also stops UNIX sockets on paths.
-- no other process visible: /proc is not among the Landlock read roots, so no /proc/PID/cmdline can be read.
+- no other process visible: /proc is not among the Landlock read roots, so no /proc/PID/cmdline can be read,
+  and in its own mount namespace (when it has one) /proc is covered by an empty tmpfs. It is SIGKILLed when
+  its caller dies (parent-death signal), so a killed evaluator does not leave it running.
 - a total write cap (max_written_mb): its folder is a tmpfs of that size in a mount namespace of its own
   where namespaces are available (as for the network), else the parent sums the folder while it runs.
 - in the parent (evolve/sandbox/supervisor.py): a wall-clock deadline, a cap on stdout + stderr + result
