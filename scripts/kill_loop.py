@@ -251,7 +251,7 @@ def check_store(db: Path, budget: int) -> tuple[dict[str, int], list[str]]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=5, help="SIGKILLs before the run may finish (N)")
-    parser.add_argument("--iterations", type=int, default=0, help="budget (default: 20 + 4 per kill)")
+    parser.add_argument("--iterations", type=int, default=0, help="budget (default: 20 + 8 per kill)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the kill instants, the answers and the run")
     parser.add_argument("--min-delay", type=float, default=1.5, help="earliest kill, seconds after a start")
     parser.add_argument("--max-delay", type=float, default=7.0, help="latest kill, seconds after a start")
@@ -266,7 +266,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    budget = args.iterations or 20 + 4 * args.kills
+    budget = args.iterations or 20 + 8 * args.kills
     rng = random.Random(args.seed)
     started = time.monotonic()
     folder = args.keep or Path(tempfile.mkdtemp(prefix="kill-loop-"))
