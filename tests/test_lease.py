@@ -171,6 +171,25 @@ def test_the_heartbeat_keeps_a_lease_alive_past_its_length_while_nothing_is_comm
     other.take_lease(run_id, lease_s=0.6)  # released on leaving the block
 
 
+def test_runs_lists_a_running_run_as_killed_once_no_process_holds_its_lease(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(tmp_path / "listed.db")
+    store = ProgramStore(db)
+    run_id = store.create_run("r", "p", "pol", 0, "{}", 5)
+
+    def listed_status() -> str:
+        assert main(["runs", "--db", db]) == 0
+        row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(f"│ {run_id} "))
+        return row.split("│")[5].strip()
+
+    store.take_lease(run_id, lease_s=30)
+    assert listed_status() == "running"
+    store.release_lease(run_id)  # as a killed driver's lease once it lapses
+    assert listed_status() == "killed"
+    store.set_run_status(run_id, "finished")
+    assert listed_status() == "finished"
+
+
 def test_an_old_store_without_the_lease_table_gets_it_on_a_writable_open(tmp_path: Path) -> None:
     db = tmp_path / "old.db"
     run_id = ProgramStore(str(db)).create_run("r", "p", "pol", 0, "{}", 5)

@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
@@ -13,6 +14,9 @@ from rich.table import Table
 from evolve.cli.common import DEFAULT_CONFIG, run_config
 from evolve.cli.common import parse_setting as parse_setting  # scripts and tests import it from here
 from evolve.errors import UserError
+
+if TYPE_CHECKING:
+    from evolve.store.program_store import ProgramStore, RunInfo
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -87,11 +91,25 @@ def _cmd_runs(args: argparse.Namespace, console: Console) -> int:
         best = store.best_programs(run.id, 1)
         done = sum(1 for iteration in store.completed_iterations(run.id) if iteration >= 1)  # 0 is the seed
         table.add_row(
-            str(run.id), run.problem, run.policy, str(run.seed), run.status, f"{done}/{run.iterations_target}",
+            str(run.id), run.problem, run.policy, str(run.seed), _status(store, run), f"{done}/{run.iterations_target}",
             str(store.count_programs(run.id)), f"{best[0].scalar:.4f}" if best else "-", run.name,
         )
     console.print(table)
     return 0
+
+
+def _status(store: ProgramStore, run: RunInfo) -> str:
+    """A "running" run reads "killed" once no process holds its lease (its driver died): resume it."""
+    from evolve.store.program_store import StoreError
+    from evolve.store.tables import utc_now
+
+    if run.status != "running":
+        return run.status
+    try:
+        lease = store.lease(run.id)
+    except StoreError:  # a store written before run leases existed
+        return run.status
+    return "running" if lease is not None and lease.live(utc_now()) else "killed"
 
 
 def _cmd_problems(args: argparse.Namespace, console: Console) -> int:
