@@ -12,6 +12,8 @@ from evolve import toml_files
 from evolve.errors import UserError
 from evolve.toml_files import StrictModel
 
+MAX_SEED = 2**63 - 1  # a seed is stored in a signed 64-bit column
+
 
 class ConfigError(UserError):
     """A configuration mistake, worded as one line that names the file, the key and what is allowed."""
@@ -21,11 +23,15 @@ class RunSection(StrictModel):
     problem: str = "symbolic_regression"
     iterations: int = Field(40, ge=1, le=10_000_000,
                             description="iterations in the run (each: answers_per_iteration / answers calls)")
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="the run's seed; every random stream derives from it")
     db: str = Field("evolve.db", description="SQLite file path or any SQLAlchemy URL")
     programs_dir: str = "programs"
     concurrency: int = Field(4, ge=1, le=256, description="policy requests in flight")
     eval_workers: int = Field(2, ge=1, le=256, description="evaluations running in parallel")
+    warm_evaluators: bool = Field(True, description="score children on long-lived evaluator processes (the problem's "
+                                  "evaluator imported once); false: a fresh process per evaluation")
+    evaluator_recycle: int = Field(100, ge=1, le=1_000_000, description="evaluations a warm evaluator process serves "
+                                   "before it is replaced")
     name: str = ""
     stop_after_policy_errors: int = Field(16, ge=0, description="stop the run (resumable) after this many failed "
                                           "policy calls in a row, rather than spend its budget on errors; 0: never")

@@ -58,6 +58,8 @@ def test_unknown_section_is_rejected(tmp_path: Path) -> None:
     [
         ("[run]\niterations = 0\n", "run.iterations"),
         ("[run]\niterations = 'many'\n", "run.iterations"),
+        ("[run]\nseed = -1\n", "run.seed"),
+        ("[run]\nseed = 9223372036854775808\n", "run.seed"),  # one past what the store's 64-bit column holds
         ("[policy]\nbackend = 'tensorflow'\n", "policy.backend"),
         ("[policy]\nedit_format = 'patch'\n", "policy.edit_format"),
         ("[selection]\nexploration_ratio = 0.6\nexploitation_ratio = 0.6\n", "selection"),

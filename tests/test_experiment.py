@@ -67,6 +67,7 @@ def test_name_and_store_default_to_the_files_stem_and_a_db_beside_it(tmp_path: P
         (lambda t: t.replace("max_new_tokens", "max_tokens"), "unknown key 'policies.0.max_tokens'"),
         (lambda t: t.replace("iterations = 2", "iterations = 0"), "'iterations'"),
         (lambda t: t.replace("[0, 1]", "[0, 0]"), "seeds must be distinct; repeated: 0"),
+        (lambda t: t.replace("[0, 1]", "[0, -1]"), "'seeds.1'"),
         (lambda t: t + '[[policies]]\nname = "smollm2"\n', "policies' names must be distinct"),
         (lambda t: t.replace('backend = "hf"', 'backend = "openai"'), "needs url"),
         (lambda t: t.replace("[run]", "[run"), "not valid TOML"),

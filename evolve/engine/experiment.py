@@ -14,11 +14,12 @@ import asyncio
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field, ValidationError, model_validator
 
 from evolve.config import (
+    MAX_SEED,
     ConfigError,
     PolicySection,
     RunConfig,
@@ -55,7 +56,7 @@ class ExperimentSpec(StrictModel):
     problems: tuple[str, ...] = Field(min_length=1, description="the test problems")
     train_problems: tuple[str, ...] = Field((), description="problems a policy may be trained on (`evolve train "
                                             "--experiment`); never any of the test problems")
-    seeds: tuple[int, ...] = Field((0,), min_length=1)
+    seeds: tuple[Annotated[int, Field(ge=0, le=MAX_SEED)], ...] = Field((0,), min_length=1)
     iterations: int = Field(ge=1, description="iterations per cell")
     answers_per_iteration: int = Field(0, ge=0, le=256, description="candidate answers per iteration for every "
                                        "policy (a policy with answers = a makes answers_per_iteration / a requests); "
