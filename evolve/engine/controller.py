@@ -14,8 +14,9 @@ from evolve.engine.offspring import ChildScorer, code_key, offspring, require_se
 from evolve.engine.offspring import SeedProgramError as SeedProgramError  # re-exported: callers catch it here
 from evolve.engine.schedule import IterationSchedule
 from evolve.policies.base import Policy, PolicyUnavailable
+from evolve.problems.evaluator_pool import EvaluatorPool
 from evolve.problems.problem import Problem
-from evolve.records import Completion, Evaluation, MutationRequest, Program
+from evolve.records import Completion, Evaluation, MutationRequest, Program, code_key_of
 from evolve.search.prompt_templates import load_template
 from evolve.search.prompts import Prompt, PromptOptions, build_prompt
 from evolve.search.selection import Selector
@@ -63,6 +64,7 @@ class Controller:
         run_id: int,
         on_update: Callable[[RunStats], None] | None = None,
         eval_slots: asyncio.Semaphore | None = None,
+        eval_pool: EvaluatorPool | None = None,
     ) -> None:
         self.config = config
         self.problem = problem
@@ -82,16 +84,27 @@ class Controller:
         self._request_slots = asyncio.Semaphore(config.run.concurrency)  # requests in flight, all iterations
         # an experiment passes one semaphore to all its cells: eval_workers then bounds them together. No cache
         # (capacity 0): admitted code is never offered again, and code that failed is evaluated again as it always was
-        self.scorer = ChildScorer(eval_slots or asyncio.Semaphore(config.run.eval_workers), capacity=0)
+        # with run.warm_evaluators, children are scored on warm evaluator processes: the caller's pool (an
+        # experiment's cells share one, which its owner closes) or one of this run's own, closed when run() ends
+        self.scorer = ChildScorer(eval_slots or asyncio.Semaphore(config.run.eval_workers), capacity=0,
+                                  pool=eval_pool if config.run.warm_evaluators else None)
+        self._own_pool = config.run.warm_evaluators and eval_pool is None
 
     async def run(self) -> RunStats:
+        if self._own_pool:
+            self.scorer.pool = EvaluatorPool(self.config.run.eval_workers, self.config.run.evaluator_recycle)
+        try:
+            return await self._run()
+        finally:
+            if self._own_pool and self.scorer.pool is not None:
+                await self.scorer.pool.close()
+                self.scorer.pool = None
+
+    async def _run(self) -> RunStats:
         self._clock_started = time.monotonic()
         self._clock_base = self.store.run_elapsed_s(self.run_id)
-        programs = self.store.programs(self.run_id)
-        if not programs:
-            programs = [await self._seed()]
-        for program in programs:
-            self._admit(program)
+        if not self.restore():
+            self._admit(await self._seed())
         pending = IterationSchedule(self.config.run.iterations, self.store.completed_iterations(self.run_id))
         self.stats.iterations_done = pending.completed
         self.on_update(self.stats)
@@ -114,8 +127,23 @@ class Controller:
         (program,) = self.store.record_iteration(self.run_id, 0, [child], run_elapsed_s=self.run_elapsed_s())
         return program
 
+    def restore(self) -> bool:
+        """Rebuild selection, the seen-code set and the stats from the run's stored programs, replayed in commit
+        order as headers streamed from the store (no code); the programs the state keeps are then read whole.
+        The state equals the one the uninterrupted process held. False when the run has no program yet."""
+        restored = False
+        for header in self.store.program_headers(self.run_id):
+            self._admit(header)
+            restored = True
+        kept = self.selector.held_ids() | {p.id for p in (self.stats.best, self.stats.first_solved) if p is not None}
+        whole = self.store.programs_by_id(kept)
+        self.selector.materialize(whole)
+        self.stats.best = whole.get(self.stats.best.id) if self.stats.best else None
+        self.stats.first_solved = whole.get(self.stats.first_solved.id) if self.stats.first_solved else None
+        return restored
+
     def _admit(self, program: Program) -> None:
-        self._seen_code.add(code_key(program.code))
+        self._seen_code.add(code_key_of(program))
         self.stats.consider(program)
         if program.iteration == 0:  # the seed starts every island
             for island in range(self.config.selection.islands):

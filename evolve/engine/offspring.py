@@ -3,21 +3,22 @@
 Evolution (engine.controller), `evolve train` (rl.rollouts) and veRL's reward (rl.verl_reward) all go through here:
 `offspring` splits prefill + completion into its m answers (split_answers) and builds each child with
 apply_rewrite / apply_diff, keeping the edit's failure reason when none is built; a `ChildScorer` evaluates children
-in the sandbox a few at a time, each (problem, code) once while it is cached. The cache takes evaluators to be
+in the sandbox a few at a time (on an EvaluatorPool's warm evaluator processes when it has one, else a fresh
+process each), each (problem, code) once while it is cached. The cache takes evaluators to be
 deterministic; the controller runs with it off (capacity 0), as it always re-evaluated code it had not admitted.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import weakref
 from dataclasses import dataclass
 
 from evolve.errors import UserError
 from evolve.problems.evaluation import evaluate_program
+from evolve.problems.evaluator_pool import EvaluatorPool
 from evolve.problems.problem import Problem
-from evolve.records import Evaluation
+from evolve.records import Evaluation, code_key  # code_key: importers keep naming this module
 from evolve.search.edits import EditError, apply_diff, apply_rewrite, split_answers
 from evolve.search.prompts import PromptOptions
 
@@ -28,11 +29,6 @@ CacheKey = tuple[str, str]  # (problem folder, code_key)
 
 class SeedProgramError(UserError, RuntimeError):
     """The problem's initial program does not evaluate, so there is nothing to evolve from."""
-
-
-def code_key(code: str) -> str:
-    """The identity of a program's code for duplicate checks and caches (surrounding whitespace ignored)."""
-    return hashlib.sha1(code.strip().encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -92,10 +88,14 @@ class ChildScorer:
     `slots` bounds the evaluations running at once: a semaphore shared with other scorers (an experiment's cells
     share one), or a count, which gets one semaphore per event loop (veRL's plain reward function runs each call in
     a fresh loop). `capacity`: evaluations kept, the oldest dropped first; None keeps all, 0 keeps none (every call
-    evaluates). Concurrent requests for the same code in one event loop share one evaluation.
+    evaluates). Concurrent requests for the same code in one event loop share one evaluation. `pool`: warm
+    evaluator processes to score on (its owner closes it, and it belongs to one event loop); None: a fresh
+    evaluator process per evaluation (evaluate_program).
     """
 
-    def __init__(self, slots: int | asyncio.Semaphore = 2, capacity: int | None = None) -> None:
+    def __init__(self, slots: int | asyncio.Semaphore = 2, capacity: int | None = None,
+                 pool: EvaluatorPool | None = None) -> None:
+        self.pool = pool
         self._shared_slots = slots if isinstance(slots, asyncio.Semaphore) else None
         self.workers = slots if isinstance(slots, int) else 0
         self.capacity = capacity
@@ -146,6 +146,8 @@ class ChildScorer:
     async def _run(self, problem: Problem, code: str, workers: int | None) -> Evaluation:
         async with self._slots(workers):
             self.evaluations += 1
+            if self.pool is not None:
+                return await self.pool.evaluate(problem, code)
             return await evaluate_program(problem, code)
 
     def _slots(self, workers: int | None) -> asyncio.Semaphore:

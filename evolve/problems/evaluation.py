@@ -148,7 +148,7 @@ class EvaluatorMistake(Exception):
     """The problem's evaluator returned something the engine cannot use; the message says what."""
 
 
-class _Stopped(BaseException):
+class Stopped(BaseException):
     """Raised in the worker on SIGTERM so that the sandbox's cleanup (temporary folders) still runs."""
 
 
@@ -218,48 +218,86 @@ def check_result(problem: Problem, returned: Any) -> tuple[dict[str, float], dic
     return scores, kept
 
 
+class EvaluatorRunner:
+    """The problem's evaluator.py, imported on the first call and kept, with one Sandbox, scoring one program per
+    call. A warm evaluator process (evaluator_pool) keeps one for its life, so module-level state of the evaluator
+    outlives a call: evaluators must not let it change scores, and the process is recycled after any
+    evaluator_error (the evaluator's own exception or mistake)."""
+
+    def __init__(self, problem: Problem) -> None:
+        self.problem = problem
+        self._evaluate: Callable[..., Any] | None = None
+        self._sandbox: Sandbox | None = None
+
+    def _load(self) -> Callable[..., Any]:
+        if self._evaluate is None:
+            evaluate = getattr(_load_evaluator(self.problem.evaluator_path), "evaluate", None)
+            if not callable(evaluate):
+                raise EvaluatorMistake(f"{self.problem.evaluator_path.name} defines no evaluate(program_path, sandbox)")
+            self._evaluate = evaluate
+        return self._evaluate
+
+    def evaluate(self, program_path: Path) -> Evaluation:
+        """Run the problem's evaluator on the program (which only the sandbox imports)."""
+        evaluator_path = self.problem.evaluator_path
+        try:
+            evaluate = self._load()
+            if _takes_sandbox(evaluate):
+                if self._sandbox is None:
+                    self._sandbox = Sandbox(self.problem.limits)
+                returned = evaluate(str(program_path), self._sandbox)
+            else:
+                returned = evaluate(str(program_path))
+            scores, artifacts = check_result(self.problem, returned)
+        except CandidateFailure as failure:
+            return Evaluation(ok=False, failure=failure.kind, detail=failure.detail[:_MAX_DETAIL_CHARS])  # type: ignore[arg-type]
+        except EvaluatorMistake as mistake:
+            detail = f"{evaluator_path.name}: {mistake}"
+            return Evaluation(ok=False, failure="evaluator_error", detail=detail[:_MAX_DETAIL_CHARS])
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the evaluator's own bugs are reported, not raised
+            detail = _last_line(exc, evaluator_path, exc.__traceback__)
+            return Evaluation(ok=False, failure="evaluator_error", detail=detail[:_MAX_DETAIL_CHARS])
+        return Evaluation(ok=True, scores=scores, artifacts=artifacts)
+
+
 def evaluate_in_this_process(problem: Problem, program_path: Path) -> Evaluation:
-    """The worker's job: run the problem's evaluator on the program (which only the sandbox imports)."""
-    evaluator_path = problem.evaluator_path
-    try:
-        module = _load_evaluator(evaluator_path)
-        evaluate = getattr(module, "evaluate", None)
-        if not callable(evaluate):
-            raise EvaluatorMistake(f"{evaluator_path.name} defines no evaluate(program_path, sandbox)")
-        if _takes_sandbox(evaluate):
-            returned = evaluate(str(program_path), Sandbox(problem.limits))
-        else:
-            returned = evaluate(str(program_path))
-        scores, artifacts = check_result(problem, returned)
-    except CandidateFailure as failure:
-        return Evaluation(ok=False, failure=failure.kind, detail=failure.detail[:_MAX_DETAIL_CHARS])  # type: ignore[arg-type]
-    except EvaluatorMistake as mistake:
-        detail = f"{evaluator_path.name}: {mistake}"
-        return Evaluation(ok=False, failure="evaluator_error", detail=detail[:_MAX_DETAIL_CHARS])
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the evaluator's own bugs are reported, not raised
-        detail = _last_line(exc, evaluator_path, exc.__traceback__)
-        return Evaluation(ok=False, failure="evaluator_error", detail=detail[:_MAX_DETAIL_CHARS])
-    return Evaluation(ok=True, scores=scores, artifacts=artifacts)
+    """The fresh worker's job: import the problem's evaluator and run it on the program once."""
+    return EvaluatorRunner(problem).evaluate(program_path)
 
 
-def _stop_children(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM from the engine: kill each sandbox child's process group, then unwind the worker."""
-    me = str(os.getpid())
+def kill_leftovers() -> None:
+    """Kill what this process started and left running: each child with its process group (the sandbox starts
+    each child in its own group) and any other process of this process's group; the children are reaped."""
+    me = os.getpid()
+    children = []
     for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or int(entry.name) == me:
             continue
         try:
             with open(f"/proc/{entry.name}/stat") as handle:
-                parent = handle.read().rsplit(")", 1)[1].split()[1]
-        except (OSError, IndexError):
+                parent, group = handle.read().rsplit(")", 1)[1].split()[1:3]
+        except (OSError, IndexError, ValueError):
             continue
-        if parent == me:
-            _signal_group(int(entry.name), signal.SIGKILL)  # the sandbox starts each child in its own group
+        pid = int(entry.name)
+        if int(parent) == me:
+            _signal_group(pid, signal.SIGKILL)
+            children.append(pid)
+        if int(parent) == me or int(group) == me:
             try:
-                os.kill(int(entry.name), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-    raise _Stopped
+    for pid in children:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+
+
+def stop_children(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM from the engine: kill each sandbox child's process group, then unwind the worker."""
+    kill_leftovers()
+    raise Stopped
 
 
 def read_job(stdin: bytes) -> tuple[str, str] | None:
@@ -285,7 +323,7 @@ def main(argv: list[str]) -> int:
     os.close(devnull)
     result_stream = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # whatever the evaluator prints goes to stderr and cannot be taken for the result
-    signal.signal(signal.SIGTERM, _stop_children)
+    signal.signal(signal.SIGTERM, stop_children)
     try:
         try:
             problem = load_problem(problem_dir, Path(problem_dir).parent)
@@ -293,7 +331,7 @@ def main(argv: list[str]) -> int:
             evaluation = Evaluation(ok=False, failure="evaluator_error", detail=str(exc)[:_MAX_DETAIL_CHARS])
         else:
             evaluation = evaluate_in_this_process(problem, Path(program_path))
-    except _Stopped:
+    except Stopped:
         return 143
     result_stream.write(json.dumps(asdict(evaluation)) + "\n")
     result_stream.flush()
