@@ -1,6 +1,7 @@
 """The harness run inside the sandbox's child process: read the job, confine itself, import the candidate, report.
 
-Started by evolve/sandbox/core.py as `python -I -S -B _sandbox_child.py RESULT_FD [REQUEST_FD]`. The job arrives as
+Started by evolve/sandbox/core.py as `python -I -S -B _child.py RESULT_FD [REQUEST_FD]`, or forked by the fork
+server (_forkserver.py), which then calls serve(3, 4 or None) with the same fds in place. The job arrives as
 one JSON object on stdin, written by the parent only after it has put this process into its pids cgroup,
 so nothing of the candidate's runs before the confinement is complete. It names the candidate file, the
 target (a function of the candidate's, or a trusted driver file when "driver" is true: then each call is
@@ -176,7 +177,7 @@ def confine(job: dict) -> dict | object | None:
     """Set the limits, load the trusted driver (if any) while the project is still readable, then lock this
     process down. Returns the driver module (None without one), or the failure message if it did not load."""
     parent = os.getppid()
-    sys.path.extend(job["site_dirs"])
+    sys.path.extend(path for path in job["site_dirs"] if path not in sys.path)  # a fork server added them
     set_limits(job["limits"])
     driver = None
     if job["driver"]:
@@ -241,8 +242,11 @@ def run(job: dict, result_fd: int, request_fd: int | None) -> None:
 
 
 def main() -> None:
-    result_fd = int(sys.argv[1])
-    request_fd = int(sys.argv[2]) if len(sys.argv) > 2 else None
+    serve(int(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else None)
+
+
+def serve(result_fd: int, request_fd: int | None) -> None:
+    """Read the job on stdin and run it (also the entry of a child forked by _forkserver.py); never returns."""
     for fd in (result_fd, request_fd):
         if fd is not None:
             os.set_inheritable(fd, False)  # programs the candidate starts get neither pipe

@@ -54,10 +54,12 @@ import stat
 import subprocess
 import sys
 import time
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from evolve.sandbox.forkserver import SERVER, ForkedChild, ForkServer
 from evolve.sandbox.housekeeping import make_owned_folder, remove_stale_folders
 from evolve.sandbox.processes import (
     RunCgroup,
@@ -88,18 +90,41 @@ __all__ = ["Sandbox", "SandboxLimits", "SandboxResult", "SandboxSession", "Sandb
 
 
 class Sandbox:
-    """Runs candidate code in a child process under `limits`; safe to use from several threads."""
+    """Runs candidate code in a child process under `limits`; safe to use from several threads. With
+    limits.fork_server (the default) each child is forked from a server kept for this Sandbox, which has imported
+    limits.preload; `close()` (or a `with` block, or garbage collection) stops it."""
 
     def __init__(self, limits: SandboxLimits | None = None) -> None:
         self.limits = limits or SandboxLimits()
         self._site_dirs = tuple(path for path in site.getsitepackages() if os.path.isdir(path))
         prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *self._site_dirs}
         roots = sorted(root for root in prefixes | set(_SYSTEM_READ_ROOTS) if os.path.exists(root))
-        self._read_roots, self._list_roots = readable_roots(roots, hidden_package_paths(self._site_dirs, prefixes))
+        hidden = hidden_package_paths(self._site_dirs, prefixes)
+        self._read_roots, self._list_roots = readable_roots(roots, hidden)
         self._root = os.geteuid() == 0
-        needed = (sys.executable, os.path.dirname(os.__file__), str(_HARNESS), *self._site_dirs)
+        needed = (sys.executable, os.path.dirname(os.__file__), str(_HARNESS), str(SERVER), *self._site_dirs)
         self._others_can_run = self._root and all(others_can_read(path) for path in needed)
+        answers = [name for name in self.limits.preload if name.split(".")[0].lower() in ANSWER_PACKAGES]
+        if answers:
+            raise ValueError(f"preload names {answers[0]}, which holds a benchmark's answers")
+        self._fork_server: ForkServer | None = None
+        if self.limits.fork_server:
+            environment = {key: value for key, value in self._environment(Path("/")).items()
+                           if key not in ("HOME", "TMPDIR")}
+            self._fork_server = ForkServer(self._site_dirs, self.limits.preload, hidden, environment)
+            weakref.finalize(self, self._fork_server.stop)
         remove_stale_folders(FOLDER_PREFIX)
+
+    def close(self) -> None:
+        """Stop the fork server (a later call starts another)."""
+        if self._fork_server is not None:
+            self._fork_server.stop()
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def call(self, program_path: str | Path, function: str, *args: Any) -> SandboxResult:
         """Import the candidate in a fresh child process and return function(*args) (JSON in, JSON out)."""
@@ -148,14 +173,19 @@ class Sandbox:
         return cgroup_parents()
 
     def _run(self, driver: bool, program_path: Path, target: str, payload: Any) -> SandboxResult:
-        started = time.monotonic()
-        child = self._start(driver, program_path, target, payload, session=False)
-        try:
-            return child.conclude(child.read(started + self.limits.wall_time_s), started)
-        finally:
-            child.close()
+        for forked in (True, False):  # a child killed with its fork server is run again in a fresh child
+            started = time.monotonic()
+            child = self._start(driver, program_path, target, payload, session=False, forked=forked)
+            try:
+                result = child.conclude(child.read(started + self.limits.wall_time_s), started)
+            finally:
+                child.close()
+            if not child.server_lost:
+                break
+        return result
 
-    def _start(self, driver: bool, program_path: Path, target: str, payload: Any, session: bool) -> RunningChild:
+    def _start(self, driver: bool, program_path: Path, target: str, payload: Any, session: bool,
+               forked: bool = True) -> RunningChild:
         workdir = make_owned_folder(FOLDER_PREFIX)
         cgroup: RunCgroup | None = None
         pipes: list[int] = []
@@ -174,13 +204,17 @@ class Sandbox:
             pipes += [result_read, result_write]
             request_read, request_write = os.pipe() if session else (-1, -1)
             pipes += [request_read, request_write]
-            arguments = [str(result_write)] + ([str(request_read)] if session else [])
-            process = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-B", str(_HARNESS), *arguments], cwd=workdir,
-                env=self._environment(workdir), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, pass_fds=tuple(fd for fd in (result_write, request_read) if fd >= 0),
-                start_new_session=True,
-            )
+            process: subprocess.Popen[bytes] | ForkedChild | None = None
+            if forked and self._fork_server is not None:
+                process = self._fork_server.spawn(workdir, self._environment(workdir), result_write, request_read)
+            if process is None:
+                arguments = [str(result_write)] + ([str(request_read)] if session else [])
+                process = subprocess.Popen(
+                    [sys.executable, "-I", "-S", "-B", str(_HARNESS), *arguments], cwd=workdir,
+                    env=self._environment(workdir), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE, pass_fds=tuple(fd for fd in (result_write, request_read) if fd >= 0),
+                    start_new_session=True,
+                )
         except BaseException:
             for fd in pipes:
                 if fd >= 0:
@@ -260,23 +294,33 @@ class SandboxSession:
         return self._serve(payload, limit_s)
 
     def _serve(self, payload: Any, limit_s: float) -> SandboxResult:
-        if self._failed_to_load is not None:
-            return self._failed_to_load
-        if self._child is None:
-            started = time.monotonic()
-            if started >= self._deadline:
-                wall_s = self._sandbox.limits.wall_time_s
-                return SandboxResult("timeout", detail=f"wall-clock limit of {wall_s:g}s for all calls exceeded")
-            self._child = self._sandbox._start(self._driver, self._program_path, self._target, None, session=True)
-            failure = self._child.wait_ready(self._deadline, started)
-            if failure is not None:  # the candidate does not load: no call of it can succeed
-                self.close()
-                self._failed_to_load = failure
-                return failure
-        result = self._child.serve(payload, limit_s, self._deadline)
-        if result.status != "ok" and self._child.dead:
-            self.close()
+        for forked in (True, False):  # a child killed with its fork server serves the call again, fresh
+            if self._failed_to_load is not None:
+                return self._failed_to_load
+            if self._child is None:
+                started = time.monotonic()
+                if started >= self._deadline:
+                    wall_s = self._sandbox.limits.wall_time_s
+                    return SandboxResult("timeout", detail=f"wall-clock limit of {wall_s:g}s for all calls exceeded")
+                self._child = self._sandbox._start(self._driver, self._program_path, self._target, None, session=True,
+                                                   forked=forked)
+                failure = self._child.wait_ready(self._deadline, started)
+                if failure is not None:
+                    lost = self._close_child()
+                    if lost:
+                        continue
+                    self._failed_to_load = failure  # the candidate does not load: no call of it can succeed
+                    return failure
+            result = self._child.serve(payload, limit_s, self._deadline)
+            if result.status == "ok" or not self._child.dead or not self._close_child():
+                return result
         return result
+
+    def _close_child(self) -> bool:
+        """Close the child; whether its fork server died before it (then the child died of that)."""
+        child = self._child
+        self.close()
+        return child is not None and child.server_lost
 
     def close(self) -> None:
         if self._child is not None:

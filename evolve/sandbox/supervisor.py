@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import selectors
 import shutil
 import signal
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from evolve.sandbox.forkserver import ForkedChild
 from evolve.sandbox.processes import RunCgroup, kill_uid
 
 SandboxStatus = Literal["ok", "timeout", "memory", "crash", "bad_output"]
@@ -38,6 +38,8 @@ class SandboxLimits:
     max_processes: int = 64  # processes and threads at once; fork bombs die
     max_output_bytes: int = 1_000_000  # stdout + stderr + result; past it the run is bad_output
     max_written_mb: int = 64  # what the candidate keeps in its folder, all files together; past it bad_output
+    preload: tuple[str, ...] = ()  # modules the fork server imports once, before forking each child
+    fork_server: bool = True  # fork each child from a warm server (evolve/sandbox/forkserver.py), not a new python
 
 
 @dataclass(frozen=True)
@@ -64,14 +66,14 @@ def signal_name(number: int) -> str:
 class RunningChild:
     """One started child process: its pipes, its confinement, what it wrote so far, and how to end it."""
 
-    def __init__(self, process: subprocess.Popen[bytes], workdir: Path, cgroup: RunCgroup | None, uid: int | None,
-                 result_read: int, request_write: int, limits: SandboxLimits) -> None:
+    def __init__(self, process: subprocess.Popen[bytes] | ForkedChild, workdir: Path, cgroup: RunCgroup | None,
+                 uid: int | None, result_read: int, request_write: int, limits: SandboxLimits) -> None:
         self.process, self.workdir, self.cgroup, self.uid = process, workdir, cgroup, uid
         self.result_read, self.request_write, self.limits = result_read, request_write, limits
         self.streams = {"stdout": bytearray(), "stderr": bytearray(), "result": bytearray()}
         self.dead = False
         self._next_write_check = 0.0
-        self._pidfd = os.pidfd_open(process.pid)
+        self._pidfd = process.pidfd if isinstance(process, ForkedChild) else os.pidfd_open(process.pid)
         self._selector = selectors.DefaultSelector()
         assert process.stdout is not None and process.stderr is not None
         self._selector.register(process.stdout, selectors.EVENT_READ, "stdout")
@@ -195,7 +197,7 @@ class RunningChild:
             outcome = drained if drained in ("overflow", "written") else "exit"
             if outcome == "exit" and self.over_write_cap():  # what it wrote since the last check
                 outcome = "written"
-        usage = self.reap()
+        cpu_s = self.reap()
 
         def result(status: SandboxStatus, detail: str) -> SandboxResult:
             return self._result(status, detail, marks=marks, wall_s=time.monotonic() - started)
@@ -212,7 +214,7 @@ class RunningChild:
         returncode = self.process.returncode
         if returncode < 0:
             name = signal_name(-returncode)
-            if -returncode == signal.SIGXCPU or usage.ru_utime + usage.ru_stime >= limits.cpu_time_s:
+            if -returncode == signal.SIGXCPU or cpu_s >= limits.cpu_time_s:
                 return result("timeout", f"CPU limit of {limits.cpu_time_s:g}s exceeded ({name})")
             return result("crash", f"killed by {name}")
         if self.streams["result"].strip():
@@ -244,10 +246,18 @@ class RunningChild:
         if self._pidfd in self._selector.get_map():
             self._selector.unregister(self._pidfd)
 
-    def reap(self) -> resource.struct_rusage:
+    def reap(self) -> float:
+        """Wait for the (killed) child; set its returncode and return its CPU seconds."""
+        if isinstance(self.process, ForkedChild):
+            return self.process.reap()
         _, wait_status, usage = os.wait4(self.process.pid, 0)
         self.process.returncode = os.waitstatus_to_exitcode(wait_status)
-        return usage
+        return usage.ru_utime + usage.ru_stime
+
+    @property
+    def server_lost(self) -> bool:
+        """Whether the fork server this child came from died before the child's end (which then killed it)."""
+        return isinstance(self.process, ForkedChild) and self.process.server_lost
 
     def close(self) -> None:
         """Kill and reap the child if that is not done yet, close every pipe, remove its cgroup and directory."""

@@ -1,0 +1,193 @@
+"""The fork server: a long-lived process that imports what a problem preloads and forks one sandbox child per call.
+
+Started by evolve/sandbox/forkserver.py as `python -I -S -B _forkserver.py CONTROL_FD`, exactly as a fresh child is
+started (same flags, minimal environment, a session of its own, /dev/null on 0-2, no other fd of the caller's).
+It never reads a job and never runs candidate code: each forked child takes its own pipes, sets up its session,
+folder and environment, then runs the harness (_child.serve), which confines it exactly as it confines a fresh
+child before anything of the candidate's runs. Each child starts from this process's state after the preload,
+which no child can change (fork copies it), so nothing of one candidate's reaches the next.
+Protocol on CONTROL_FD (a SOCK_SEQPACKET socket):
+- first message: JSON {"site_dirs": [...], "preload": [...], "hidden": [...]}; answer: JSON {"ready": true,
+  "failed": [names that did not import]} or {"ready": false, "detail": ...} when a preloaded module came from a
+  hidden path (an answer package), which a child could then read from memory.
+- then one message per call: JSON {"workdir", "environment", "session"} with the fds [reply socket, stdin read
+  end, stdout write end, stderr write end, result write end, (request read end)]. The server forks and writes
+  "PID\\n" on the reply socket; once the supervisor writes on it (or closes it) and the child has exited, it reaps
+  the child and writes "EXIT_CODE CPU_SECONDS\\n". Until then the child stays a zombie, so its pid and process
+  group are not reused while the supervisor may still signal them.
+- EOF on CONTROL_FD (the Sandbox closed, or its process died) or a new parent: the server exits, and the kernel
+  kills its children, whose parent-death signal is tied to it.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import json
+import os
+import selectors
+import socket
+import sys
+from dataclasses import dataclass
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves this file's folder off sys.path
+import _child  # type: ignore[import-not-found]  # noqa: E402
+import _isolation  # type: ignore[import-not-found]  # noqa: E402
+
+del sys.path[0]
+
+_HARNESS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_child.py")
+_FIRST_FREE_FD = 100  # received fds are moved above the child's fds 0-4 before being put in place
+_MAX_MESSAGE = 1 << 16
+
+
+@dataclass
+class Forked:
+    """A child of this server: its pidfd, the supervisor's reply socket, whether it exited and may be reaped."""
+    pid: int
+    pidfd: int
+    reply: socket.socket
+    exited: bool = False
+    reap_wanted: bool = False
+
+
+def preload(names: list[str], hidden: list[str]) -> dict:
+    """Import each module (one that fails to import is left to the candidate's own import); the ready message."""
+    failed = []
+    for name in names:
+        try:
+            __import__(name)
+        except BaseException:  # noqa: BLE001 - the candidate's import reports it as it would without a preload
+            failed.append(name)
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str) and any(path == root or path.startswith(root.rstrip("/") + "/") for root in hidden):
+            return {"ready": False, "detail": f"preloading imported {name} from a hidden path"}
+    return {"ready": True, "failed": failed}
+
+
+def become_child(server: int, header: dict, fds: list[int], libc: ctypes.CDLL) -> None:
+    """In the forked process: take the call's fds, session, folder and environment, then run the harness, which
+    confines this process before the candidate's code runs. Never returns into the server's loop."""
+    try:
+        _isolation.die_with_parent(libc, server)  # again after the harness drops to another uid
+        os.setsid()
+        moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, _FIRST_FREE_FD) for fd in fds[1:]]
+        for target, fd in enumerate(moved):
+            os.dup2(fd, target)
+        os.closerange(len(moved), 1 << 20)  # the control socket, other calls' sockets and pidfds, the originals
+        os.chdir(header["workdir"])
+        os.environ.clear()
+        os.environ.update(header["environment"])
+        if "tempfile" in sys.modules:
+            sys.modules["tempfile"].tempdir = None  # type: ignore[attr-defined]
+        if "numpy.random" in sys.modules:  # numpy keeps the seed drawn at import: each child draws its own
+            sys.modules["numpy.random"].seed()
+        sys.argv = [_HARNESS, "3", "4"] if header["session"] else [_HARNESS, "3"]
+        _child.serve(3, 4 if header["session"] else None)
+    except BaseException as exc:  # noqa: BLE001 - reported on the child's stderr; the supervisor sees no result
+        _child.print_traceback(exc)
+    finally:
+        os._exit(1)
+
+
+def start(control: socket.socket, selector: selectors.BaseSelector, children: dict[int, Forked],
+          libc: ctypes.CDLL) -> bool:
+    """Fork a child for the next call on the control socket; False on EOF."""
+    message, fds, _, _ = socket.recv_fds(control, _MAX_MESSAGE, 8)
+    if not message:
+        return False
+    if len(fds) < 5:
+        for fd in fds:
+            os.close(fd)
+        return True
+    header = json.loads(message)
+    server = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        become_child(server, header, fds, libc)
+    reply = socket.socket(fileno=fds[0])
+    for fd in fds[1:]:
+        os.close(fd)
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        pidfd = -1
+    child = Forked(pid, pidfd, reply)
+    children[pid] = child
+    try:
+        reply.sendall(f"{pid}\n".encode())
+    except OSError:
+        child.reap_wanted = True
+    selector.register(reply, selectors.EVENT_READ, ("reply", pid))
+    if pidfd >= 0:
+        selector.register(pidfd, selectors.EVENT_READ, ("exit", pid))
+    else:
+        child.exited = True
+    return True
+
+
+def finish(child: Forked, selector: selectors.BaseSelector, children: dict[int, Forked]) -> None:
+    """Reap an exited child whose reaping the supervisor asked for; send it its exit code and CPU time."""
+    _, status, usage = os.wait4(child.pid, 0)
+    try:
+        child.reply.sendall(f"{os.waitstatus_to_exitcode(status)} {usage.ru_utime + usage.ru_stime}\n".encode())
+    except OSError:
+        pass
+    for key in list(selector.get_map().values()):
+        if key.data in (("reply", child.pid), ("exit", child.pid)):
+            selector.unregister(key.fileobj)
+    child.reply.close()
+    if child.pidfd >= 0:
+        os.close(child.pidfd)
+    del children[child.pid]
+
+
+def serve_forever(control: socket.socket) -> None:
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    children: dict[int, Forked] = {}
+    selector = selectors.DefaultSelector()
+    selector.register(control, selectors.EVENT_READ, ("control", 0))
+    while True:
+        events = selector.select(timeout=1.0)
+        if os.getppid() != parent:
+            return
+        for key, _ in events:
+            kind, pid = key.data
+            if kind == "control":
+                if not start(control, selector, children, libc):
+                    return
+                continue
+            child = children.get(pid)
+            if child is None:
+                continue
+            if kind == "exit":
+                child.exited = True
+                selector.unregister(key.fileobj)
+            else:
+                try:
+                    wanted = child.reply.recv(64)
+                except OSError:
+                    wanted = b""
+                child.reap_wanted = True
+                if not wanted:
+                    selector.unregister(key.fileobj)
+            if child.exited and child.reap_wanted:
+                finish(child, selector, children)
+
+
+def main() -> None:
+    control = socket.socket(fileno=int(sys.argv[1]))
+    config = json.loads(control.recv(_MAX_MESSAGE) or b"{}")
+    sys.path.extend(path for path in config.get("site_dirs", ()) if path not in sys.path)
+    control.send(json.dumps(preload(config.get("preload", []), config.get("hidden", []))).encode())
+    try:
+        serve_forever(control)
+    finally:
+        os._exit(0)  # the children die with this process (their parent-death signal)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,178 @@
+"""The trusted side of a Sandbox's fork server: start it, have it fork a child per call, and stop it.
+
+The server (evolve/sandbox/_forkserver.py, whose docstring gives the protocol) is started like a fresh child:
+`python -I -S -B`, the minimal environment, a session of its own, no fd of this process's but its control socket.
+It imports the problem's `preload` modules once; each call's child is forked from it and confines itself as a
+fresh child does. A server that died (killed, or its control socket broken) is replaced on the next call; when
+none can be started, `spawn` returns None and the caller starts a fresh child. The server ends when `stop` is
+called, when this process dies (its control socket reaches EOF) or when its parent changes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+SERVER = Path(__file__).with_name("_forkserver.py")
+_START_TIMEOUT_S = 60.0  # the preload (numpy...) on a loaded machine
+_REPLY_TIMEOUT_S = 10.0  # a fork, or reaping a child already killed
+
+
+class ForkedChild:
+    """A child forked by the server, seen like a subprocess.Popen: pid, stdin, stdout, stderr, returncode.
+    Not a child of this process: `reap` asks the server for its exit code and CPU time."""
+
+    def __init__(self, pid: int, pidfd: int, reply: socket.socket, stdin: int, stdout: int, stderr: int) -> None:
+        self.pid, self.pidfd, self._reply = pid, pidfd, reply
+        self.stdin = open(stdin, "wb")  # noqa: SIM115 - closed by the RunningChild that owns it
+        self.stdout = open(stdout, "rb")  # noqa: SIM115
+        self.stderr = open(stderr, "rb")  # noqa: SIM115
+        self.returncode: int | None = None
+        self.server_lost = False  # the server died before reporting the child's end (the kernel killed the child)
+
+    def reap(self) -> float:
+        """Wait for the (killed) child's end; set returncode and return its CPU seconds. Where the server died first,
+        the child died with it: SIGKILL, no CPU figure."""
+        try:
+            self._reply.settimeout(_REPLY_TIMEOUT_S)
+            self._reply.sendall(b"r")
+            code, cpu_s = _read_line(self._reply).split()
+            self.returncode = int(code)
+            return float(cpu_s)
+        except (OSError, ValueError):
+            self.server_lost = True
+            self.returncode = -9
+            return 0.0
+        finally:
+            self._reply.close()
+
+
+class ForkServer:
+    """One server for one Sandbox: forks children that start from the state after importing `preload`."""
+
+    def __init__(self, site_dirs: Sequence[str], preload: Sequence[str], hidden: Sequence[str],
+                 environment: dict[str, str]) -> None:
+        self._config = json.dumps({"site_dirs": list(site_dirs), "preload": list(preload),
+                                   "hidden": sorted(hidden)}).encode()
+        self._environment = environment
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._control: socket.socket | None = None
+        self.failed_to_start = ""  # why the last start failed; then every call gets a fresh child
+        self.starts = 0
+
+    @property
+    def pid(self) -> int | None:
+        """The running server's pid (None before the first call and after stop)."""
+        return self._process.pid if self._process is not None else None
+
+    def spawn(self, workdir: Path, environment: dict[str, str], result_write: int,
+              request_read: int) -> ForkedChild | None:
+        """A child forked for one call (its stdin awaiting the job), or None when no server can fork it."""
+        for _ in range(2):  # a dead server is replaced once per call
+            with self._lock:
+                control = self._running()
+                if control is None:
+                    return None
+                reply, reply_there = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+                pipes = [os.pipe() for _ in range(3)]  # stdin, stdout, stderr
+                theirs = [reply_there.fileno(), pipes[0][0], pipes[1][1], pipes[2][1], result_write]
+                theirs += [request_read] if request_read >= 0 else []
+                header = json.dumps({"workdir": str(workdir), "environment": environment,
+                                     "session": request_read >= 0}).encode()
+                try:
+                    socket.send_fds(control, [header], theirs)
+                    sent = True
+                except OSError:
+                    sent = False
+            reply_there.close()
+            for fd in (pipes[0][0], pipes[1][1], pipes[2][1]):
+                os.close(fd)
+            mine = (pipes[0][1], pipes[1][0], pipes[2][0])
+            child = self._forked(reply, mine) if sent else None
+            if child is not None:
+                return child
+            reply.close()
+            for fd in mine:
+                os.close(fd)
+            self._discard(control)
+        return None
+
+    def _forked(self, reply: socket.socket, mine: tuple[int, int, int]) -> ForkedChild | None:
+        try:
+            reply.settimeout(_REPLY_TIMEOUT_S)
+            pid = int(_read_line(reply))
+            pidfd = os.pidfd_open(pid)
+        except (OSError, ValueError):  # the server died (and the child, if any, with it)
+            return None
+        return ForkedChild(pid, pidfd, reply, *mine)
+
+    def _running(self) -> socket.socket | None:
+        """The live server's control socket, starting one if there is none; None if it cannot start."""
+        if self._process is not None and self._process.poll() is None and self._control is not None:
+            return self._control
+        self._stop_locked()
+        if self.failed_to_start:
+            return None
+        control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-B", str(SERVER), str(theirs.fileno())], cwd="/", env=self._environment,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),), start_new_session=True)
+        except OSError as exc:
+            self.failed_to_start = f"the fork server did not start: {exc}"
+            control.close()
+            return None
+        finally:
+            theirs.close()
+        self._control = control
+        self.starts += 1
+        try:
+            control.settimeout(_START_TIMEOUT_S)
+            control.send(self._config)
+            ready = json.loads(control.recv(1 << 16) or b"{}")
+            control.settimeout(None)
+        except (OSError, ValueError) as exc:
+            ready = {"ready": False, "detail": f"no answer ({exc})"}
+        if ready.get("ready") is not True:
+            self.failed_to_start = f"the fork server did not start: {ready.get('detail', 'it exited')}"
+            self._stop_locked()
+            return None
+        return control
+
+    def _discard(self, control: socket.socket) -> None:
+        with self._lock:
+            if self._control is control:
+                self._stop_locked()
+
+    def stop(self) -> None:
+        """End the server (its children die with it); the next spawn starts another."""
+        with self._lock:
+            self._stop_locked()
+
+    def _stop_locked(self) -> None:
+        if self._control is not None:
+            self._control.close()
+            self._control = None
+        if self._process is not None:
+            if self._process.poll() is None:
+                self._process.kill()
+            self._process.wait()
+            self._process = None
+
+
+def _read_line(sock: socket.socket) -> str:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = sock.recv(64)
+        if not chunk:
+            raise ConnectionError("the fork server closed the socket")
+        data += chunk
+    return data.decode()
