@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
 import math
 import textwrap
 from dataclasses import dataclass, field
@@ -12,7 +13,7 @@ from typing import Literal
 from pydantic import Field, ValidationError, field_validator
 
 from evolve.errors import UserError
-from evolve.sandbox.core import SandboxLimits
+from evolve.sandbox.core import ANSWER_PACKAGES, SandboxLimits
 from evolve.search.edits import EVOLVE_END, EVOLVE_START, find_blocks
 from evolve.toml_files import StrictModel, format_validation_error, read_toml
 
@@ -40,6 +41,20 @@ class LimitsSection(StrictModel):
     max_processes: int = Field(SandboxLimits.max_processes, ge=1)
     max_output_bytes: int = Field(SandboxLimits.max_output_bytes, ge=1024)
     max_written_mb: int = Field(SandboxLimits.max_written_mb, ge=1, description="all files the candidate writes")
+    preload: tuple[str, ...] = Field((), description="modules the sandbox's fork server imports once, e.g. numpy")
+
+    @field_validator("preload")
+    @classmethod
+    def _installed_modules(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        for name in names:
+            top = name.split(".")[0]
+            if not all(part.isidentifier() for part in name.split(".")):
+                raise ValueError(f"{name!r} is not a module name")
+            if top.lower() in ANSWER_PACKAGES:
+                raise ValueError(f"{top} holds a benchmark's answers and cannot be preloaded")
+            if importlib.util.find_spec(top) is None:
+                raise ValueError(f"no module named {top!r} is installed")
+        return names
 
 
 class MapElitesSection(StrictModel):
