@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -50,6 +51,31 @@ class Program:
     scalar: float  # the problem's reduction of `scores`, used for ranking
     solved: bool
     artifacts: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ProgramHeader(Program):
+    """A stored program read without its code, edit and artifacts (code, edit "" and artifacts {}): what a resume
+    replays selection with. `code_length` and `code_key` stand for len(code) and code_key(code); the programs
+    selection keeps are read whole afterwards (Selector.materialize)."""
+
+    code_length: int = 0
+    code_key: str = ""
+
+
+def code_key(code: str) -> str:
+    """The identity of a program's code for duplicate checks and caches (surrounding whitespace ignored)."""
+    return hashlib.sha1(code.strip().encode()).hexdigest()
+
+
+def code_length_of(program: Program) -> int:
+    """len(program.code), also for a ProgramHeader (which holds the length, not the code)."""
+    return program.code_length if isinstance(program, ProgramHeader) else len(program.code)
+
+
+def code_key_of(program: Program) -> str:
+    """code_key(program.code), also for a ProgramHeader (which holds the key, not the code)."""
+    return program.code_key if isinstance(program, ProgramHeader) else code_key(program.code)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
-"""Resume after a real kill -9 of a real run: nothing committed is lost and the budget is honoured."""
+"""Resume after a real kill -9 of a real run: nothing committed is lost and the budget is honoured; a resume's
+selection state, rebuilt from the store without reading every program's code, is the uninterrupted process's."""
 
 from __future__ import annotations
 
 import os
+import random
 import signal
 import sqlite3
 import subprocess
@@ -12,9 +14,59 @@ from pathlib import Path
 
 import pytest
 
+from evolve.config import RunConfig
+from evolve.engine.controller import Controller
+from evolve.problems.problem import load_problem
+from evolve.records import Program
+from evolve.search.selection import Selector
+from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore
+
 ROOT = Path(__file__).resolve().parents[1]
 ITERATIONS = 10
 LEASE_S = 3  # EVOLVE_LEASE_S: the killed run's lease lapses this long after its last renewal
+
+
+def selection_state(selector: Selector) -> tuple[object, ...]:
+    """Everything a selection decision reads, whole programs included (code, edit, artifacts)."""
+    def programs(held: dict[int, Program]) -> list[Program]:
+        return sorted(held.values(), key=lambda program: program.id)
+
+    return ([programs(island.programs) for island in selector.islands], programs(selector.archive),
+            sorted(selector.grid.cells.items()), selector.grid.occupied,
+            {name: (r.low, r.high) for name, r in selector.grid.ranges.items()}, selector.seed_program)
+
+
+@pytest.mark.parametrize("strategy", ["islands", "lexicase"])
+def test_a_resumed_selection_state_equals_the_uninterrupted_process_at_the_same_iteration(
+        tmp_path: Path, strategy: str) -> None:
+    config = RunConfig.model_validate({"run": {"iterations": 80}, "selection": {
+        "strategy": strategy, "islands": 3, "population_size": 6, "archive_size": 5, "migration_interval": 1000,
+        "map_elites": {"bins": 4}}})
+    problem = load_problem(config.run.problem, ROOT / "programs")
+    store = ProgramStore(str(tmp_path / "run.db"))
+    run_id = store.create_run("r", problem.name, "p", 0, config.model_dump_json(), 80)
+    uninterrupted = Controller(config, problem, store, policy=None, run_id=run_id)  # type: ignore[arg-type]
+    rng = random.Random(5)
+    (seed,) = store.record_iteration(run_id, 0, [ChildRecord(problem.initial_code, None, 0, "", "", {
+        name: 0.1 for name in problem.objectives}, 0.1, False)])
+    uninterrupted._admit(seed)
+    for iteration in range(1, 61):  # scores leave [0, 1] (the grid re-bins), code lengths vary, some solved
+        island, parent, _ = uninterrupted.selector.sample(iteration)
+        children = [ChildRecord(code=f"{parent.code}\n# {iteration}.{k}" + "x" * rng.randint(0, 3000),
+                                parent_id=parent.id, island=island, policy="p", edit=f"answer {iteration}.{k}",
+                                scores={name: rng.uniform(-1, 1 + iteration / 20) for name in problem.objectives},
+                                scalar=rng.uniform(-1, 1 + iteration / 20), solved=rng.random() < 0.05,
+                                artifacts={"feedback": f"run {iteration}.{k}"})
+                    for k in range(rng.randint(0, 2))]
+        uninterrupted._commit(iteration, [AttemptRecord("policy_call", prompt="p"), *children], island, parent.id)
+    resumed = Controller(config, problem, ProgramStore(str(tmp_path / "run.db"), mode="existing"),
+                         policy=None, run_id=run_id)  # type: ignore[arg-type]
+    assert resumed.restore()
+    assert selection_state(resumed.selector) == selection_state(uninterrupted.selector)
+    assert resumed._seen_code == uninterrupted._seen_code
+    assert (resumed.stats.best, resumed.stats.first_solved) == (uninterrupted.stats.best,
+                                                               uninterrupted.stats.first_solved)
+    assert all(resumed.selector.sample(i) == uninterrupted.selector.sample(i) for i in range(61, 81))
 
 
 def evolve(*args: str) -> list[str]:

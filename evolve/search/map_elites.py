@@ -20,7 +20,7 @@ import math
 import random
 from collections.abc import Iterable
 
-from evolve.records import Program
+from evolve.records import Program, code_length_of
 
 BUILTIN_FEATURES = ("code_length", "scalar")
 CODE_LENGTH_LOG2_RANGE = (6.0, 14.0)  # 64 .. 16,384 characters
@@ -83,7 +83,7 @@ class MapElitesGrid:
 
     def value(self, feature: str, program: Program) -> float:
         if feature == "code_length":
-            return math.log2(max(len(program.code), 1))
+            return math.log2(max(code_length_of(program), 1))
         if feature == "scalar":
             return program.scalar
         return program.scores.get(feature, math.nan)
@@ -115,6 +115,10 @@ class MapElitesGrid:
         self.cells, self.occupied = {}, []
         for program in elites:
             self._place(program)
+
+    def materialize(self, whole: dict[int, Program]) -> None:
+        """Put the whole program in place of each elite whose id `whole` holds (see Selector.materialize)."""
+        self.cells = {cell: whole.get(elite.id, elite) for cell, elite in self.cells.items()}
 
     def draw(self, rng: random.Random) -> Program | None:
         """One elite, uniform over the occupied cells."""

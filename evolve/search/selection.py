@@ -12,6 +12,7 @@ resumed run picks as the uninterrupted one would have.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Iterable
@@ -90,6 +91,27 @@ class Selector:
 
     def best(self) -> Program | None:
         return max(self.archive.values(), key=rank) if self.archive else None
+
+    def held_ids(self) -> set[int]:
+        """Ids of every program the state holds: island members, archive, grid elites, the seed."""
+        held = {program_id for island in self.islands for program_id in island.programs} | set(self.archive)
+        held |= {elite.id for elite in self.grid.cells.values()}
+        return held | ({self.seed_program.id} if self.seed_program else set())
+
+    def materialize(self, whole: dict[int, Program]) -> None:
+        """Swap each held program for the whole one of the same id in `whole` (keeping the island it was placed
+        with: the seed sits on every island): after a resume replayed headers, selection hands out code again.
+        Nothing a decision reads changes, so the state selects exactly as before."""
+        def swap(program: Program) -> Program:
+            found = whole.get(program.id)
+            return program if found is None else found if found.island == program.island else \
+                dataclasses.replace(found, island=program.island)
+
+        for island in self.islands:
+            island.programs = {program_id: swap(program) for program_id, program in island.programs.items()}
+        self.archive = {program_id: swap(program) for program_id, program in self.archive.items()}
+        self.grid.materialize({program.id: swap(program) for program in self.grid.cells.values()})
+        self.seed_program = swap(self.seed_program) if self.seed_program else None
 
     def add(self, program: Program) -> None:
         """Put a scored program on its island (program.island modulo the island count), the grid and the archive."""

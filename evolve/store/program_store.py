@@ -29,16 +29,17 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
 from sqlalchemy import case, create_engine, event, func, insert, make_url, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from evolve.records import Program
+from evolve.records import Program, ProgramHeader
 from evolve.store import lease as leases
 from evolve.store.connection import GuardedSessions, database_url, first_line, require_sqlite_file, sqlite_pragmas
+from evolve.store.headers import programs_by_id, stream_headers
 from evolve.store.records import (
     ATTEMPT_KINDS,
     FAILURE_KINDS,
@@ -347,6 +348,17 @@ class ProgramStore:
         with self._sessions() as session:
             rows = session.execute(with_scores().where(ProgramRow.run_id == run_id).order_by(ProgramRow.id))
             return [program_of(program, score) for program, score in rows]
+
+    def program_headers(self, run_id: int) -> Iterator[ProgramHeader]:
+        """Every program of the run, oldest first, without code, edit or artifacts (headers.py): streamed, so a
+        resume's memory does not grow with the run."""
+        with self._sessions() as session:
+            yield from stream_headers(session, run_id)
+
+    def programs_by_id(self, ids: Iterable[int]) -> dict[int, Program]:
+        """Whole programs by id (those not stored are left out)."""
+        with self._sessions() as session:
+            return programs_by_id(session, ids)
 
     def best_programs(self, run_id: int, k: int) -> list[Program]:
         """The k programs with the highest scalar, best first; ties go to the older program."""

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Select, insert, select
 from sqlalchemy.orm import Session
 
-from evolve.records import Program
+from evolve.records import Program, code_key
 from evolve.store.records import AttemptInfo, AttemptRecord, CellInfo, ChildRecord, RunInfo
 from evolve.store.tables import AttemptRow, Base, ProgramRow, ScoreRow
 
@@ -46,7 +46,8 @@ def insert_programs(session: Session, run_id: int, iteration: int, children: Seq
     if not children:
         return []
     program_values = [dict(run_id=run_id, parent_id=child.parent_id, island=child.island, iteration=iteration,
-                           policy=child.policy, code=child.code, edit=child.edit, completion_id=completion_id)
+                           policy=child.policy, code=child.code, edit=child.edit, completion_id=completion_id,
+                           code_key=code_key(child.code), code_length=len(child.code))
                       for child in children]
     returning = insert(ProgramRow).returning(ProgramRow.id, sort_by_parameter_order=True)
     ids = list(session.scalars(returning, program_values))

@@ -61,6 +61,11 @@ class ProgramRow(Base):
     # programs <-> attempts reference each other; use_alter lets other databases add this key after both exist
     completion_id: Mapped[int | None] = mapped_column(ForeignKey("attempts.id", use_alter=True))
     created_at: Mapped[datetime] = mapped_column(default=utc_now)
+    # code_key(code) and len(code), written with the program so that a resume reads neither the code nor hashes it;
+    # NULL in rows written before these columns (added in place on a writable open). Deferred: loading a ProgramRow
+    # never selects them, so the read-only commands still open stores that lack them.
+    code_key: Mapped[str | None] = mapped_column(String(40), deferred=True)
+    code_length: Mapped[int | None] = mapped_column(deferred=True)
 
 
 class ScoreRow(Base):
