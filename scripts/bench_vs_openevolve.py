@@ -1,12 +1,10 @@
 """Benchmark: evolve against OpenEvolve 0.4.0 side by side, same fake policy server, same problem, runs interleaved.
 
-One fixed-latency fake OpenAI-compatible server (127.0.0.1, this process) serves both engines: evolve under
-`/evolve/v1` (a whole-block rewrite in a python fence) and OpenEvolve under `/openevolve/v1` (a SEARCH/REPLACE diff
-of the current program's `value()`, OpenEvolve's default diff-based evolution). Every reply sets one numeric
-constant to a fresh value, so every child differs from its parent. The problem is the same for both: the
-candidate burns --burn-cpu-s of CPU (0.1 s) in `run()` and returns `value()`; the score is how close that is to 0.7.
-evolve scores it in its sandbox through a problem folder (problem.toml, evaluator.py, initial.py); OpenEvolve through
-an `evaluate(program_path)` that imports the candidate in its worker, as its examples do.
+One fixed-latency fake OpenAI-compatible server (127.0.0.1, this process) serves both engines, each in its own reply
+format (evolve: a whole-block rewrite; OpenEvolve: its default SEARCH/REPLACE diff), every reply setting one constant
+to a fresh value; both get the same problem, whose candidate burns --burn-cpu-s of CPU (0.1 s) per evaluation
+(scripts/bench_openevolve_port.py). The evolve run is a copy of the working tree's evolve/ taken at the start (or of
+--evolve-commit), so the tree may change while the bench runs.
 
 Each engine runs as a subprocess, A B A B ..., --reps times per setting (latency x in-flight x iterations). Figures
 per engine and setting, medians over reps:
@@ -28,194 +26,28 @@ comparison fair, not the absolute numbers.
 from __future__ import annotations
 
 import argparse
-import asyncio
+import contextlib
+import ctypes
 import itertools
-import json
 import os
 import re
+import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+
+from bench_openevolve_port import FakePolicyServer, write_problem  # scripts/ is on sys.path when run as a script
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / ".bench" / "openevolve-venv"
 OPENEVOLVE_VERSION = "0.4.0"
-TARGET = 0.7
-
-CANDIDATE = '''"""Bench candidate: burns a fixed amount of CPU, then returns value()."""
-
-import time
-
-BURN_CPU_S = {burn}
-
-
-def burn() -> None:
-    started = time.process_time()
-    while time.process_time() - started < BURN_CPU_S:
-        pass
-
-
-# EVOLVE-BLOCK-START
-def value() -> float:
-    return 0.5
-# EVOLVE-BLOCK-END
-
-
-def run() -> float:
-    burn()
-    return value()
-'''
-
-EVOLVE_PROBLEM_TOML = '''name = "bench_burn"
-description = """Write value() -> float. The score is 1 / (1 + |value() - t|) for a hidden t."""
-provenance = "scripts/bench_vs_openevolve.py: a throughput benchmark, not a search problem."
-objectives = ["closeness"]
-
-[score]
-reduction = "mean"
-
-[limits]
-wall_time_s = 20
-cpu_time_s = 10
-memory_mb = 512
-'''
-
-EVOLVE_EVALUATOR = f'''"""bench_burn's trusted evaluator: run() in the sandbox, scored by distance to {TARGET}."""
-
-from evolve.evaluator_api import CandidateFailure, EvaluationResult, Sandbox, fail_unless_ok
-
-
-def evaluate(program_path: str, sandbox: Sandbox) -> EvaluationResult:
-    value = fail_unless_ok(sandbox.call(program_path, "run")).value
-    if not isinstance(value, (int, float)):
-        raise CandidateFailure("bad_output", "run() did not return a number")
-    return EvaluationResult(scores={{"closeness": 1.0 / (1.0 + abs(value - {TARGET}))}})
-'''
-
-OPENEVOLVE_EVALUATOR = f'''"""bench_burn for OpenEvolve: run() in the worker, scored by distance to {TARGET}."""
-
-import importlib.util
-
-
-def evaluate(program_path):
-    spec = importlib.util.spec_from_file_location("candidate", program_path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    value = float(module.run())
-    return {{"combined_score": 1.0 / (1.0 + abs(value - {TARGET}))}}
-'''
-
-VALUE_FUNCTION = re.compile(r"def value\(\) -> float:\n([ \t]+)return ([^\n]+)")
-CURRENT_PROGRAM = re.compile(r"# Current Program\n```\w*\n(.*?)\n```", re.DOTALL)
-
-
-def constant_for(number: int) -> float:
-    """The constant of the number-th reply: distinct for every number this benchmark reaches, in [0, 1)."""
-    return round((number * 0.6180339887498949) % 1.0, 9)
-
-
-def evolve_reply(number: int) -> str:
-    """evolve's rewrite answer: the whole EVOLVE-BLOCK (value()) with a new constant, in a python fence."""
-    return f"```python\ndef value() -> float:\n    return {constant_for(number)!r}\n```"
-
-
-def openevolve_reply(user_message: str, number: int) -> str | None:
-    """OpenEvolve's diff answer: SEARCH the current program's value(), REPLACE its constant; None when the prompt
-    shows no current program with a value() (the reply then holds no diff)."""
-    current = CURRENT_PROGRAM.search(user_message)
-    found = VALUE_FUNCTION.search(current.group(1)) if current else None
-    if found is None:
-        return None
-    indent, old = found.group(1), found.group(2)
-    return (f"Move the constant.\n<<<<<<< SEARCH\ndef value() -> float:\n{indent}return {old}\n=======\n"
-            f"def value() -> float:\n{indent}return {constant_for(number)!r}\n>>>>>>> REPLACE\n")
-
-
-@dataclass
-class FakePolicyServer:
-    """Answers every chat completion after a fixed latency, in the reply format of the engine named by the path's
-    first segment (/evolve/v1/..., /openevolve/v1/...); HTTP/1.1 with keep-alive, on an event loop in a thread."""
-
-    latency_s: float
-    requests: dict[str, int] = field(default_factory=dict)
-    unparsed: int = 0  # OpenEvolve prompts without a current value(): answered without a diff
-    _loop: asyncio.AbstractEventLoop | None = None
-    _thread: threading.Thread | None = None
-    _port: int = 0
-
-    def start(self) -> int:
-        ready = threading.Event()
-
-        def serve() -> None:
-            self._loop = asyncio.new_event_loop()
-            server = self._loop.run_until_complete(asyncio.start_server(self._connection, "127.0.0.1", 0))
-            self._port = server.sockets[0].getsockname()[1]
-            ready.set()
-            self._loop.run_forever()
-            server.close()
-
-        self._thread = threading.Thread(target=serve, daemon=True)
-        self._thread.start()
-        if not ready.wait(10):
-            raise SystemExit("bench: the fake policy server did not start")
-        return self._port
-
-    def stop(self) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(5)
-
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-                method, target = head[0].split(" ")[:2]
-                headers = {name.strip().lower(): value.strip()
-                           for name, _, value in (line.partition(":") for line in head[1:] if line)}
-                body = await reader.readexactly(int(headers.get("content-length", "0")))
-                status, payload = await self._answer(method, target, body)
-                data = json.dumps(payload).encode()
-                writer.write(f"HTTP/1.1 {status} {'OK' if status == 200 else 'Error'}\r\nContent-Type: "
-                             f"application/json\r\nContent-Length: {len(data)}\r\n\r\n".encode() + data)
-                await writer.drain()
-                if headers.get("connection", "").lower() == "close":
-                    break
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ValueError):
-            pass  # the client closed the connection, or sent something this server does not speak
-        finally:
-            writer.close()
-
-    async def _answer(self, method: str, target: str, body: bytes) -> tuple[int, dict[str, object]]:
-        engine, _, path = target.lstrip("/").partition("/")
-        if method == "GET" and path == "v1/models":
-            return 200, {"object": "list", "data": [{"id": "fake", "object": "model", "owned_by": "bench"}]}
-        if method != "POST" or path != "v1/chat/completions" or engine not in ("evolve", "openevolve"):
-            return 404, {"error": {"message": f"no route {method} {target}", "type": "invalid_request_error"}}
-        request = json.loads(body)
-        number = self.requests[engine] = self.requests.get(engine, 0) + 1
-        await asyncio.sleep(self.latency_s)
-        if engine == "evolve":
-            text = evolve_reply(number)
-        else:
-            user = "\n".join(str(m.get("content", "")) for m in request.get("messages", []) if m.get("role") == "user")
-            text = openevolve_reply(user, number)
-            if text is None:
-                self.unparsed += 1
-                text = "I have no change to suggest."
-        return 200, {"id": f"bench-{engine}-{number}", "object": "chat.completion", "created": int(time.time()),
-                     "model": "fake", "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                                                   "finish_reason": "stop"}],
-                     "usage": {"prompt_tokens": len(body) // 4, "completion_tokens": len(text) // 4,
-                               "total_tokens": (len(body) + len(text)) // 4}}
-
 
 @dataclass(frozen=True)
 class Setting:
@@ -240,27 +72,63 @@ class Measure:
     cpu_s: float
     peak_mb: float
     children: int  # valid children stored (the seed excluded)
+    outlived: int  # processes still there when the engine's process ended (reaped, then killed after 10 s)
     load: float  # mean of the 1-minute load average before and after
 
 
-def write_problem(folder: Path, burn_cpu_s: float) -> tuple[Path, Path]:
-    """The problem for both engines under `folder`: (evolve's problem folder, OpenEvolve's folder)."""
-    candidate = CANDIDATE.format(burn=burn_cpu_s)
-    evolve_dir, openevolve_dir = folder / "bench_burn", folder / "openevolve"
-    evolve_dir.mkdir(parents=True)
-    openevolve_dir.mkdir()
-    (evolve_dir / "problem.toml").write_text(EVOLVE_PROBLEM_TOML)
-    (evolve_dir / "evaluator.py").write_text(EVOLVE_EVALUATOR)
-    (evolve_dir / "initial.py").write_text(candidate)
-    (openevolve_dir / "evaluator.py").write_text(OPENEVOLVE_EVALUATOR)
-    (openevolve_dir / "initial_program.py").write_text(candidate)
-    return evolve_dir, openevolve_dir
+PR_SET_CHILD_SUBREAPER = 36  # prctl option (linux/prctl.h)
+
+
+def become_subreaper() -> None:
+    """Makes this process the reaper of the engines' orphans (a worker that outlives the process that started it),
+    so their CPU is counted here (RUSAGE_CHILDREN) instead of being lost to init."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        print("bench: warning: not a child subreaper here; CPU of processes that outlive their parent is not counted")
+
+
+def children_of_this_process() -> list[int]:
+    """The pids whose parent is this process, read from /proc (zombies included)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue  # it ended meanwhile
+            if parent == os.getpid():
+                found.append(int(entry.name))
+    return found
+
+
+def reap_leftovers(grace_s: float) -> int:
+    """Reaps the processes that outlived an engine (reparented here), killing any still running after grace_s;
+    returns how many there were."""
+    deadline = time.monotonic() + grace_s
+    outlived: set[int] = set()
+    while left := children_of_this_process():
+        outlived.update(left)
+        if time.monotonic() > deadline:
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        time.sleep(0.05)
+    return len(outlived)
+
+
+def children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def run_process(command: list[str], cwd: Path, log: Path, timeout_s: float,
-                env: dict[str, str]) -> tuple[float, float, float]:
-    """Runs command to its end: (wall s, CPU s of it and its reaped children, ru_maxrss MB); SystemExit with the log's
-    tail when it fails or runs past timeout_s."""
+                env: dict[str, str]) -> tuple[float, float, float, int]:
+    """Runs command to its end: (wall s, CPU s of it and all its descendants, ru_maxrss MB of it and those it
+    reaped, processes that outlived it); SystemExit with the log's tail when it fails or runs past timeout_s."""
+    cpu_before = children_cpu_s()
     started = time.perf_counter()
     with log.open("w") as output:
         process = subprocess.Popen(command, cwd=cwd, stdout=output, stderr=subprocess.STDOUT, env=env,
@@ -270,16 +138,18 @@ def run_process(command: list[str], cwd: Path, log: Path, timeout_s: float,
         if pid:
             break
         if time.perf_counter() - started > timeout_s:
-            os.killpg(process.pid, 9)
+            os.killpg(process.pid, signal.SIGKILL)
             os.wait4(process.pid, 0)
+            reap_leftovers(0)
             raise SystemExit(f"bench: {command[0]} ran past {timeout_s:g} s; its log: {log}")
         time.sleep(0.02)
     process.returncode = os.waitstatus_to_exitcode(status)
     wall = time.perf_counter() - started
+    outlived = reap_leftovers(10)
     if process.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
         raise SystemExit(f"bench: {' '.join(command[:3])} ... exited {process.returncode}; log {log}:\n{tail}")
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+    return wall, children_cpu_s() - cpu_before, usage.ru_maxrss / 1024, outlived
 
 
 def _stored_time(text: str) -> datetime:
@@ -326,37 +196,78 @@ def openevolve_loop(output_dir: Path) -> tuple[float, int]:
     return (end - start).total_seconds(), children
 
 
-def run_evolve(setting: Setting, problem: Path, url: str, work: Path, seed: int, timeout_s: float) -> Measure:
+@dataclass(frozen=True)
+class Bench:
+    """What every engine run shares: the fake server's URL, the evolve code under test, both problem folders."""
+
+    url: str
+    evolve_src: Path  # a folder holding the `evolve` package run (a snapshot taken when the bench starts)
+    evolve_problem: Path
+    openevolve_problem: Path
+    timeout_s: float
+
+
+def snapshot_evolve(into: Path, commit: str | None) -> str:
+    """Copies the evolve package (the working tree's, or `commit`'s) into `into`, so that every rep runs the same
+    code while the tree changes; returns what was copied, in words."""
+    into.mkdir(parents=True)
+    if commit:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "evolve"], capture_output=True)
+        if archive.returncode != 0:
+            raise SystemExit(f"bench: git archive {commit}: {archive.stderr.decode(errors='replace').strip()}")
+        subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+        return f"evolve at commit {commit}"
+    shutil.copytree(ROOT / "evolve", into / "evolve", ignore=shutil.ignore_patterns("__pycache__"))
+    git = ["git", "-C", str(ROOT)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run([*git, "status", "--porcelain", "evolve"], capture_output=True, text=True).stdout.strip()
+    return f"evolve from the working tree at {head or '?'}{' with uncommitted changes' if dirty else ''}"
+
+
+def evolve_environment(evolve_src: Path) -> dict[str, str]:
+    """The environment that makes `python -m evolve` (and the processes it starts) import evolve_src's package;
+    SystemExit when it does not."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(evolve_src), os.environ.get("PYTHONPATH")])))
+    found = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-c", "import evolve; print(evolve.__file__)"],
+                           capture_output=True, text=True, env=env, cwd=evolve_src)
+    if not found.stdout.strip().startswith(str(evolve_src)):
+        raise SystemExit(f"bench: the evolve snapshot in {evolve_src} is not what python imports: "
+                         f"{found.stdout.strip() or found.stderr.strip()[-300:]}")
+    return env
+
+
+def run_evolve(setting: Setting, bench: Bench, work: Path, seed: int) -> Measure:
     config = work / "evolve.toml"
     config.write_text(
-        f'[run]\nproblem = "{problem}"\niterations = {setting.iterations}\nseed = {seed}\ndb = "{work / "evolve.db"}"\n'
-        f'concurrency = {setting.in_flight}\neval_workers = {setting.workers}\n\n'
-        f'[policy]\nname = "fake"\nbackend = "openai"\nurl = "{url}/evolve/v1"\nmodel = "fake"\nprefill = false\n'
-        'timeout_s = 60\nretries = 2\n')
+        f'[run]\nproblem = "{bench.evolve_problem}"\niterations = {setting.iterations}\nseed = {seed}\n'
+        f'db = "{work / "evolve.db"}"\nconcurrency = {setting.in_flight}\neval_workers = {setting.workers}\n\n'
+        f'[policy]\nname = "fake"\nbackend = "openai"\nurl = "{bench.url}/evolve/v1"\nmodel = "fake"\n'
+        'prefill = false\ntimeout_s = 60\nretries = 2\n')
     load = os.getloadavg()[0]
-    wall, cpu, peak = run_process([str(ROOT / ".venv" / "bin" / "python"), "-m", "evolve", "run", "-c", str(config),
-                                   "--plain"], work, work / "evolve.log", timeout_s, dict(os.environ))
+    command = [str(ROOT / ".venv" / "bin" / "python"), "-m", "evolve", "run", "-c", str(config), "--plain"]
+    wall, cpu, peak, outlived = run_process(command, work, work / "evolve.log", bench.timeout_s,
+                                            evolve_environment(bench.evolve_src))
     loop, children = evolve_loop(work / "evolve.db")
-    return Measure("evolve", wall, loop, cpu, peak, children, (load + os.getloadavg()[0]) / 2)
+    return Measure("evolve", wall, loop, cpu, peak, children, outlived, (load + os.getloadavg()[0]) / 2)
 
 
-def run_openevolve(setting: Setting, problem: Path, url: str, work: Path, seed: int, timeout_s: float) -> Measure:
+def run_openevolve(setting: Setting, bench: Bench, work: Path, seed: int) -> Measure:
     config = work / "config.yaml"
     config.write_text(
         f"max_iterations: {setting.iterations}\nrandom_seed: {seed}\ndiff_based_evolution: true\n"
-        f"llm:\n  api_base: {url}/openevolve/v1\n  api_key: fake\n  models:\n    - name: fake\n      weight: 1.0\n"
-        "  timeout: 60\n  retries: 2\n  retry_delay: 1\n"
+        f"llm:\n  api_base: {bench.url}/openevolve/v1\n  api_key: fake\n  models:\n    - name: fake\n"
+        "      weight: 1.0\n  timeout: 60\n  retries: 2\n  retry_delay: 1\n"
         f"evaluator:\n  parallel_evaluations: {setting.openevolve_workers}\n  cascade_evaluation: false\n"
         "  timeout: 60\n")
     output = work / "output"
     load = os.getloadavg()[0]
     env = dict(os.environ, OPENAI_API_KEY="fake")
-    wall, cpu, peak = run_process([str(VENV / "bin" / "openevolve-run"), str(problem / "initial_program.py"),
-                                   str(problem / "evaluator.py"), "--config", str(config), "--iterations",
-                                   str(setting.iterations), "--output", str(output)],
-                                  work, work / "openevolve.log", timeout_s, env)
+    problem = bench.openevolve_problem
+    command = [str(VENV / "bin" / "openevolve-run"), str(problem / "initial_program.py"), str(problem / "evaluator.py"),
+               "--config", str(config), "--iterations", str(setting.iterations), "--output", str(output)]
+    wall, cpu, peak, outlived = run_process(command, work, work / "openevolve.log", bench.timeout_s, env)
     loop, children = openevolve_loop(output)
-    return Measure("openevolve", wall, loop, cpu, peak, children, (load + os.getloadavg()[0]) / 2)
+    return Measure("openevolve", wall, loop, cpu, peak, children, outlived, (load + os.getloadavg()[0]) / 2)
 
 
 def install() -> None:
@@ -419,6 +330,8 @@ def main() -> None:
                         help="OpenEvolve's parallel_evaluations (also its requests in flight); 0: --workers")
     parser.add_argument("--burn-cpu-s", type=float, default=0.1, help="CPU the candidate burns per evaluation")
     parser.add_argument("--timeout-s", type=float, default=900, help="limit for one engine run")
+    parser.add_argument("--evolve-commit", default=None,
+                        help="run evolve as of this git commit (default: a copy of the working tree's evolve/)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, stores) and print it")
     args = parser.parse_args()
     if args.install:
@@ -426,25 +339,30 @@ def main() -> None:
     check_openevolve()
     if min(args.iterations + args.latency_ms + args.in_flight + [args.reps, args.workers]) < 1:
         raise SystemExit("bench: iterations, latency, in-flight, reps and workers must be at least 1")
+    become_subreaper()
     server = FakePolicyServer(latency_s=0)
     url = f"http://127.0.0.1:{server.start()}"
     work = Path(tempfile.mkdtemp(prefix="bench_vs_openevolve_"))
     try:
         evolve_problem, openevolve_problem = write_problem(work, args.burn_cpu_s)
-        print(f"bench: fake policy server at {url}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+        source = snapshot_evolve(work / "src", args.evolve_commit)
+        evolve_environment(work / "src")
+        bench = Bench(url, work / "src", evolve_problem, openevolve_problem, args.timeout_s)
+        print(f"bench: {source}; OpenEvolve {OPENEVOLVE_VERSION}; fake policy server at {url}; "
+              f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
         for latency_ms, in_flight, iterations in itertools.product(args.latency_ms, args.in_flight, args.iterations):
             setting = Setting(latency_ms, in_flight, args.workers, args.openevolve_workers or args.workers,
                               iterations, args.burn_cpu_s)
             server.latency_s = latency_ms / 1000
             measures = []
             for rep in range(args.reps):
-                for engine, runner, problem in (("evolve", run_evolve, evolve_problem),
-                                                ("openevolve", run_openevolve, openevolve_problem)):
+                for engine, runner in (("evolve", run_evolve), ("openevolve", run_openevolve)):
                     folder = work / f"{engine}-{latency_ms}ms-{in_flight}-{iterations}-{rep}"
                     folder.mkdir()
-                    measure = runner(setting, problem, url, folder, rep, args.timeout_s)
+                    measure = runner(setting, bench, folder, rep)
                     print(f"  {engine:>10} rep {rep}: {measure.wall_s:6.1f} s whole, {measure.loop_s:6.1f} s loop, "
-                          f"{measure.cpu_s:6.1f} CPU-s, {measure.children} children, load {measure.load:.1f}",
+                          f"{measure.cpu_s:6.1f} CPU-s, {measure.children} children, load {measure.load:.1f}"
+                          + (f", {measure.outlived} processes outlived it" if measure.outlived else ""),
                           flush=True)
                     measures.append(measure)
             report(setting, measures)

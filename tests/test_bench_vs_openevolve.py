@@ -1,10 +1,11 @@
-"""scripts/bench_vs_openevolve.py without OpenEvolve: its problem folder loads and scores in evolve's sandbox, and the
+"""scripts/bench_vs_openevolve.py and its fake server without OpenEvolve: its problem folder loads and scores in evolve's sandbox, and the
 fake server's replies, fetched over HTTP by evolve's own OpenAI backend, build children that change the constant."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
+import os
 import re
 import sys
 import time
@@ -20,34 +21,43 @@ from evolve.problems.problem import load_problem
 from evolve.search.edits import block_body
 from evolve.search.prompts import Prompt
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_vs_openevolve.py"
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 OPENEVOLVE_DIFF = re.compile(r"<<<<<<< SEARCH\n(.*?)=======\n(.*?)>>>>>>> REPLACE", re.DOTALL)  # OpenEvolve 0.4.0's
 
 
-@pytest.fixture(scope="module")
-def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_vs_openevolve", SCRIPT)
+def load_script(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    sys.modules[name] = module  # dataclasses look their module up by name; the bench imports the server by name
     spec.loader.exec_module(module)
     return module
 
 
-def test_replies_set_a_fresh_constant_each_time(bench: ModuleType) -> None:
-    constants = [bench.constant_for(number) for number in range(1, 2001)]
+@pytest.fixture(scope="module")
+def port() -> ModuleType:
+    return load_script("bench_openevolve_port")
+
+
+@pytest.fixture(scope="module")
+def bench(port: ModuleType) -> ModuleType:
+    return load_script("bench_vs_openevolve")
+
+
+def test_replies_set_a_fresh_constant_each_time(port: ModuleType) -> None:
+    constants = [port.constant_for(number) for number in range(1, 2001)]
     assert len(set(constants)) == len(constants)
     assert all(0 <= constant < 1 for constant in constants)
 
 
-def test_evolve_reply_over_http_builds_a_child_that_scores_in_the_sandbox(bench: ModuleType, tmp_path: Path) -> None:
-    evolve_dir, _ = bench.write_problem(tmp_path, 0.01)
+def test_evolve_reply_over_http_builds_a_child_that_scores_in_the_sandbox(port: ModuleType, tmp_path: Path) -> None:
+    evolve_dir, _ = port.write_problem(tmp_path, 0.01)
     problem = load_problem(str(evolve_dir), tmp_path)
-    server = bench.FakePolicyServer(latency_s=0.05)
-    port = server.start()
+    server = port.FakePolicyServer(latency_s=0.05)
+    server_port = server.start()
 
     async def two_completions() -> list[str]:
-        policy = OpenAIPolicy("fake", f"http://127.0.0.1:{port}/evolve/v1", model="fake", retries=0)
+        policy = OpenAIPolicy("fake", f"http://127.0.0.1:{server_port}/evolve/v1", model="fake", retries=0)
         prompt = Prompt([{"role": "user", "content": "rewrite value()"}], "", ("<|im_end|>",), 64)
         try:
             return [completion.text for completion in
@@ -64,28 +74,52 @@ def test_evolve_reply_over_http_builds_a_child_that_scores_in_the_sandbox(bench:
     assert server.requests == {"evolve": 2}
     children = [build_child(problem.initial_code, text, "rewrite") for text in texts]
     assert [child.failure for child in children] == [None, None]
-    constants = sorted(repr(bench.constant_for(number)) for number in (1, 2))
+    constants = sorted(repr(port.constant_for(number)) for number in (1, 2))
     assert sorted(block_body(child.code).split("return ")[1].strip() for child in children) == constants
     evaluation = asyncio.run(evaluate_program(problem, children[0].code))
     assert evaluation.ok, evaluation
     value = float(constants[0]) if constants[0] in children[0].code else float(constants[1])
-    assert evaluation.scores["closeness"] == pytest.approx(1 / (1 + abs(value - bench.TARGET)))
+    assert evaluation.scores["closeness"] == pytest.approx(1 / (1 + abs(value - port.TARGET)))
 
 
-def test_openevolve_reply_is_a_diff_of_the_current_programs_constant(bench: ModuleType) -> None:
-    program = bench.CANDIDATE.format(burn=0.1).replace("return 0.5", "return 0.25")
+def test_openevolve_reply_is_a_diff_of_the_current_programs_constant(port: ModuleType) -> None:
+    program = port.CANDIDATE.format(burn=0.1).replace("return 0.5", "return 0.25")
     other = program.replace("return 0.25", "return 0.75")
     prompt = (f"# Program Evolution History\n```python\n{other}\n```\n\n# Current Program\n```python\n{program}\n```\n"
               "\n# Task\nSuggest improvements.")
-    reply = bench.openevolve_reply(prompt, 7)
+    reply = port.openevolve_reply(prompt, 7)
     blocks = OPENEVOLVE_DIFF.findall(reply)
     assert len(blocks) == 1
     search, replace = blocks[0]
     assert program.count(search) == 1
     child = program.replace(search, replace)
-    assert f"return {bench.constant_for(7)!r}" in child
-    assert child.replace(repr(bench.constant_for(7)), "0.25") == program
+    assert f"return {port.constant_for(7)!r}" in child
+    assert child.replace(repr(port.constant_for(7)), "0.25") == program
 
 
-def test_openevolve_reply_is_none_without_a_current_program(bench: ModuleType) -> None:
-    assert bench.openevolve_reply("# Task\nno program here", 1) is None
+def test_openevolve_reply_is_none_without_a_current_program(port: ModuleType) -> None:
+    assert port.openevolve_reply("# Task\nno program here", 1) is None
+
+
+def test_bound_is_the_smaller_of_policy_and_cpu_throughput(bench: ModuleType) -> None:
+    cores = os.cpu_count() or 1
+    cpu_bound = 60 * min(cores, 4) / 0.1
+    at_50_ms = bench.Setting(50, 4, 4, 4, 60, 0.1)
+    assert at_50_ms.bound_per_min(4) == pytest.approx(min(60 * 4 / 0.05, cpu_bound))
+    at_500_ms = bench.Setting(500, 1, 4, 4, 60, 0.1)
+    assert at_500_ms.bound_per_min(1) == pytest.approx(min(120.0, cpu_bound))
+
+
+def test_openevolve_loop_is_timed_from_its_log(bench: ModuleType, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "openevolve_20261123_172250.log").write_text(
+        "2026-11-23 17:22:50,100 - openevolve.process_parallel - INFO - Starting process-based evolution from "
+        "iteration 1 for 2 iterations (total: 3)\n"
+        "2026-11-23 17:22:51,903 - openevolve.process_parallel - INFO - Iteration 1: Program 2d (parent: 51) "
+        "completed in 0.60s\n"
+        "2026-11-23 17:22:52,000 - openevolve.process_parallel - WARNING - Iteration 2 error: No valid diffs\n"
+        "2026-11-23 17:22:52,600 - openevolve.process_parallel - INFO - Evolution completed - Maximum iterations\n")
+    loop_s, children = bench.openevolve_loop(tmp_path)
+    assert loop_s == pytest.approx(2.5)
+    assert children == 1
