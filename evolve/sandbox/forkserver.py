@@ -65,7 +65,8 @@ class ForkServer:
         self._process: subprocess.Popen[bytes] | None = None
         self._control: socket.socket | None = None
         self.failed_to_start = ""  # why the last start failed; then every call gets a fresh child
-        self.starts = 0
+        self.starts = 0  # servers started so far
+        self.forks = 0  # children forked so far
 
     @property
     def pid(self) -> int | None:
@@ -97,6 +98,7 @@ class ForkServer:
             mine = (pipes[0][1], pipes[1][0], pipes[2][0])
             child = self._forked(reply, mine) if sent else None
             if child is not None:
+                self.forks += 1
                 return child
             reply.close()
             for fd in mine:
