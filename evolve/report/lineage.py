@@ -68,11 +68,11 @@ class Lineage:
 def ancestry(store: ProgramStore, run_id: int, program_id: int | None = None) -> Lineage:
     """The lineage of `program_id`, or by default of the run's first solved program, else its best by scalar."""
     run = store.get_run(run_id)
-    programs = {program.id: program for program in store.programs(run_id)}
     if program_id is not None:
+        programs = store.lineage_programs(run_id, program_id)  # the chain only, not the run's every program
         if program_id not in programs:
-            raise LineageError(f"program {program_id} is not in run {run_id} ({len(programs)} programs; "
-                               f"`evolve show {run_id}` lists its best)")
+            raise LineageError(f"program {program_id} is not in run {run_id} ({store.count_programs(run_id)} "
+                               f"programs; `evolve show {run_id}` lists its best)")
         target, chosen_as = programs[program_id], "chosen"
     else:
         solved = store.first_solved(run_id)
@@ -80,27 +80,17 @@ def ancestry(store: ProgramStore, run_id: int, program_id: int | None = None) ->
         if solved is None and not best:
             raise LineageError(f"run {run_id} has no programs yet (its seed program was never stored)")
         target, chosen_as = (solved, "first solved") if solved is not None else (best[0], "best by scalar")
+        programs = store.lineage_programs(run_id, target.id)
     chain = [target]
     parent_id = target.parent_id
     while parent_id is not None and parent_id in programs and len(chain) <= len(programs):  # bound: no cycles
         chain.append(programs[parent_id])
         parent_id = chain[-1].parent_id
     chain.reverse()
-    completions = completion_texts(store, run_id)
+    completions = store.call_completions(run_id, (program.id for program in chain))
     steps = tuple(_step(program, parent, completions.get(program.id))
                   for parent, program in zip([None, *chain[:-1]], chain, strict=True))
     return Lineage(run_id, run.name, run.problem, target.id, chosen_as, steps)
-
-
-def completion_texts(store: ProgramStore, run_id: int) -> dict[int, str]:
-    """program id -> the completion text of the policy call that produced it (child attempt -> its call).
-
-    A store query `ProgramStore.policy_call(program_id)` (or `completion_id` on Program) would read one row
-    instead of the run's attempts."""
-    attempts = store.attempts(run_id)
-    calls = {row.id: row.completion for row in attempts if row.kind == "policy_call"}
-    return {row.program_id: calls[row.call_id] or "" for row in attempts
-            if row.kind == "child" and row.program_id is not None and row.call_id in calls}
 
 
 def moved(before: dict[str, float], after: dict[str, float]) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -24,7 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from evolve.records import Program
-from evolve.store.program_store import TERMINAL_KINDS, ProgramStore
+from evolve.store.program_store import ProgramStore
 
 TOP_K = 5
 VECTOR_WIDTH = 40  # objectives shown in a compact vector before "..."
@@ -92,27 +92,21 @@ def summarize(store: ProgramStore, run_id: int) -> RunSummary:
     run = store.get_run(run_id)
     best = store.best_programs(run_id, TOP_K)
     solved = store.first_solved(run_id)
-    attempts = store.attempts(run_id)
-    calls = [row for row in attempts if row.kind == "policy_call"]
-    outcomes = {kind: 0 for kind in TERMINAL_KINDS}
-    for row in attempts:
-        if row.kind in outcomes and row.iteration > 0:
-            outcomes[row.kind] += 1
+    totals = store.attempt_totals(run_id)  # streamed: a run's prompts and completions are never loaded here
+    outcomes, calls = totals.outcomes, totals.policy_calls
     done = sum(1 for iteration in store.completed_iterations(run_id) if iteration >= 1)
-    with_child = len({row.iteration for row in attempts if row.kind == "child" and row.iteration >= 1})
-    generation_s = sum(row.latency_s for row in calls)
-    completion_tokens = sum(row.completion_tokens for row in calls)
+    generation_s, completion_tokens = totals.generation_s, totals.completion_tokens
     wall_s = store.run_elapsed_s(run_id) or max(0.0, (run.updated_at - run.created_at).total_seconds())
     throughput = Throughput(
-        policy_calls=len(calls), policy_errors=outcomes["policy_error"],
-        prompt_tokens=sum(row.prompt_tokens for row in calls), completion_tokens=completion_tokens,
+        policy_calls=calls, policy_errors=outcomes["policy_error"],
+        prompt_tokens=totals.prompt_tokens, completion_tokens=completion_tokens,
         generation_s=generation_s, tokens_per_s=_ratio(completion_tokens, wall_s) if calls else None,
         tokens_per_request_s=_ratio(completion_tokens, generation_s), wall_s=wall_s,
-        iterations_per_min=_ratio(done, wall_s / 60), mean_latency_s=_ratio(generation_s, len(calls)))
+        iterations_per_min=_ratio(done, wall_s / 60), mean_latency_s=_ratio(generation_s, calls))
     return RunSummary(
         run_id=run.id, name=run.name, problem=run.problem, policy=run.policy, seed=run.seed, status=run.status,
-        iterations_done=done, iterations_target=run.iterations_target, iterations_with_child=with_child,
-        created_at=_iso(run.created_at),
+        iterations_done=done, iterations_target=run.iterations_target,
+        iterations_with_child=totals.iterations_with_child, created_at=_iso(run.created_at),
         updated_at=_iso(run.updated_at), programs=store.count_programs(run_id),
         best=tuple(_brief(program) for program in best), first_solved=_brief(solved) if solved else None,
         outcomes=outcomes, failures=store.failure_counts(run_id), throughput=throughput,

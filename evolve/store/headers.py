@@ -1,5 +1,6 @@
-"""Reading a run's programs without loading them all: headers (no code) streamed in commit order for a resume,
-and whole programs fetched by id for the few that selection keeps or a report shows."""
+"""Reads that stream a run instead of loading it: program headers (no code) in commit order for a resume, whole
+programs fetched by id for the few that selection keeps or a report shows, and attempt totals without the prompts
+and completions."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ import json
 from collections.abc import Iterable, Iterator
 
 from sqlalchemy import case, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from evolve.records import Program, ProgramHeader, code_key
+from evolve.store.records import TERMINAL_KINDS, AttemptTotals
 from evolve.store.rows import program_of, with_scores
-from evolve.store.tables import ProgramRow, ScoreRow
+from evolve.store.tables import AttemptRow, ProgramRow, ScoreRow
 
 STREAM_BATCH = 2000  # rows per fetch while streaming: bounds the memory of a scan, whatever the run's size
 IN_BATCH = 500  # ids per IN (...) list, well under every database's bound-parameter limit
@@ -45,4 +47,54 @@ def programs_by_id(session: Session, ids: Iterable[int]) -> dict[int, Program]:
         query = with_scores().where(ProgramRow.id.in_(wanted[start:start + IN_BATCH]))
         for row, score in session.execute(query):
             found[row.id] = program_of(row, score)
+    return found
+
+
+def attempt_totals(session: Session, run_id: int) -> AttemptTotals:
+    """The run's calls, tokens, latencies and outcomes, from its attempts rows streamed in write order (the sums
+    are taken in that order, as a list of AttemptInfos would give them)."""
+    query = (select(AttemptRow.kind, AttemptRow.iteration, AttemptRow.latency_s, AttemptRow.prompt_tokens,
+                    AttemptRow.completion_tokens)
+             .where(AttemptRow.run_id == run_id).order_by(AttemptRow.id).execution_options(yield_per=STREAM_BATCH))
+    latencies: list[float] = []
+    prompt_tokens = completion_tokens = 0
+    outcomes = {kind: 0 for kind in TERMINAL_KINDS}
+    with_child: set[int] = set()
+    for kind, iteration, latency_s, prompt, completion in session.execute(query):
+        if kind == "policy_call":
+            latencies.append(latency_s)
+            prompt_tokens += prompt
+            completion_tokens += completion
+        elif kind in outcomes and iteration > 0:
+            outcomes[kind] += 1
+            if kind == "child":
+                with_child.add(iteration)
+    return AttemptTotals(policy_calls=len(latencies), prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                         generation_s=sum(latencies), outcomes=outcomes, iterations_with_child=len(with_child))
+
+
+def ancestor_ids(session: Session, run_id: int, program_id: int) -> set[int]:
+    """`program_id` and its ancestors (parent, parent's parent, ...) that belong to run `run_id`: one recursive
+    query; UNION (not UNION ALL) ends it on a cycle."""
+    chain = select(ProgramRow.id, ProgramRow.parent_id).where(ProgramRow.id == program_id,
+                                                              ProgramRow.run_id == run_id).cte(recursive=True)
+    chain = chain.union(select(ProgramRow.id, ProgramRow.parent_id)
+                        .where(ProgramRow.id == chain.c.parent_id, ProgramRow.run_id == run_id))
+    return set(session.scalars(select(chain.c.id)))
+
+
+def call_completions(session: Session, run_id: int, program_ids: Iterable[int]) -> dict[int, str]:
+    """program id -> the completion text of the policy call its 'child' attempt points at ("" for none stored),
+    for these programs of the run."""
+    call = aliased(AttemptRow)
+    found: dict[int, str] = {}
+    wanted = sorted(set(program_ids))
+    for start in range(0, len(wanted), IN_BATCH):
+        query = (select(AttemptRow.program_id, call.completion)
+                 .join(call, call.id == AttemptRow.call_id)
+                 .where(AttemptRow.run_id == run_id, AttemptRow.kind == "child",
+                        AttemptRow.program_id.in_(wanted[start:start + IN_BATCH]),
+                        call.run_id == run_id, call.kind == "policy_call")
+                 .order_by(AttemptRow.id))
+        found.update({program_id: completion or "" for program_id, completion in session.execute(query)})
     return found

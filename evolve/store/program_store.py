@@ -39,7 +39,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from evolve.records import Program, ProgramHeader
 from evolve.store import lease as leases
 from evolve.store.connection import GuardedSessions, database_url, first_line, require_sqlite_file, sqlite_pragmas
-from evolve.store.headers import programs_by_id, stream_headers
+from evolve.store.headers import (
+    ancestor_ids,
+    attempt_totals,
+    call_completions,
+    programs_by_id,
+    stream_headers,
+)
 from evolve.store.records import (
     ATTEMPT_KINDS,
     FAILURE_KINDS,
@@ -47,6 +53,7 @@ from evolve.store.records import (
     TERMINAL_KINDS,
     AttemptInfo,
     AttemptRecord,
+    AttemptTotals,
     CellInfo,
     ChildRecord,
     IterationCost,
@@ -83,7 +90,8 @@ from evolve.store.tables import (
 )
 
 __all__ = [  # the records and errors live in store/records.py; importers may keep naming this module
-    "ATTEMPT_KINDS", "FAILURE_KINDS", "RUN_STATUSES", "TERMINAL_KINDS", "AttemptInfo", "AttemptRecord", "CellInfo",
+    "ATTEMPT_KINDS", "FAILURE_KINDS", "RUN_STATUSES", "TERMINAL_KINDS", "AttemptInfo", "AttemptRecord", "AttemptTotals",
+    "CellInfo",
     "ChildRecord", "IterationCost", "LeaseHeldError", "LeaseInfo", "LeaseLostError", "OpenMode", "ProgramStore",
     "RunInfo", "RunStatus", "StoreError", "UnknownIdError", "database_url",
 ]
@@ -359,6 +367,21 @@ class ProgramStore:
         """Whole programs by id (those not stored are left out)."""
         with self._sessions() as session:
             return programs_by_id(session, ids)
+
+    def lineage_programs(self, run_id: int, program_id: int) -> dict[int, Program]:
+        """The program and its ancestors in the run, whole, by id (empty when the program is not in the run)."""
+        with self._sessions() as session:
+            return programs_by_id(session, ancestor_ids(session, run_id, program_id))
+
+    def call_completions(self, run_id: int, program_ids: Iterable[int]) -> dict[int, str]:
+        """program id -> the completion of the policy call that produced it, for these programs of the run."""
+        with self._sessions() as session:
+            return call_completions(session, run_id, program_ids)
+
+    def attempt_totals(self, run_id: int) -> AttemptTotals:
+        """Calls, tokens, latencies and outcomes of the run (headers.attempt_totals), no prompt or completion read."""
+        with self._sessions() as session:
+            return attempt_totals(session, run_id)
 
     def best_programs(self, run_id: int, k: int) -> list[Program]:
         """The k programs with the highest scalar, best first; ties go to the older program."""

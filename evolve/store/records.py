@@ -94,6 +94,18 @@ class IterationCost:
 
 
 @dataclass(frozen=True)
+class AttemptTotals:
+    """A run's attempts summed up (ProgramStore.attempt_totals), read as a stream rather than as AttemptInfos."""
+
+    policy_calls: int
+    prompt_tokens: int  # of the policy calls
+    completion_tokens: int
+    generation_s: float  # the calls' latencies summed in write order
+    outcomes: dict[str, int]  # outcomes of iterations >= 1 by kind, every TERMINAL_KINDS kind present
+    iterations_with_child: int  # iterations >= 1 with at least one 'child' row
+
+
+@dataclass(frozen=True)
 class AttemptRecord:
     """An attempt to write: a policy call, or an answer's outcome that did not become a program."""
 
