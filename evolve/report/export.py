@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import TextIO
 
 from evolve.records import Program
-from evolve.store.program_store import TERMINAL_KINDS, AttemptInfo, ProgramStore
+from evolve.store.program_store import AttemptInfo, ProgramStore, RunInfo
 
 _LINE_BREAKS = {ord(c): f"\\u{ord(c):04x}" for c in "\x85\u2028\u2029"}  # json leaves these raw
 
@@ -74,53 +74,55 @@ def json_line(data: dict[str, object]) -> str:
 
 
 def export_records(store: ProgramStore, run_id: int) -> Iterator[ExportRecord]:
-    """The run's answer outcomes in commit order (StoreError, one line, for an unknown run)."""
+    """The run's answer outcomes in commit order (StoreError, one line, for an unknown run). Streamed: outcomes are
+    read a batch at a time with just the calls and programs (children, parents) that batch names."""
     run = store.get_run(run_id)
-    programs = {program.id: program for program in store.programs(run_id)}
-    attempts = store.attempts(run_id)
-    calls = {row.id: row for row in attempts if row.kind == "policy_call"}
-    outcomes = [row for row in attempts if row.kind in TERMINAL_KINDS and row.iteration > 0]
-    call_parents = parents_by_call(outcomes, programs)
-    for row in outcomes:
-        call = calls.get(row.call_id) if row.call_id is not None else None
-        child = programs.get(row.program_id) if row.kind == "child" and row.program_id is not None else None
-        if child is not None:
-            parent_id, source = child.parent_id, "program" if child.parent_id is not None else None
-        elif row.parent_id is not None:  # stores since attempts.parent_id: every outcome knows its parent
-            parent_id, source = row.parent_id, "attempt"
-        else:
-            parent_id = call_parents.get(row.call_id) if row.call_id is not None else None
-            source = "same_call" if parent_id is not None else None
-        parent = programs.get(parent_id) if parent_id is not None else None
-        source_call = call or row  # a policy error keeps its prompt on its own row
-        yield ExportRecord(
-            run_id=run_id, problem=run.problem, policy=row.policy or run.policy, iteration=row.iteration,
-            attempt_id=row.id, call_id=call.id if call else None, outcome=row.kind, reason=row.reason,
-            parent_id=parent_id, parent_source=source, parent_code=parent.code if parent else None,
-            parent_scores=dict(parent.scores) if parent else None, parent_scalar=parent.scalar if parent else None,
-            prompt=source_call.prompt, completion=call.completion if call else None,
-            finish_reason=call.reason if call else None, answer=_answer(row, child),
-            child_id=child.id if child else None, child_code=child.code if child else row.child_code,
-            child_scores=dict(child.scores) if child else None, child_scalar=child.scalar if child else None,
-            solved=child.solved if child else None, prompt_tokens=call.prompt_tokens if call else 0,
-            completion_tokens=call.completion_tokens if call else 0, latency_s=call.latency_s if call else 0.0)
-
-
-def parents_by_call(outcomes: list[AttemptInfo], programs: dict[int, Program]) -> dict[int, int]:
-    """call id -> the parent its children were edited from, for calls with children that agree on one parent.
-
-    The controller edits one parent per policy call, so this is the parent of that call's failed answers too.
-    A parent_id column on attempts rows (written by record_iteration) would make this exact for every call."""
-    seen: dict[int, set[int]] = {}
-    rootless: set[int] = set()  # calls with a child that has no parent (not made by the controller)
-    for row in outcomes:
-        program = programs.get(row.program_id) if row.kind == "child" and row.program_id is not None else None
-        if program is not None and row.call_id is not None:
-            if program.parent_id is None:
-                rootless.add(row.call_id)
+    call_parents: dict[int, int] | None = None  # read on first need: only stores from before attempts.parent_id
+    for outcomes in store.outcome_batches(run_id):
+        calls = store.policy_calls_by_id(run_id, {row.call_id for row in outcomes if row.call_id is not None})
+        programs = _run_programs(store, run_id, {row.program_id for row in outcomes
+                                                 if row.kind == "child" and row.program_id is not None})
+        parents: list[tuple[int | None, str | None]] = []
+        for row in outcomes:
+            child = programs.get(row.program_id) if row.kind == "child" and row.program_id is not None else None
+            if child is not None:
+                parents.append((child.parent_id, "program" if child.parent_id is not None else None))
+            elif row.parent_id is not None:  # stores since attempts.parent_id: every outcome knows its parent
+                parents.append((row.parent_id, "attempt"))
+            elif row.call_id is not None:
+                call_parents = store.parents_by_call(run_id) if call_parents is None else call_parents
+                parent_id = call_parents.get(row.call_id)
+                parents.append((parent_id, "same_call" if parent_id is not None else None))
             else:
-                seen.setdefault(row.call_id, set()).add(program.parent_id)
-    return {call_id: min(parents) for call_id, parents in seen.items() if len(parents) == 1 and call_id not in rootless}
+                parents.append((None, None))
+        programs |= _run_programs(store, run_id, {parent_id for parent_id, _ in parents if parent_id is not None}
+                                  - programs.keys())
+        for row, (parent_id, source) in zip(outcomes, parents, strict=True):
+            child = programs.get(row.program_id) if row.kind == "child" and row.program_id is not None else None
+            yield _record(run, row, calls.get(row.call_id) if row.call_id is not None else None, child,
+                          programs.get(parent_id) if parent_id is not None else None, parent_id, source)
+
+
+def _run_programs(store: ProgramStore, run_id: int, ids: set[int]) -> dict[int, Program]:
+    """The programs of the run with these ids (a program of another run is not this run's parent or child)."""
+    return {program_id: program for program_id, program in store.programs_by_id(ids).items()
+            if program.run_id == run_id}
+
+
+def _record(run: RunInfo, row: AttemptInfo, call: AttemptInfo | None, child: Program | None, parent: Program | None,
+            parent_id: int | None, source: str | None) -> ExportRecord:
+    source_call = call or row  # a policy error keeps its prompt on its own row
+    return ExportRecord(
+        run_id=run.id, problem=run.problem, policy=row.policy or run.policy, iteration=row.iteration,
+        attempt_id=row.id, call_id=call.id if call else None, outcome=row.kind, reason=row.reason,
+        parent_id=parent_id, parent_source=source, parent_code=parent.code if parent else None,
+        parent_scores=dict(parent.scores) if parent else None, parent_scalar=parent.scalar if parent else None,
+        prompt=source_call.prompt, completion=call.completion if call else None,
+        finish_reason=call.reason if call else None, answer=_answer(row, child),
+        child_id=child.id if child else None, child_code=child.code if child else row.child_code,
+        child_scores=dict(child.scores) if child else None, child_scalar=child.scalar if child else None,
+        solved=child.solved if child else None, prompt_tokens=call.prompt_tokens if call else 0,
+        completion_tokens=call.completion_tokens if call else 0, latency_s=call.latency_s if call else 0.0)
 
 
 def _answer(row: AttemptInfo, child: Program | None) -> str | None:

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from dataclasses import fields
 
 from sqlalchemy import case, select
 from sqlalchemy.orm import Session, aliased
 
 from evolve.records import Program, ProgramHeader, code_key
-from evolve.store.records import TERMINAL_KINDS, AttemptTotals
-from evolve.store.rows import program_of, with_scores
+from evolve.store.records import TERMINAL_KINDS, AttemptInfo, AttemptTotals
+from evolve.store.rows import frozen, program_of, with_scores
 from evolve.store.tables import AttemptRow, ProgramRow, ScoreRow
 
 STREAM_BATCH = 2000  # rows per fetch while streaming: bounds the memory of a scan, whatever the run's size
@@ -98,3 +99,43 @@ def call_completions(session: Session, run_id: int, program_ids: Iterable[int]) 
                  .order_by(AttemptRow.id))
         found.update({program_id: completion or "" for program_id, completion in session.execute(query)})
     return found
+
+
+def stream_outcomes(session: Session, run_id: int) -> Iterator[list[AttemptInfo]]:
+    """The run's answer outcomes after the seed (TERMINAL_KINDS rows of iterations >= 1) in write order, in batches
+    of up to `STREAM_BATCH` rows."""
+    query = (select(*(getattr(AttemptRow, item.name) for item in fields(AttemptInfo)))
+             .where(AttemptRow.run_id == run_id, AttemptRow.kind.in_(TERMINAL_KINDS), AttemptRow.iteration > 0)
+             .order_by(AttemptRow.id).execution_options(yield_per=STREAM_BATCH))
+    for rows in session.execute(query).partitions():
+        yield [AttemptInfo(*row) for row in rows]
+
+
+def policy_calls_by_id(session: Session, run_id: int, ids: Iterable[int]) -> dict[int, AttemptInfo]:
+    """The run's policy-call rows with these ids."""
+    wanted = sorted(set(ids))
+    found: dict[int, AttemptInfo] = {}
+    for start in range(0, len(wanted), IN_BATCH):
+        query = select(AttemptRow).where(AttemptRow.run_id == run_id, AttemptRow.kind == "policy_call",
+                                         AttemptRow.id.in_(wanted[start:start + IN_BATCH]))
+        found.update({row.id: frozen(AttemptInfo, row) for row in session.scalars(query)})
+    return found
+
+
+def parents_by_call(session: Session, run_id: int) -> dict[int, int]:
+    """call id -> the parent its children were edited from, for calls whose children (of iterations >= 1) agree on
+    one parent and none of which lacks a parent: the parent of that call's failed answers in stores written before
+    attempts.parent_id (the controller edits one parent per call)."""
+    query = (select(AttemptRow.call_id, ProgramRow.parent_id)
+             .join(ProgramRow, ProgramRow.id == AttemptRow.program_id)
+             .where(AttemptRow.run_id == run_id, AttemptRow.kind == "child", AttemptRow.iteration > 0,
+                    AttemptRow.call_id.is_not(None), ProgramRow.run_id == run_id)
+             .execution_options(yield_per=STREAM_BATCH))
+    seen: dict[int, set[int]] = {}
+    rootless: set[int] = set()  # calls with a child that has no parent (not made by the controller)
+    for call_id, parent_id in session.execute(query):
+        if parent_id is None:
+            rootless.add(call_id)
+        else:
+            seen.setdefault(call_id, set()).add(parent_id)
+    return {call_id: min(parents) for call_id, parents in seen.items() if len(parents) == 1 and call_id not in rootless}

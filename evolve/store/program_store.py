@@ -29,23 +29,16 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from sqlalchemy import case, create_engine, event, func, insert, make_url, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from evolve.records import Program, ProgramHeader
+from evolve.records import Program
 from evolve.store import lease as leases
 from evolve.store.connection import GuardedSessions, database_url, first_line, require_sqlite_file, sqlite_pragmas
-from evolve.store.headers import (
-    ancestor_ids,
-    attempt_totals,
-    call_completions,
-    programs_by_id,
-    stream_headers,
-)
 from evolve.store.records import (
     ATTEMPT_KINDS,
     FAILURE_KINDS,
@@ -76,6 +69,7 @@ from evolve.store.rows import (
     split_requests,
     with_scores,
 )
+from evolve.store.streamed import StreamedReads
 from evolve.store.tables import (
     AttemptRow,
     Base,
@@ -97,7 +91,7 @@ __all__ = [  # the records and errors live in store/records.py; importers may ke
 ]
 
 
-class ProgramStore:
+class ProgramStore(StreamedReads):
     """Synchronous store over any SQLAlchemy URL; SQLite gets WAL, synchronous=NORMAL and a busy timeout."""
 
     def __init__(self, url_or_path: str, mode: OpenMode = "create") -> None:
@@ -356,32 +350,6 @@ class ProgramStore:
         with self._sessions() as session:
             rows = session.execute(with_scores().where(ProgramRow.run_id == run_id).order_by(ProgramRow.id))
             return [program_of(program, score) for program, score in rows]
-
-    def program_headers(self, run_id: int) -> Iterator[ProgramHeader]:
-        """Every program of the run, oldest first, without code, edit or artifacts (headers.py): streamed, so a
-        resume's memory does not grow with the run."""
-        with self._sessions() as session:
-            yield from stream_headers(session, run_id)
-
-    def programs_by_id(self, ids: Iterable[int]) -> dict[int, Program]:
-        """Whole programs by id (those not stored are left out)."""
-        with self._sessions() as session:
-            return programs_by_id(session, ids)
-
-    def lineage_programs(self, run_id: int, program_id: int) -> dict[int, Program]:
-        """The program and its ancestors in the run, whole, by id (empty when the program is not in the run)."""
-        with self._sessions() as session:
-            return programs_by_id(session, ancestor_ids(session, run_id, program_id))
-
-    def call_completions(self, run_id: int, program_ids: Iterable[int]) -> dict[int, str]:
-        """program id -> the completion of the policy call that produced it, for these programs of the run."""
-        with self._sessions() as session:
-            return call_completions(session, run_id, program_ids)
-
-    def attempt_totals(self, run_id: int) -> AttemptTotals:
-        """Calls, tokens, latencies and outcomes of the run (headers.attempt_totals), no prompt or completion read."""
-        with self._sessions() as session:
-            return attempt_totals(session, run_id)
 
     def best_programs(self, run_id: int, k: int) -> list[Program]:
         """The k programs with the highest scalar, best first; ties go to the older program."""

@@ -1,0 +1,67 @@
+"""ProgramStore's reads that stream a run or fetch rows by id, so that a resume and the reports of a 100,000-program
+run hold a batch at a time rather than the whole run (the queries are in headers.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from evolve.records import Program, ProgramHeader
+from evolve.store.connection import GuardedSessions
+from evolve.store.headers import (
+    ancestor_ids,
+    attempt_totals,
+    call_completions,
+    parents_by_call,
+    policy_calls_by_id,
+    programs_by_id,
+    stream_headers,
+    stream_outcomes,
+)
+from evolve.store.records import AttemptInfo, AttemptTotals
+
+
+class StreamedReads:
+    """Mixed into ProgramStore: its read sessions are `_sessions`."""
+
+    _sessions: GuardedSessions
+
+    def program_headers(self, run_id: int) -> Iterator[ProgramHeader]:
+        """Every program of the run, oldest first, without code, edit or artifacts (headers.py): streamed, so a
+        resume's memory does not grow with the run."""
+        with self._sessions() as session:
+            yield from stream_headers(session, run_id)
+
+    def programs_by_id(self, ids: Iterable[int]) -> dict[int, Program]:
+        """Whole programs by id (those not stored are left out)."""
+        with self._sessions() as session:
+            return programs_by_id(session, ids)
+
+    def lineage_programs(self, run_id: int, program_id: int) -> dict[int, Program]:
+        """The program and its ancestors in the run, whole, by id (empty when the program is not in the run)."""
+        with self._sessions() as session:
+            return programs_by_id(session, ancestor_ids(session, run_id, program_id))
+
+    def call_completions(self, run_id: int, program_ids: Iterable[int]) -> dict[int, str]:
+        """program id -> the completion of the policy call that produced it, for these programs of the run."""
+        with self._sessions() as session:
+            return call_completions(session, run_id, program_ids)
+
+    def outcome_batches(self, run_id: int) -> Iterator[list[AttemptInfo]]:
+        """The run's answer outcomes of iterations >= 1 in write order, streamed in batches (headers.py)."""
+        with self._sessions() as session:
+            yield from stream_outcomes(session, run_id)
+
+    def policy_calls_by_id(self, run_id: int, ids: Iterable[int]) -> dict[int, AttemptInfo]:
+        with self._sessions() as session:
+            return policy_calls_by_id(session, run_id, ids)
+
+    def parents_by_call(self, run_id: int) -> dict[int, int]:
+        """call id -> the one parent its children were edited from (headers.parents_by_call)."""
+        with self._sessions() as session:
+            return parents_by_call(session, run_id)
+
+    def attempt_totals(self, run_id: int) -> AttemptTotals:
+        """Calls, tokens, latencies and outcomes of the run (headers.attempt_totals), no prompt or completion read."""
+        with self._sessions() as session:
+            return attempt_totals(session, run_id)
+
