@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from evolve.engine.offspring import ChildScorer
+from evolve.problems.evaluator_pool import EvaluatorPool
 from evolve.problems.problem import load_problem
 from evolve.rl.checkpoints import load_state, save_checkpoint, save_state
 from evolve.rl.estimators import compute_advantages
@@ -221,7 +222,8 @@ async def _train(config: TrainConfig, console: Console, resume: bool = False) ->
     options = PromptOptions.from_policy(config.prompt_policy)
     template = load_template(config.template)
     tasks = await training_tasks(config, tokenizer, options, template)
-    scorer = ChildScorer(config.eval_workers)  # one cache for the run: each child is evaluated once
+    # one cache for the run (each child is evaluated once), on warm evaluator processes closed when training ends
+    scorer = ChildScorer(config.eval_workers, pool=EvaluatorPool(config.eval_workers))
     sampler = None
     if config.rollouts == "vllm":
         from evolve.rl.vllm_rollouts import VllmSampler
@@ -261,6 +263,8 @@ async def _train(config: TrainConfig, console: Console, resume: bool = False) ->
     finally:
         if sampler is not None:
             sampler.close()
+        if scorer.pool is not None:
+            await scorer.pool.close()
     final = out / "final"
     save_checkpoint(model, tokenizer, final, config.lora.enabled)
     console.print(f"saved {final} (evolve run --set policy.model={final})", highlight=False, soft_wrap=True)
