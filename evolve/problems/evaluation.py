@@ -237,6 +237,11 @@ class EvaluatorRunner:
             self._evaluate = evaluate
         return self._evaluate
 
+    def close(self) -> None:
+        """Stop the sandbox's fork server, if one was started."""
+        if self._sandbox is not None:
+            self._sandbox.close()
+
     def evaluate(self, program_path: Path) -> Evaluation:
         """Run the problem's evaluator on the program (which only the sandbox imports)."""
         evaluator_path = self.problem.evaluator_path
@@ -265,38 +270,49 @@ def evaluate_in_this_process(problem: Problem, program_path: Path) -> Evaluation
     return EvaluatorRunner(problem).evaluate(program_path)
 
 
-def kill_leftovers() -> None:
-    """Kill what this process started and left running: each child with its process group (the sandbox starts
-    each child in its own group) and any other process of this process's group; the children are reaped."""
-    me = os.getpid()
-    children = []
+def _processes() -> list[tuple[int, int, int]]:
+    """(pid, parent pid, process group) of every process this one can see in /proc."""
+    found = []
     for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == me:
+        if not entry.name.isdigit():
             continue
         try:
             with open(f"/proc/{entry.name}/stat") as handle:
                 parent, group = handle.read().rsplit(")", 1)[1].split()[1:3]
+            found.append((int(entry.name), int(parent), int(group)))
         except (OSError, IndexError, ValueError):
             continue
-        pid = int(entry.name)
-        if int(parent) == me:
-            _signal_group(pid, signal.SIGKILL)
-            children.append(pid)
-        if int(parent) == me or int(group) == me:
+    return found
+
+
+def kill_group_leftovers() -> None:
+    """Kill the other processes of this process's group (what an evaluation left running; the sandbox's children
+    and its fork server have groups of their own) and reap those that are its children: what evaluate_program's
+    kill of the worker's group does after each evaluation, for a worker that lives on."""
+    me = os.getpid()
+    for pid, parent, group in _processes():
+        if group == me and pid != me:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
-                pass
-    for pid in children:
-        try:
-            os.waitpid(pid, 0)
-        except ChildProcessError:
-            pass
+                continue
+            if parent == me:
+                try:
+                    os.waitpid(pid, 0)
+                except ChildProcessError:
+                    pass
 
 
 def stop_children(signum: int, frame: FrameType | None) -> None:
     """SIGTERM from the engine: kill each sandbox child's process group, then unwind the worker."""
-    kill_leftovers()
+    me = os.getpid()
+    for pid, parent, _ in _processes():
+        if parent == me:
+            _signal_group(pid, signal.SIGKILL)  # the sandbox starts each child in its own group
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
     raise Stopped
 
 

@@ -7,7 +7,8 @@ do) and then reads one JSON job per line ({"problem_dir", "program_path"}) and w
 Jobs and results travel on private copies of its stdin and stdout; the evaluator's own stdout goes to stderr,
 so nothing it prints can be taken for a result. Each process is still apart from the engine (its own session)
 and from the candidate (the evaluator runs it through the Sandbox, in a child of its own), and whatever an
-evaluation left running is killed before the result is sent.
+evaluation left running in the process's group is killed before the result is sent. The process keeps one Sandbox
+(and so its fork server, with the problem's preload imported) for its life.
 
 Module-level state of an evaluator outlives a job. Evaluators must not let it change scores; to bound what can
 leak, a process is recycled after `recycle_after` jobs, after any evaluator_error (the evaluator's own exception
@@ -43,7 +44,7 @@ from evolve.problems.evaluation import (
     _stop,
     _worker_failure,
     evaluation_timeout,
-    kill_leftovers,
+    kill_group_leftovers,
     read_job,
     stop_children,
 )
@@ -270,12 +271,15 @@ def serve() -> int:
                                           detail=f"this evaluator process serves {served_dir} only"))
                 return 0
             evaluation = runner.evaluate(Path(program_path))
-            kill_leftovers()
+            kill_group_leftovers()
             _send(results, evaluation)
             if evaluation.failure == "evaluator_error":
                 return 0  # recycled: the evaluator's state may be anything after its own exception
     except Stopped:
         return 143
+    finally:
+        if runner is not None:
+            runner.close()
     return 0
 
 
