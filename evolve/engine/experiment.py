@@ -34,6 +34,7 @@ from evolve.engine.controller import Controller, RunStats, SeedProgramError
 from evolve.engine.driving import cancelled_by_signals, resumed_config
 from evolve.policies.base import Policy, PolicyUnavailable
 from evolve.policies.factory import open_policy
+from evolve.problems.evaluator_pool import EvaluatorPool
 from evolve.problems.problem import Problem, load_problem, problem_key
 from evolve.search.prompt_templates import load_template
 from evolve.store.program_store import LeaseHeldError, LeaseLostError, ProgramStore, RunInfo
@@ -47,6 +48,8 @@ class CellDefaults(StrictModel):
     programs_dir: str = "programs"
     concurrency: int = Field(4, ge=1, le=256, description="policy requests in flight per cell")
     eval_workers: int = Field(2, ge=1, le=256, description="evaluations in parallel, all cells together")
+    warm_evaluators: bool = Field(True, description="score on long-lived evaluator processes shared by the cells")
+    evaluator_recycle: int = Field(100, ge=1, le=1_000_000, description="evaluations per warm evaluator process")
 
 
 class ExperimentSpec(StrictModel):
@@ -109,7 +112,8 @@ class ExperimentSpec(StrictModel):
     def cell_config(self, problem: str, policy: str, seed: int) -> RunConfig:
         run = RunSection(problem=problem, iterations=self.iterations, seed=seed, db=self.db,
                          programs_dir=self.run.programs_dir, concurrency=self.run.concurrency,
-                         eval_workers=self.run.eval_workers, name=f"{self.name}/{problem}/{policy}/s{seed}",
+                         eval_workers=self.run.eval_workers, warm_evaluators=self.run.warm_evaluators,
+                         evaluator_recycle=self.run.evaluator_recycle, name=f"{self.name}/{problem}/{policy}/s{seed}",
                          answers_per_iteration=self.answers_per_iteration_of_cells())
         return RunConfig(run=run, policy=self.policy(policy), selection=self.selection)
 
@@ -212,8 +216,9 @@ class ExperimentRunner:
     async def _run_policy(self, backend: Policy, todo: list[CellProgress], outcome: ExperimentOutcome) -> None:
         cell_slots = asyncio.Semaphore(self.spec.parallel_cells)
         eval_slots = asyncio.Semaphore(self.spec.run.eval_workers)
-        unavailable = await run_sharing_backend(
-            backend, [self._run_cell(backend, cell, cell_slots, eval_slots) for cell in todo])
+        async with EvaluatorPool(self.spec.run.eval_workers, self.spec.run.evaluator_recycle) as eval_pool:
+            unavailable = await run_sharing_backend(
+                backend, [self._run_cell(backend, cell, cell_slots, eval_slots, eval_pool) for cell in todo])
         if unavailable is not None:
             outcome.errors.append(f"policy {todo[0].key[1]}: {unavailable}")
         for cell in todo:
@@ -221,7 +226,7 @@ class ExperimentRunner:
                 outcome.errors.append(f"{'/'.join(map(str, cell.key))}: {cell.detail}")
 
     async def _run_cell(self, backend: Policy, cell: CellProgress, cell_slots: asyncio.Semaphore,
-                        eval_slots: asyncio.Semaphore) -> None:
+                        eval_slots: asyncio.Semaphore, eval_pool: EvaluatorPool) -> None:
         async with cell_slots:
             problem_name, policy_name, seed = cell.key
             if cell.run_id is None:
@@ -236,13 +241,13 @@ class ExperimentRunner:
                     experiment=self.spec.name)
             try:
                 with self.store.driving(cell.run_id):
-                    await self._drive_cell(backend, cell, cell.run_id, config, problem, eval_slots)
+                    await self._drive_cell(backend, cell, cell.run_id, config, problem, eval_slots, eval_pool)
             except LeaseHeldError as exc:  # another live process drives this cell: its status is not ours
                 cell.status, cell.detail = "failed", str(exc)
                 self.on_change(cell)
 
     async def _drive_cell(self, backend: Policy, cell: CellProgress, run_id: int, config: RunConfig,
-                          problem: Problem, eval_slots: asyncio.Semaphore) -> None:
+                          problem: Problem, eval_slots: asyncio.Semaphore, eval_pool: EvaluatorPool) -> None:
         """Drive a cell whose lease this process holds and write its final status."""
         self.store.set_run_status(run_id, "running")
         cell.status = "running"
@@ -252,7 +257,7 @@ class ExperimentRunner:
             self.on_change(cell)
 
         controller = Controller(config, problem, self.store, backend, run_id, on_update=moved,
-                                eval_slots=eval_slots)
+                                eval_slots=eval_slots, eval_pool=eval_pool)
         try:
             cell.stats = await controller.run()
         except LeaseLostError as exc:  # another process took the cell over: leave its status alone

@@ -26,6 +26,7 @@ from evolve.engine.controller import Controller, SeedProgramError, code_key
 from evolve.engine.experiment import run_sharing_backend
 from evolve.policies.base import Policy, PolicyUnavailable
 from evolve.policies.factory import open_policy
+from evolve.problems.evaluator_pool import EvaluatorPool
 from evolve.problems.problem import Problem, load_problem
 from evolve.report.passk import best_at_k, pass_at_k
 from evolve.search.prompt_templates import load_template
@@ -180,15 +181,17 @@ async def _sample_all(store: ProgramStore, backend: Policy, todo: Sequence[Sampl
                       on_request: PlanCallback) -> None:
     slots = asyncio.Semaphore(parallel)
     eval_slots = asyncio.Semaphore(todo[0].config.run.eval_workers)
-    unavailable = await run_sharing_backend(
-        backend, [_sample_one(store, backend, plan, slots, eval_slots, outcome, on_done, on_request) for plan in todo])
+    async with EvaluatorPool(todo[0].config.run.eval_workers, todo[0].config.run.evaluator_recycle) as eval_pool:
+        unavailable = await run_sharing_backend(
+            backend, [_sample_one(store, backend, plan, slots, eval_slots, eval_pool, outcome, on_done, on_request)
+                      for plan in todo])
     if unavailable is not None:
         outcome.errors.append(f"policy {todo[0].config.policy.name}: {unavailable}")
         outcome.interrupted = True
 
 
 async def _sample_one(store: ProgramStore, backend: Policy, plan: SamplePlan, slots: asyncio.Semaphore,
-                      eval_slots: asyncio.Semaphore, outcome: SampleOutcome,
+                      eval_slots: asyncio.Semaphore, eval_pool: EvaluatorPool, outcome: SampleOutcome,
                       on_done: PlanCallback, on_request: PlanCallback) -> None:
     async with slots:
         config = plan.config
@@ -199,7 +202,7 @@ async def _sample_one(store: ProgramStore, backend: Policy, plan: SamplePlan, sl
                                       iterations_target=config.run.iterations)
         try:
             with store.driving(run_id):
-                await _drive_sample(store, backend, plan, run_id, eval_slots, outcome, on_request)
+                await _drive_sample(store, backend, plan, run_id, eval_slots, eval_pool, outcome, on_request)
         except (LeaseHeldError, LeaseLostError) as exc:  # another process samples this problem
             outcome.errors.append(f"{plan.problem.name}: {exc}")
             return
@@ -208,11 +211,12 @@ async def _sample_one(store: ProgramStore, backend: Policy, plan: SamplePlan, sl
 
 
 async def _drive_sample(store: ProgramStore, backend: Policy, plan: SamplePlan, run_id: int,
-                        eval_slots: asyncio.Semaphore, outcome: SampleOutcome, on_request: PlanCallback) -> None:
+                        eval_slots: asyncio.Semaphore, eval_pool: EvaluatorPool, outcome: SampleOutcome,
+                        on_request: PlanCallback) -> None:
     """Sample one problem's run, whose lease this process holds, to its budget and write its final status."""
     store.set_run_status(run_id, "running")
     controller = Controller(plan.config, plan.problem, store, backend, run_id, eval_slots=eval_slots,
-                            on_update=lambda stats: on_request(plan, stats.iterations_done))
+                            eval_pool=eval_pool, on_update=lambda stats: on_request(plan, stats.iterations_done))
     try:
         await controller.run()
     except SeedProgramError as exc:
