@@ -173,9 +173,10 @@ def invoke(job: dict, candidate: object, driver: object | None, payload: object)
     return function(*payload)  # type: ignore[misc]
 
 
-def confine(job: dict) -> dict | object | None:
+def confine(job: dict, opened: dict[str, tuple[int, bool]] | None = None) -> dict | object | None:
     """Set the limits, load the trusted driver (if any) while the project is still readable, then lock this
-    process down. Returns the driver module (None without one), or the failure message if it did not load."""
+    process down. Returns the driver module (None without one), or the failure message if it did not load.
+    `opened`: read roots a fork server opened (_isolation.open_paths), closed here once Landlock is applied."""
     parent = os.getppid()
     sys.path.extend(path for path in job["site_dirs"] if path not in sys.path)  # a fork server added them
     set_limits(job["limits"])
@@ -192,7 +193,9 @@ def confine(job: dict) -> dict | object | None:
         _isolation.private_folder(libc, job["workdir"], limits["folder_bytes"], limits["folder_entries"], job["uid"])
         _isolation.hide_processes(libc)
     _isolation.no_new_privileges(libc)
-    _isolation.landlock(libc, job["workdir"], job["read_roots"], job["list_roots"])
+    _isolation.landlock(libc, job["workdir"], job["read_roots"], job["list_roots"], opened)
+    for fd, _ in (opened or {}).values():
+        os.close(fd)
     _isolation.drop_privileges(libc, job["uid"])  # raises (and the candidate is never run) if it cannot
     _isolation.die_with_parent(libc, parent)
     _isolation.refuse_sockets(libc)
@@ -218,10 +221,10 @@ def report(result_fd: int, message: dict) -> None:
     write_all(result_fd, encode(message))
 
 
-def run(job: dict, result_fd: int, request_fd: int | None) -> None:
+def run(job: dict, result_fd: int, request_fd: int | None, opened: dict[str, tuple[int, bool]] | None = None) -> None:
     """One call (request_fd None): load, call once, report. A session: load, report ready, then one reply
     line per request line until the parent closes the request pipe or kills this process."""
-    driver = confine(job)
+    driver = confine(job, opened)
     if isinstance(driver, dict):
         report(result_fd, driver)
         return
@@ -245,8 +248,9 @@ def main() -> None:
     serve(int(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else None)
 
 
-def serve(result_fd: int, request_fd: int | None) -> None:
-    """Read the job on stdin and run it (also the entry of a child forked by _forkserver.py); never returns."""
+def serve(result_fd: int, request_fd: int | None, opened: dict[str, tuple[int, bool]] | None = None) -> None:
+    """Read the job on stdin and run it (also the entry of a child forked by _forkserver.py, with the read roots
+    it opened); never returns."""
     for fd in (result_fd, request_fd):
         if fd is not None:
             os.set_inheritable(fd, False)  # programs the candidate starts get neither pipe
@@ -254,7 +258,7 @@ def serve(result_fd: int, request_fd: int | None) -> None:
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
-    run(job, result_fd, request_fd)
+    run(job, result_fd, request_fd, opened)
     os._exit(0)  # no atexit handlers or finalisers of the candidate's after the report
 
 

@@ -7,9 +7,11 @@ folder and environment, then runs the harness (_child.serve), which confines it 
 child before anything of the candidate's runs. Each child starts from this process's state after the preload,
 which no child can change (fork copies it), so nothing of one candidate's reaches the next.
 Protocol on CONTROL_FD (a SOCK_SEQPACKET socket):
-- first message: JSON {"site_dirs": [...], "preload": [...], "hidden": [...]}; answer: JSON {"ready": true,
-  "failed": [names that did not import]} or {"ready": false, "detail": ...} when a preloaded module came from a
-  hidden path (an answer package), which a child could then read from memory.
+- first message: JSON {"site_dirs", "preload", "hidden", "read_roots", "list_roots"}; answer: JSON
+  {"ready": true, "failed": [names that did not import]} or {"ready": false, "detail": ...} when a preloaded
+  module came from a hidden path (an answer package), which a child could then read from memory. It then opens
+  the read roots once: each child's Landlock rules use these fds, and the child closes them before the candidate
+  runs (hundreds of opens and stats were most of a child's confinement).
 - then one message per call: JSON {"workdir", "environment", "session"} with the fds [reply socket, stdin read
   end, stdout write end, stderr write end, result write end, (request read end)]. The server forks and writes
   "PID\\n" on the reply socket; once the supervisor writes on it (or closes it) and the child has exited, it reaps
@@ -39,6 +41,7 @@ del sys.path[0]
 
 _HARNESS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_child.py")
 _FIRST_FREE_FD = 100  # received fds are moved above the child's fds 0-4 before being put in place
+_FIRST_KEPT_FD = 16  # the read roots' fds, kept open for the children, lie above their fds 0-4
 _MAX_MESSAGE = 1 << 16
 
 
@@ -67,7 +70,8 @@ def preload(names: list[str], hidden: list[str]) -> dict:
     return {"ready": True, "failed": failed}
 
 
-def become_child(server: int, header: dict, fds: list[int], libc: ctypes.CDLL) -> None:
+def become_child(server: int, header: dict, fds: list[int], libc: ctypes.CDLL,
+                 opened: dict[str, tuple[int, bool]]) -> None:
     """In the forked process: take the call's fds, session, folder and environment, then run the harness, which
     confines this process before the candidate's code runs. Never returns into the server's loop."""
     try:
@@ -76,7 +80,11 @@ def become_child(server: int, header: dict, fds: list[int], libc: ctypes.CDLL) -
         moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, _FIRST_FREE_FD) for fd in fds[1:]]
         for target, fd in enumerate(moved):
             os.dup2(fd, target)
-        os.closerange(len(moved), 1 << 20)  # the control socket, other calls' sockets and pidfds, the originals
+        low = len(moved)  # close all but the read roots: the control socket, other calls' sockets and pidfds...
+        for fd in sorted(fd for fd, _ in opened.values()):
+            os.closerange(low, fd)
+            low = fd + 1
+        os.closerange(low, 1 << 20)
         os.chdir(header["workdir"])
         os.environ.clear()
         os.environ.update(header["environment"])
@@ -85,7 +93,7 @@ def become_child(server: int, header: dict, fds: list[int], libc: ctypes.CDLL) -
         if "numpy.random" in sys.modules:  # numpy keeps the seed drawn at import: each child draws its own
             sys.modules["numpy.random"].seed()
         sys.argv = [_HARNESS, "3", "4"] if header["session"] else [_HARNESS, "3"]
-        _child.serve(3, 4 if header["session"] else None)
+        _child.serve(3, 4 if header["session"] else None, opened)
     except BaseException as exc:  # noqa: BLE001 - reported on the child's stderr; the supervisor sees no result
         _child.print_traceback(exc)
     finally:
@@ -93,7 +101,7 @@ def become_child(server: int, header: dict, fds: list[int], libc: ctypes.CDLL) -
 
 
 def start(control: socket.socket, selector: selectors.BaseSelector, children: dict[int, Forked],
-          libc: ctypes.CDLL) -> bool:
+          libc: ctypes.CDLL, opened: dict[str, tuple[int, bool]]) -> bool:
     """Fork a child for the next call on the control socket; False on EOF."""
     message, fds, _, _ = socket.recv_fds(control, _MAX_MESSAGE, 8)
     if not message:
@@ -106,7 +114,7 @@ def start(control: socket.socket, selector: selectors.BaseSelector, children: di
     server = os.getpid()
     pid = os.fork()
     if pid == 0:
-        become_child(server, header, fds, libc)
+        become_child(server, header, fds, libc, opened)
     reply = socket.socket(fileno=fds[0])
     for fd in fds[1:]:
         os.close(fd)
@@ -144,7 +152,7 @@ def finish(child: Forked, selector: selectors.BaseSelector, children: dict[int, 
     del children[child.pid]
 
 
-def serve_forever(control: socket.socket) -> None:
+def serve_forever(control: socket.socket, opened: dict[str, tuple[int, bool]]) -> None:
     parent = os.getppid()
     libc = ctypes.CDLL(None, use_errno=True)
     children: dict[int, Forked] = {}
@@ -157,7 +165,7 @@ def serve_forever(control: socket.socket) -> None:
         for key, _ in events:
             kind, pid = key.data
             if kind == "control":
-                if not start(control, selector, children, libc):
+                if not start(control, selector, children, libc, opened):
                     return
                 continue
             child = children.get(pid)
@@ -183,8 +191,13 @@ def main() -> None:
     config = json.loads(control.recv(_MAX_MESSAGE) or b"{}")
     sys.path.extend(path for path in config.get("site_dirs", ()) if path not in sys.path)
     control.send(json.dumps(preload(config.get("preload", []), config.get("hidden", []))).encode())
+    opened = {}
+    for path, (fd, is_dir) in _isolation.open_paths([*config.get("read_roots", ()),
+                                                     *config.get("list_roots", ())]).items():
+        opened[path] = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _FIRST_KEPT_FD), is_dir)  # clear of a child's 0-4
+        os.close(fd)
     try:
-        serve_forever(control)
+        serve_forever(control, opened)
     finally:
         os._exit(0)  # the children die with this process (their parent-death signal)
 

@@ -57,9 +57,23 @@ def landlock_abi(libc: ctypes.CDLL) -> int:
     return max(0, libc.syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))
 
 
-def landlock(libc: ctypes.CDLL, workdir: str, read_roots: list[str], list_roots: Sequence[str] = ()) -> int:
+def open_paths(paths: Sequence[str]) -> dict[str, tuple[int, bool]]:
+    """path -> (O_PATH fd, is a directory) for each path that exists: a fork server opens the read roots once, as
+    hundreds of opens and stats are most of what Landlock costs a child; the child passes them to `landlock`."""
+    opened = {}
+    for path in paths:
+        try:
+            opened[path] = (os.open(path, os.O_PATH | os.O_CLOEXEC), os.path.isdir(path))
+        except OSError:
+            continue
+    return opened
+
+
+def landlock(libc: ctypes.CDLL, workdir: str, read_roots: list[str], list_roots: Sequence[str] = (),
+             opened: dict[str, tuple[int, bool]] | None = None) -> int:
     """Writes only under workdir, reads only under read_roots, and only listing of the folders in list_roots;
-    returns the ABI applied, 0 where unsupported."""
+    returns the ABI applied, 0 where unsupported. Paths in `opened` (see open_paths) are not opened again; their
+    fds are left to the caller to close."""
     abi = landlock_abi(libc)
     if abi == 0:
         return 0
@@ -72,16 +86,21 @@ def landlock(libc: ctypes.CDLL, workdir: str, read_roots: list[str], list_roots:
         return 0
     rules = [(workdir, handled), ("/dev/null", handled & _FILE_ONLY)] + [(root, _READ) for root in read_roots]
     rules += [(folder, _READ_DIR) for folder in list_roots]
+    opened = opened or {}
     for path, rights in rules:
-        try:
-            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-        except OSError:
-            continue
-        if not os.path.isdir(path):
+        fd, is_dir = opened.get(path, (-1, False))
+        if fd < 0:
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue
+            is_dir = os.path.isdir(path)
+        if not is_dir:
             rights &= _FILE_ONLY
         rule = _PathBeneath(rights, fd)
         libc.syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(1), ctypes.byref(rule), ctypes.c_uint32(0))
-        os.close(fd)
+        if path not in opened:
+            os.close(fd)
     restricted = libc.syscall(_SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
     os.close(ruleset)
     return abi if restricted == 0 else 0

@@ -111,7 +111,8 @@ class Sandbox:
         if self.limits.fork_server:
             environment = {key: value for key, value in self._environment(Path("/")).items()
                            if key not in ("HOME", "TMPDIR")}
-            self._fork_server = ForkServer(self._site_dirs, self.limits.preload, hidden, environment)
+            self._fork_server = ForkServer(self._site_dirs, self.limits.preload, hidden, self._read_roots,
+                                           self._list_roots, environment)
             weakref.finalize(self, self._fork_server.stop)
         remove_stale_folders(FOLDER_PREFIX)
 

@@ -57,9 +57,9 @@ class ForkServer:
     """One server for one Sandbox: forks children that start from the state after importing `preload`."""
 
     def __init__(self, site_dirs: Sequence[str], preload: Sequence[str], hidden: Sequence[str],
-                 environment: dict[str, str]) -> None:
-        self._config = json.dumps({"site_dirs": list(site_dirs), "preload": list(preload),
-                                   "hidden": sorted(hidden)}).encode()
+                 read_roots: Sequence[str], list_roots: Sequence[str], environment: dict[str, str]) -> None:
+        self._config = json.dumps({"site_dirs": list(site_dirs), "preload": list(preload), "hidden": sorted(hidden),
+                                   "read_roots": list(read_roots), "list_roots": list(list_roots)}).encode()
         self._environment = environment
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
