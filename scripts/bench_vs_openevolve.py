@@ -11,7 +11,9 @@ per engine and setting, medians over reps:
 - it/min whole: iterations over the process's wall time (start-up, seed evaluation and shut-down included);
 - it/min loop: iterations over the loop's own time, from the stored seed to the last committed iteration (evolve's
   store) or from "Starting process-based evolution" to "Evolution completed" (OpenEvolve's log);
-- CPU-s/it: user + system CPU of the process and its reaped children (os.wait4), over the iterations;
+- CPU-s/it: user + system CPU of the process and all its descendants, over the iterations (start-up included); this
+  process is their child subreaper, so a worker that outlives its parent is reaped, and counted, here; "beyond": the
+  same less the candidate's own --burn-cpu-s, i.e. what the engine, its evaluators and its sandbox cost;
 - peak MB: ru_maxrss of that rusage (the largest single process);
 - bound: min(in_flight / latency, min(cores, workers) / burn CPU-s) iterations/min, and each engine's loop share of
   it. OpenEvolve's worker makes the policy call and the evaluation in turn, so its requests in flight are its
@@ -211,14 +213,18 @@ def snapshot_evolve(into: Path, commit: str | None) -> str:
     """Copies the evolve package (the working tree's, or `commit`'s) into `into`, so that every rep runs the same
     code while the tree changes; returns what was copied, in words."""
     into.mkdir(parents=True)
+    git = ["git", "-C", str(ROOT)]
     if commit:
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "evolve"], capture_output=True)
+        resolved = subprocess.run([*git, "rev-parse", "--short", "--verify", f"{commit}^{{commit}}"],
+                                  capture_output=True, text=True)
+        if resolved.returncode != 0:
+            raise SystemExit(f"bench: --evolve-commit {commit} is not a commit of {ROOT}")
+        archive = subprocess.run([*git, "archive", resolved.stdout.strip(), "evolve"], capture_output=True)
         if archive.returncode != 0:
             raise SystemExit(f"bench: git archive {commit}: {archive.stderr.decode(errors='replace').strip()}")
         subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-        return f"evolve at commit {commit}"
+        return f"evolve at commit {resolved.stdout.strip()}"
     shutil.copytree(ROOT / "evolve", into / "evolve", ignore=shutil.ignore_patterns("__pycache__"))
-    git = ["git", "-C", str(ROOT)]
     head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     dirty = subprocess.run([*git, "status", "--porcelain", "evolve"], capture_output=True, text=True).stdout.strip()
     return f"evolve from the working tree at {head or '?'}{' with uncommitted changes' if dirty else ''}"
@@ -300,8 +306,8 @@ def report(setting: Setting, measures: list[Measure]) -> None:
           f"(OpenEvolve: {setting.openevolve_workers} workers), {setting.iterations} iterations, "
           f"{len(measures) // 2} reps, load average {median([m.load for m in measures]):.1f} on "
           f"{os.cpu_count()} cores")
-    print(f"{'engine':>11} {'it/min whole':>13} {'it/min loop':>12} {'CPU-s/it':>9} {'peak MB':>8} {'children':>9}"
-          f" {'bound/min':>10} {'share':>6}")
+    print(f"{'engine':>11} {'it/min whole':>13} {'it/min loop':>12} {'CPU-s/it':>9} {'beyond':>7} {'peak MB':>8}"
+          f" {'children':>9} {'bound/min':>10} {'share':>6}")
     loop_rates: dict[str, float] = {}
     whole_rates: dict[str, float] = {}
     for engine in ("evolve", "openevolve"):
@@ -310,8 +316,10 @@ def report(setting: Setting, measures: list[Measure]) -> None:
         bound = setting.bound_per_min(in_flight)
         whole_rates[engine] = median([60 * setting.iterations / m.wall_s for m in mine])
         loop_rates[engine] = median([60 * setting.iterations / m.loop_s for m in mine])
+        cpu_per_iteration = median([m.cpu_s / setting.iterations for m in mine])
         print(f"{engine:>11} {whole_rates[engine]:>13.0f} {loop_rates[engine]:>12.0f}"
-              f" {median([m.cpu_s / setting.iterations for m in mine]):>9.3f} {median([m.peak_mb for m in mine]):>8.0f}"
+              f" {cpu_per_iteration:>9.3f} {cpu_per_iteration - setting.burn_cpu_s:>7.3f}"
+              f" {median([m.peak_mb for m in mine]):>8.0f}"
               f" {median([float(m.children) for m in mine]):>9.0f} {bound:>10.0f}"
               f" {loop_rates[engine] / bound:>6.0%}")
     print(f"{'ratio':>11} {whole_rates['evolve'] / whole_rates['openevolve']:>12.2f}x"
