@@ -25,7 +25,7 @@ from evolve.sandbox.core import Sandbox, SandboxLimits, SandboxResult
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = Path(__file__).parent / "hostile"
 LIMITS = SandboxLimits(wall_time_s=3.0, cpu_time_s=1.0, memory_mb=512, max_processes=32, max_output_bytes=200_000,
-                       preload=("numpy", "numpy.random"))
+                       preload=("numpy", "numpy.random"), fresh_children_first=0)
 LANDLOCK_ABI = landlock_abi(ctypes.CDLL(None, use_errno=True))
 needs_landlock = pytest.mark.skipif(LANDLOCK_ABI == 0, reason="this kernel has no Landlock")
 ENVIRONMENT = {"PATH", "HOME", "TMPDIR", "LANG", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"}
@@ -143,7 +143,7 @@ def test_a_forked_child_running_as_root_cannot_raise_its_limits(served: Sandbox)
 
 
 def test_a_forked_child_keeps_the_cpu_limit() -> None:
-    with Sandbox(SandboxLimits(wall_time_s=30.0, cpu_time_s=1.0, preload=("numpy",))) as sandbox:  # a busy machine
+    with Sandbox(SandboxLimits(wall_time_s=30.0, cpu_time_s=1.0, preload=("numpy",), fresh_children_first=0)) as sandbox:  # a busy machine
         result = forked_run(sandbox, "endless_loop", 1)
     assert result.status == "timeout" and "SIGXCPU" in result.detail, result
 
@@ -160,7 +160,8 @@ def test_a_forked_child_keeps_the_process_limits(served: Sandbox) -> None:
 
 @pytest.mark.parametrize("name", ["memory_bomb", "numpy_memory_bomb"])
 def test_a_forked_child_keeps_the_memory_limit_with_numpy_preloaded(name: str) -> None:
-    with Sandbox(SandboxLimits(wall_time_s=5.0, cpu_time_s=5.0, memory_mb=200, preload=("numpy",))) as small:
+    with Sandbox(SandboxLimits(wall_time_s=5.0, cpu_time_s=5.0, memory_mb=200, preload=("numpy",),
+                                       fresh_children_first=0)) as small:
         result = forked_run(small, name, 1)
     assert result.status == "memory", result
 
@@ -236,7 +237,7 @@ def test_a_killed_server_is_replaced_on_the_next_call(served: Sandbox) -> None:
 def test_a_server_killed_during_a_call_does_not_lose_the_call(tmp_path: Path) -> None:
     program = tmp_path / "slow.py"
     program.write_text("import time\n\ndef solve(x):\n    time.sleep(0.5)\n    return x * 2\n")
-    with Sandbox(SandboxLimits(wall_time_s=10.0, cpu_time_s=5.0)) as sandbox:
+    with Sandbox(SandboxLimits(wall_time_s=10.0, cpu_time_s=5.0, fresh_children_first=0)) as sandbox:
         assert sandbox.call(program, "solve", 1).value == 2  # the server is up
         server = sandbox._fork_server
         assert server is not None and server.pid is not None
@@ -278,7 +279,7 @@ CALLER = """
 import sys, tempfile
 tempfile.tempdir = sys.argv[2]
 from evolve.sandbox.core import Sandbox, SandboxLimits
-Sandbox(SandboxLimits(wall_time_s=60, cpu_time_s=60)).call(sys.argv[1], "solve", 1)
+Sandbox(SandboxLimits(wall_time_s=60, cpu_time_s=60, fresh_children_first=0)).call(sys.argv[1], "solve", 1)
 """
 
 
@@ -294,6 +295,18 @@ def test_the_server_and_its_child_die_with_a_killed_caller(sandbox_parent: Path)
         caller.wait()
     assert wait_until(lambda: not alive(server) and not alive(child), 5.0)
     Sandbox(LIMITS)  # removes the folder the killed caller left
+
+
+def test_a_sandbox_starts_its_server_only_after_its_first_children(tmp_path: Path) -> None:
+    program = tmp_path / "one.py"
+    program.write_text("def solve(x):\n    return x\n")
+    with Sandbox(SandboxLimits(fresh_children_first=2)) as sandbox:
+        server = sandbox._fork_server
+        assert server is not None
+        assert [sandbox.call(program, "solve", x).value for x in (1, 2)] == [1, 2]
+        assert server.starts == 0 and server.pid is None  # a Sandbox used once or twice costs fresh children only
+        assert sandbox.call(program, "solve", 3).value == 3
+        assert server.starts == 1 and server.forks == 1
 
 
 def test_preloading_a_package_of_answers_is_refused() -> None:

@@ -53,6 +53,7 @@ import site
 import stat
 import subprocess
 import sys
+import threading
 import time
 import weakref
 from collections.abc import Sequence
@@ -91,8 +92,9 @@ __all__ = ["Sandbox", "SandboxLimits", "SandboxResult", "SandboxSession", "Sandb
 
 class Sandbox:
     """Runs candidate code in a child process under `limits`; safe to use from several threads. With
-    limits.fork_server (the default) each child is forked from a server kept for this Sandbox, which has imported
-    limits.preload; `close()` (or a `with` block, or garbage collection) stops it."""
+    limits.fork_server (the default), once limits.fresh_children_first children have started fresh, each child is
+    forked from a server kept for this Sandbox, which has imported limits.preload; `close()` (or a `with` block,
+    or garbage collection) stops it. A Sandbox used for one call thus never starts a server."""
 
     def __init__(self, limits: SandboxLimits | None = None) -> None:
         self.limits = limits or SandboxLimits()
@@ -108,6 +110,8 @@ class Sandbox:
         if answers:
             raise ValueError(f"preload names {answers[0]}, which holds a benchmark's answers")
         self._fork_server: ForkServer | None = None
+        self._children_started = 0
+        self._count_lock = threading.Lock()
         if self.limits.fork_server:
             environment = {key: value for key, value in self._environment(Path("/")).items()
                            if key not in ("HOME", "TMPDIR")}
@@ -206,7 +210,7 @@ class Sandbox:
             request_read, request_write = os.pipe() if session else (-1, -1)
             pipes += [request_read, request_write]
             process: subprocess.Popen[bytes] | ForkedChild | None = None
-            if forked and self._fork_server is not None:
+            if forked and self._fork_server is not None and self._count_child() > self.limits.fresh_children_first:
                 process = self._fork_server.spawn(workdir, self._environment(workdir), result_write, request_read)
             if process is None:
                 arguments = [str(result_write)] + ([str(request_read)] if session else [])
@@ -238,6 +242,11 @@ class Sandbox:
         except BrokenPipeError:
             pass
         return child
+
+    def _count_child(self) -> int:
+        with self._count_lock:
+            self._children_started += 1
+            return self._children_started
 
     def _job(self, driver: bool, program: Path, target: str, payload: Any, workdir: Path, uid: int | None) -> bytes:
         limits = self.limits

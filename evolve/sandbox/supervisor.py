@@ -40,6 +40,7 @@ class SandboxLimits:
     max_written_mb: int = 64  # what the candidate keeps in its folder, all files together; past it bad_output
     preload: tuple[str, ...] = ()  # modules the fork server imports once, before forking each child
     fork_server: bool = True  # fork each child from a warm server (evolve/sandbox/forkserver.py), not a new python
+    fresh_children_first: int = 1  # children a Sandbox starts fresh before its server: one call never starts one
 
 
 @dataclass(frozen=True)
