@@ -1,8 +1,8 @@
 """Benchmark: resume and reports on a 100,000-program store, time and peak memory, each in a fresh process.
 
-Builds a store of N programs (default 100,000) with bulk SQL: realistic code sizes (1-3 KB), a score vector of
+Builds a store of N programs (default 100,000) with bulk SQL: code of 0.5-2 KB (1 KB on average), a score vector of
 the default problem's objectives drifting upwards with noise, three islands, a parent per program, and for every
-iteration the policy call that made it (a ~2 KB prompt, its completion) and its outcome rows. Then, each in its
+iteration the policy call that made it (a ~1 KB prompt, its completion) and its outcome rows. Then, each in its
 own process and 3 times (medians printed):
 
   resume    a resumed run's state rebuild: the Controller's selection state, seen-code set and stats from the store
@@ -50,7 +50,7 @@ def create_run(db: Path, iterations: int) -> tuple[int, tuple[str, ...], str]:
 
 
 def code_of(index: int, seed_code: str, rng: random.Random) -> str:
-    """A program of 1-3 KB: the seed plus helper functions, distinct per index."""
+    """A program of 0.5-2 KB: the seed plus helper functions, distinct per index."""
     lines = [seed_code.rstrip("\n"), ""]
     for helper in range(rng.randint(4, 14)):
         lines += [f"def helper_{helper}_{index}(x):", f"    # step {helper} of candidate {index}",
@@ -94,9 +94,9 @@ def build(db: Path, count: int) -> int:
                          iteration * 0.01, now))
         row = (program_id, run_id, parent, iteration % ISLANDS, iteration, "bench" if iteration else "", code,
                completion if iteration else "", call_id, now)
-        programs.append(row + ((code_key(code),) if has_key else ()))
+        programs.append(row + ((code_key(code), len(code)) if has_key else ()))
         scores.append((program_id, run_id, json.dumps(vector), scalar, scalar >= 0.999, "{}"))
-    key_column, key_mark = (", code_key", ", ?") if has_key else ("", "")
+    key_column, key_mark = (", code_key, code_length", ", ?, ?") if has_key else ("", "")
     with connection:
         connection.executemany(
             "INSERT INTO attempts (id, run_id, iteration, kind, reason, policy, prompt, completion, child_code, "
@@ -118,7 +118,7 @@ def rebuild(db: Path, run_id: int) -> None:
     from evolve.problems.problem import load_problem
     from evolve.store.program_store import ProgramStore
 
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     store = ProgramStore(str(db), mode="existing")
     config = resumed_config(store, run_id, str(db))
     problem = load_problem(config.run.problem, ROOT / "programs")
@@ -129,12 +129,12 @@ def rebuild(db: Path, run_id: int) -> None:
         for program in store.programs(run_id):
             controller._admit(program)
     store.completed_iterations(run_id)
-    print(json.dumps({"rebuild_s": time.perf_counter() - started,
+    print(json.dumps({"rebuild_s": time.perf_counter() - started, "rebuild_cpu_s": time.process_time() - cpu_started,
                       "island_sizes": controller.selector.island_sizes()}))
 
 
-def measured(command: list[str]) -> tuple[float, float, str]:
-    """(wall seconds, peak RSS MB, stdout) of one fresh process (spawned here so that wait4 gives its rusage)."""
+def measured(command: list[str]) -> tuple[float, float, float, str]:
+    """(wall seconds, CPU seconds, peak RSS MB, stdout) of one fresh process (spawned here: wait4 gives its rusage)."""
     started = time.perf_counter()
     pid = os.posix_spawn(command[0], command, {**os.environ, "PYTHONPATH": str(ROOT)},
                          file_actions=[(os.POSIX_SPAWN_OPEN, 1, "/tmp/bench_resume.out",
@@ -144,7 +144,7 @@ def measured(command: list[str]) -> tuple[float, float, str]:
     out = Path("/tmp/bench_resume.out").read_text()
     if os.waitstatus_to_exitcode(status):
         raise SystemExit(f"{' '.join(command)} failed with status {os.waitstatus_to_exitcode(status)}")
-    return wall, usage.ru_maxrss / 1024, out
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, out
 
 
 def main() -> None:
@@ -179,13 +179,15 @@ def main() -> None:
         "lineage": [*cli, "lineage", "1", "--db", str(args.db)],
         "export": [*cli, "export", "1", "-o", "/dev/null", "--db", str(args.db)],
     }
-    print(f"{'case':<12} {'wall s':>8} {'rebuild s':>10} {'peak RSS MB':>12}   (medians of {REPEATS}, fresh processes)")
+    print(f"{'case':<12} {'wall s':>8} {'CPU s':>7} {'rebuild s':>10} {'rebuild CPU s':>14} {'peak RSS MB':>12}"
+          f"   (medians of {REPEATS}, fresh processes)")
     for name, command in cases.items():
         runs = [measured(command) for _ in range(REPEATS)]
-        inner = [json.loads(out.splitlines()[-1])["rebuild_s"] for _, _, out in runs] if name == "resume" else []
-        inner_text = f"{statistics.median(inner):>10.2f}" if inner else f"{'':>10}"
-        print(f"{name:<12} {statistics.median(r[0] for r in runs):>8.2f} {inner_text} "
-              f"{statistics.median(r[1] for r in runs):>12.0f}")
+        inner = [json.loads(out.splitlines()[-1]) for *_, out in runs] if name == "resume" else []
+        rebuild_s = f"{statistics.median(r['rebuild_s'] for r in inner):>10.2f}" if inner else f"{'':>10}"
+        rebuild_cpu = f"{statistics.median(r['rebuild_cpu_s'] for r in inner):>14.2f}" if inner else f"{'':>14}"
+        print(f"{name:<12} {statistics.median(r[0] for r in runs):>8.2f} {statistics.median(r[1] for r in runs):>7.2f} "
+              f"{rebuild_s} {rebuild_cpu} {statistics.median(r[2] for r in runs):>12.0f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -93,15 +93,18 @@ class MapElitesGrid:
 
     def add(self, program: Program) -> bool:
         """Place `program`; True when it is now its cell's elite. O(features), or O(cells) on a re-bin."""
+        values = [self.value(feature, program) for feature in self.features]
         grew = False
-        for feature in self.features:
-            grew = self.ranges[feature].cover(self.value(feature, program)) or grew
+        for feature, value in zip(self.features, values, strict=True):
+            grew = self.ranges[feature].cover(value) or grew
         if grew:
             self._rebin()
-        return self._place(program)
+        return self._place(program, tuple(self.ranges[feature].bin(value, self.bins)
+                                          for feature, value in zip(self.features, values, strict=True)))
 
-    def _place(self, program: Program) -> bool:
-        cell = self.cell_of(program)
+    def _place(self, program: Program, cell: Cell | None = None) -> bool:
+        """Make `program` its cell's elite unless the incumbent ranks higher; `cell`: cell_of(program), if known."""
+        cell = self.cell_of(program) if cell is None else cell
         incumbent = self.cells.get(cell)
         if incumbent is None:
             bisect.insort(self.occupied, cell)

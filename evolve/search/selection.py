@@ -58,10 +58,22 @@ def unique_bests(programs: Iterable[Program], objectives: tuple[str, ...]) -> se
 
 
 class Island:
-    """One island's population, keyed by program id."""
+    """One island's population, keyed by program id (changed only through Selector, which keeps `floor` right)."""
 
     def __init__(self) -> None:
         self.programs: dict[int, Program] = {}
+        self._floor: Program | None = None  # the worst member by rank, or None: work it out on the next floor()
+
+    def floor(self) -> Program:
+        """The worst member by rank, cached until it leaves."""
+        if self._floor is None or self._floor.id not in self.programs:
+            self._floor = min(self.programs.values(), key=rank)
+        return self._floor
+
+    def put(self, program: Program) -> None:
+        self.programs[program.id] = program
+        if self._floor is not None and rank(program) < rank(self._floor):
+            self._floor = program
 
     def best(self) -> Program:
         return max(self.programs.values(), key=rank)
@@ -82,6 +94,7 @@ class Selector:
         self.archive: dict[int, Program] = {}  # the archive_size best programs ever added
         self.seed_program: Program | None = None  # the iteration-0 program, the parent of strategy "seed"
         self._migrated: set[int] = set()
+        self._archive_floor: Program | None = None  # the archive's worst by rank; None: work it out when needed
 
     def empty(self) -> bool:
         return not self.archive
@@ -109,7 +122,9 @@ class Selector:
 
         for island in self.islands:
             island.programs = {program_id: swap(program) for program_id, program in island.programs.items()}
+            island._floor = None
         self.archive = {program_id: swap(program) for program_id, program in self.archive.items()}
+        self._archive_floor = None
         self.grid.materialize({program.id: swap(program) for program in self.grid.cells.values()})
         self.seed_program = swap(self.seed_program) if self.seed_program else None
 
@@ -119,13 +134,27 @@ class Selector:
             self.seed_program = program
         self._place(self.islands[program.island % len(self.islands)], program)
         self.grid.add(program)
-        self.archive[program.id] = program
-        if len(self.archive) > self.config.archive_size:
-            del self.archive[min(self.archive.values(), key=rank).id]
+        if self._archive_keeps(program):
+            self.archive[program.id] = program
+            self._archive_floor = None
+            if len(self.archive) > self.config.archive_size:
+                del self.archive[min(self.archive.values(), key=rank).id]
+
+    def _archive_keeps(self, program: Program) -> bool:
+        """False when adding `program` to the full archive would evict it at once (it ranks below every elite):
+        the archive then stays exactly as it was, so a resume's replay of a long run skips most programs."""
+        if program.id in self.archive or len(self.archive) < self.config.archive_size:
+            return True
+        if self._archive_floor is None:
+            self._archive_floor = min(self.archive.values(), key=rank)
+        return rank(program) > rank(self._archive_floor)
 
     def _place(self, island: Island, program: Program) -> bool:
         """Add to an island, evicting one program if over the cap; True when `program` stayed."""
-        island.programs[program.id] = program
+        if (self.config.strategy != "lexicase" and program.id not in island.programs
+                and len(island.programs) >= self.config.population_size and rank(program) < rank(island.floor())):
+            return False  # it would be the victim itself (the worst, never the best of a full island): no change
+        island.put(program)
         if len(island.programs) > self.config.population_size:
             del island.programs[self._eviction_victim(island).id]
         return program.id in island.programs

@@ -23,7 +23,8 @@ IN_BATCH = 500  # ids per IN (...) list, well under every database's bound-param
 def stream_headers(session: Session, run_id: int) -> Iterator[ProgramHeader]:
     """The run's programs oldest first (commit order) as ProgramHeaders, `STREAM_BATCH` rows at a time. Rows written
     before programs.code_key existed carry their code instead, which is hashed here."""
-    legacy_code = case((ProgramRow.code_key.is_(None), ProgramRow.code), else_=None)
+    legacy_code = case((ProgramRow.code_key.is_(None) | ProgramRow.code_length.is_(None), ProgramRow.code),
+                       else_=None)
     query = (select(ProgramRow.id, ProgramRow.parent_id, ProgramRow.island, ProgramRow.iteration, ProgramRow.policy,
                     ProgramRow.code_key, ProgramRow.code_length, legacy_code, ScoreRow.vector_json, ScoreRow.scalar,
                     ScoreRow.solved)
