@@ -371,3 +371,30 @@ def test_two_processes_writing_one_file_wait_for_each_other(db: Path) -> None:
     runs = store.list_runs()
     assert sorted(run.name for run in runs) == ["left", "right"]
     assert [len(store.completed_iterations(run.id)) for run in runs] == [150, 150]
+
+
+def test_headers_stream_every_program_without_code_also_from_a_store_older_than_the_code_key(db: Path) -> None:
+    from evolve.records import ProgramHeader, code_key
+
+    store = ProgramStore(str(db))
+    run = new_run(store)
+    for iteration in range(3):
+        store.record_iteration(run, iteration, [child(f"  code {iteration}.{k} " + "é" * k, k / 4) for k in range(3)])
+    whole = store.programs(run)
+    store.close()
+    with sqlite3.connect(db) as connection:  # the store as a version before programs.code_key/code_length wrote it
+        connection.execute("ALTER TABLE programs DROP COLUMN code_key")
+        connection.execute("ALTER TABLE programs DROP COLUMN code_length")
+    assert ProgramStore(str(db), mode="read").programs(run) == whole  # read-only commands never select them
+    for mode in ("existing", "existing"):  # first open adds the columns (NULL in old rows); then as written now
+        store = ProgramStore(str(db), mode=mode)
+        headers = list(store.program_headers(run))
+        assert [h.id for h in headers] == [p.id for p in whole]
+        assert all(isinstance(h, ProgramHeader) and h.code == "" and h.edit == "" and h.artifacts == {}
+                   for h in headers)
+        assert [(h.code_key, h.code_length) for h in headers] == [(code_key(p.code), len(p.code)) for p in whole]
+        assert [(h.scores, h.scalar, h.solved, h.island, h.parent_id) for h in headers] == \
+            [(p.scores, p.scalar, p.solved, p.island, p.parent_id) for p in whole]
+        assert store.programs_by_id([whole[4].id, whole[0].id, 999]) == {whole[4].id: whole[4], whole[0].id: whole[0]}
+        store.record_iteration(run, 9, [child(f"new {len(headers)}", 0.5)])
+        whole = store.programs(run)
