@@ -7,7 +7,12 @@ stdin; results come back as JSON lines on a private pipe, so what the candidate 
 `call` and `run_driver` make one call in one child. `call_each` and `run_driver_each` keep one child for a
 list of calls, sent one at a time on a second private pipe: this process times each round trip and kills
 the child at the call's own limit, so per-test time limits hold whatever the candidate does to its own
-clocks. Layers, each effective on its own (Linux only):
+clocks. Once a Sandbox has started limits.fresh_children_first children (default 1) and unless limits.fork_server
+is off, each further child is forked instead from the Sandbox's fork server (evolve/sandbox/forkserver.py), a
+process started the same way that has imported limits.preload (e.g. numpy) and never runs candidate code; the
+forked child takes its own pipes, session, folder and environment, then applies every layer below itself, as a
+fresh child does; its parent-death signal is tied to the server, which ends with this process. A call whose
+server died under it runs again in a fresh child. Layers, each effective on its own (Linux only):
 
 - rlimits, set by the harness before any candidate code runs: CPU seconds (SIGXCPU, SIGKILL a second
   later), address space (memory; numpy still imports at 128 MB), file size, no core dumps.
