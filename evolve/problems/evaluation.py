@@ -8,7 +8,9 @@ engine processes that were killed before they could (evolve/sandbox/housekeeping
 That worker (this module's __main__) imports the problem's evaluator.py, calls
 `evaluate(program_path, sandbox)` (or OpenEvolve's `evaluate(program_path)`), checks what came back
 against the declared objectives and writes one JSON object on stdout. The worker never imports the
-candidate; the evaluator runs it only through the sandbox, in a child process of its own.
+candidate; the evaluator runs it only through the sandbox, in a child process of its own. The engine's loops
+(runs, experiments, sampling, training) score on warm worker processes instead (evaluator_pool.py), which run the
+same EvaluatorRunner; `evolve check` and other one-off callers use this fresh process.
 """
 
 from __future__ import annotations
