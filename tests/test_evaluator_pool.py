@@ -12,10 +12,15 @@ from typing import TypeVar
 
 import pytest
 
+from evolve.config import RunConfig
+from evolve.engine.controller import Controller
+from evolve.policies.base import PolicyUnavailable
 from evolve.problems.evaluation import evaluate_program
 from evolve.problems.evaluator_pool import EvaluatorPool
 from evolve.problems.problem import Problem, list_problems, load_problem
-from evolve.records import Evaluation
+from evolve.records import Completion, Evaluation
+from evolve.search.prompts import Prompt
+from evolve.store.program_store import ProgramStore
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = ROOT / "programs"
@@ -28,7 +33,7 @@ provenance = "a test fixture"
 objectives = ["length", "pid"]
 
 [solved]
-all_at_least = 1.0
+all_at_least = 1e12
 
 [limits]
 wall_time_s = 2
@@ -230,3 +235,37 @@ def test_close_leaves_no_process_and_no_folder_behind(moody: Problem) -> None:
     while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not [pid for pid in pids if alive(pid)]
+
+
+class PoolWatcher:
+    """A policy that notes the pool's processes at its first call and then reports itself unavailable."""
+
+    name = "watcher"
+
+    def __init__(self) -> None:
+        self.controller: Controller | None = None
+        self.seen: list[int] | None = None
+
+    async def generate(self, prompt: Prompt, seed: int) -> Completion:
+        assert self.controller is not None
+        pool = self.controller.scorer.pool
+        self.seen = pool.pids() if pool is not None else []
+        raise PolicyUnavailable("the watcher has seen enough")
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_a_run_scores_on_a_pool_of_its_own_when_warm_and_closes_it(moody: Problem, tmp_path: Path,
+                                                                     warm: bool) -> None:
+    config = RunConfig.model_validate({"run": {"problem": "moody", "programs_dir": str(moody.path.parent),
+                                               "iterations": 2, "concurrency": 1, "warm_evaluators": warm}})
+    store = ProgramStore(str(tmp_path / "run.db"))
+    run_id = store.create_run("r", "moody", "watcher", 0, config.model_dump_json(), 2)
+    watcher = PoolWatcher()
+    controller = Controller(config, moody, store, watcher, run_id)  # type: ignore[arg-type]
+    watcher.controller = controller
+    with pytest.raises(PolicyUnavailable):
+        asyncio.run(controller.run())
+    (seed,) = store.programs(run_id)
+    assert watcher.seen is not None and controller.scorer.pool is None
+    assert (int(seed.scores["pid"]) in watcher.seen) is warm  # the seed was scored by a process the pool kept
+    assert not [pid for pid in watcher.seen if alive(pid)]
