@@ -129,12 +129,16 @@ class Controller:
 
     def restore(self) -> bool:
         """Rebuild selection, the seen-code set and the stats from the run's stored programs, replayed in commit
-        order as headers streamed from the store (no code); the programs the state keeps are then read whole.
-        The state equals the one the uninterrupted process held. False when the run has no program yet."""
+        order as headers streamed from the store (no code) with each committed iteration's migration; the programs
+        the state keeps are then read whole. The state equals the one the uninterrupted process held. False when
+        the run has no program yet."""
         restored = False
-        for header in self.store.program_headers(self.run_id):
-            self._admit(header)
-            restored = True
+        for event in self.store.replay(self.run_id):
+            if isinstance(event, int):  # an iteration's commit: _commit migrates after admitting its children
+                self.selector.maybe_migrate(event)
+            else:
+                self._admit(event)
+                restored = True
         kept = self.selector.held_ids() | {p.id for p in (self.stats.best, self.stats.first_solved) if p is not None}
         whole = self.store.programs_by_id(kept)
         self.selector.materialize(whole)

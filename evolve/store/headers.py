@@ -8,7 +8,7 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import fields
 
-from sqlalchemy import case, select
+from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session, aliased
 
 from evolve.records import Program, ProgramHeader, code_key
@@ -140,3 +140,27 @@ def parents_by_call(session: Session, run_id: int) -> dict[int, int]:
         else:
             seen.setdefault(call_id, set()).add(parent_id)
     return {call_id: min(parents) for call_id, parents in seen.items() if len(parents) == 1 and call_id not in rootless}
+
+
+def commit_order(session: Session, run_id: int) -> list[int]:
+    """The run's iterations in the order they were committed: each iteration is one transaction, so the order of
+    their first attempts rows."""
+    query = (select(AttemptRow.iteration).where(AttemptRow.run_id == run_id)
+             .group_by(AttemptRow.iteration).order_by(func.min(AttemptRow.id)))
+    return list(session.scalars(query))
+
+
+def commit_replay(headers: Iterable[ProgramHeader], order: list[int]) -> Iterator[ProgramHeader | int]:
+    """The run as its driver lived it: each program (in id order), and after the programs of each committed
+    iteration that iteration's number (when the controller migrated). Programs of an iteration with no attempts
+    row (written by add_program) come where their ids put them."""
+    position = {iteration: index for index, iteration in enumerate(order)}
+    announced = 0  # order[:announced] have been yielded
+    for header in headers:
+        index = position.get(header.iteration)
+        if index is not None:
+            while announced < index:  # iterations committed before this program's
+                yield order[announced]
+                announced += 1
+        yield header
+    yield from order[announced:]

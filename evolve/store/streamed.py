@@ -11,6 +11,8 @@ from evolve.store.headers import (
     ancestor_ids,
     attempt_totals,
     call_completions,
+    commit_order,
+    commit_replay,
     parents_by_call,
     policy_calls_by_id,
     programs_by_id,
@@ -30,6 +32,14 @@ class StreamedReads:
         resume's memory does not grow with the run."""
         with self._sessions() as session:
             yield from stream_headers(session, run_id)
+
+    def replay(self, run_id: int) -> Iterator[ProgramHeader | int]:
+        """The run in commit order: program headers (streamed, no code) and, after each committed iteration's
+        programs, that iteration's number: what a resume replays selection and migrations from."""
+        with self._sessions() as session:
+            order = commit_order(session, run_id)
+        with self._sessions() as session:
+            yield from commit_replay(stream_headers(session, run_id), order)
 
     def programs_by_id(self, ids: Iterable[int]) -> dict[int, Program]:
         """Whole programs by id (those not stored are left out)."""
