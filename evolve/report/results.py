@@ -12,6 +12,7 @@ flags stored when its programs were written, and the report says so. A cell whos
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -165,9 +166,10 @@ class _Judge:
         return self.problem.scalar(scores), self.problem.is_solved(scores)
 
 
-def _judges(spec: ExperimentSpec, vectors: dict[tuple[str, str, int], list[StoredScores]],
+def _judges(spec: ExperimentSpec, store: ProgramStore, runs: dict[tuple[str, str, int], int],
             notes: list[str]) -> dict[str, _Judge]:
-    """A judge per problem: the current rule when the folder loads and reads every stored vector, else the flags."""
+    """A judge per problem: the current rule when the folder loads and reads every stored vector, else the flags.
+    The runs' vectors are streamed from the store (a second pass, in cell_result, judges them)."""
     judges = {}
     for name in spec.problems:
         try:
@@ -177,10 +179,11 @@ def _judges(spec: ExperimentSpec, vectors: dict[tuple[str, str, int], list[Store
                          f"stored when its programs were written, under the rule of that time.")
             problem = None
         if problem is not None:
-            for (problem_name, _, _), stored in vectors.items():
+            for (problem_name, _, _), run_id in runs.items():
                 if problem_name != name:
                     continue
-                missing = {o for _, vector, _, _ in stored for o in problem.objectives if o not in vector}
+                missing = {o for _, vector, _, _ in store.score_vectors(run_id) for o in problem.objectives
+                           if o not in vector}
                 if missing:
                     notes.append(f"{name}: stored score vectors lack the current objectives "
                                  f"{', '.join(sorted(missing))}; cracked and scalars are the stored flags.")
@@ -191,8 +194,8 @@ def _judges(spec: ExperimentSpec, vectors: dict[tuple[str, str, int], list[Store
 
 
 def cell_result(store: ProgramStore, spec: ExperimentSpec, run_id: int | None, key: tuple[str, str, int],
-                judge: _Judge | None = None, vectors: list[StoredScores] | None = None) -> CellResult:
-    """The cell's numbers; `vectors`: the run's `store.score_vectors`, when the caller has read them already."""
+                judge: _Judge | None = None, vectors: Iterable[StoredScores] | None = None) -> CellResult:
+    """The cell's numbers; `vectors`: the run's `store.score_vectors` (by default streamed from the store)."""
     problem, policy, seed = key
     horizon = spec.iterations
     rule: Literal["current", "stored"] = "current" if judge is not None and judge.problem is not None else "stored"
@@ -201,15 +204,23 @@ def cell_result(store: ProgramStore, spec: ExperimentSpec, run_id: int | None, k
                           0, 0, 0, 0, 0, None, (), (), rule)
     judge = judge or _Judge(None)
     info = store.get_run(run_id)
-    programs = [(iteration, vector, *judge.verdict(vector, scalar, solved))
-                for iteration, vector, scalar, solved in (vectors if vectors is not None
-                                                          else store.score_vectors(run_id))]
     costs = store.iteration_costs(run_id)
     done = sum(1 for iteration in store.completed_iterations(run_id) if iteration >= 1)
     by_iteration: dict[int, tuple[float | None, bool]] = {}
-    for iteration, _, scalar, solved in programs:
+    objective_best: dict[str, float] = {}
+    solved_at: list[int] = []
+    top: float | None = None  # the highest scalar, as max() over them in this order would give it
+    for iteration, vector, stored_scalar, stored_solved in (vectors if vectors is not None
+                                                            else store.score_vectors(run_id)):
+        scalar, solved = judge.verdict(vector, stored_scalar, stored_solved)
         best, cracked = by_iteration.get(iteration, (None, False))
         by_iteration[iteration] = (scalar if best is None else max(best, scalar), cracked or solved)
+        for name, value in vector.items():
+            objective_best[name] = max(objective_best.get(name, value), value)
+        if solved:
+            solved_at.append(iteration)
+        if top is None or scalar > top:
+            top = scalar
     best_by: list[float | None] = []
     best: float | None = None
     for t in range(horizon + 1):
@@ -226,14 +237,9 @@ def cell_result(store: ProgramStore, spec: ExperimentSpec, run_id: int | None, k
         steps.append(Step(cost.iteration, evaluations, tokens, cost.elapsed_s,
                           *by_iteration.get(cost.iteration, (None, False))))
     clocks = [c.elapsed_s for c in costs]
-    objective_best: dict[str, float] = {}
-    for _, vector, _, _ in programs:
-        for name, value in vector.items():
-            objective_best[name] = max(objective_best.get(name, value), value)
-    solved_at = [iteration for iteration, _, _, solved in programs if solved]
     return CellResult(
         problem, policy, seed, run_id, info.status, info.iterations_target, done, min(solved_at, default=None),
-        max((scalar for _, _, scalar, _ in programs), default=None), tuple(best_by),
+        top, tuple(best_by),
         sum(c.policy_calls for c in costs), sum(c.policy_errors for c in costs), evaluations, tokens,
         sum(c.prompt_tokens for c in costs),
         None if any(c is None for c in clocks) else max((c for c in clocks if c is not None), default=0.0),
@@ -246,10 +252,8 @@ def collect(store: ProgramStore, spec: ExperimentSpec, samples: int = 100_000, c
     problems (exact enumeration below); `pairs`: compare every pair of policies, or the first with each other."""
     runs = {(c.problem, c.policy, c.seed): c.run_id for c in store.experiment_cells(spec.name)}
     notes: list[str] = []
-    vectors = {key: store.score_vectors(run_id) for key, run_id in runs.items()}  # read once, judged twice
-    judges = _judges(spec, vectors, notes)
-    cells = tuple(cell_result(store, spec, runs.get(key), key, judges[key[0]], vectors.get(key))
-                  for key in spec.cells())
+    judges = _judges(spec, store, runs, notes)  # streams the runs' vectors, as cell_result does again
+    cells = tuple(cell_result(store, spec, runs.get(key), key, judges[key[0]]) for key in spec.cells())
     by_key = {(c.problem, c.policy, c.seed): c for c in cells}
     policies = tuple(p.name for p in spec.policies)
 

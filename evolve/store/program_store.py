@@ -39,6 +39,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from evolve.records import Program
 from evolve.store import lease as leases
 from evolve.store.connection import GuardedSessions, database_url, first_line, require_sqlite_file, sqlite_pragmas
+from evolve.store.headers import STREAM_BATCH
 from evolve.store.records import (
     ATTEMPT_KINDS,
     FAILURE_KINDS,
@@ -232,15 +233,17 @@ class ProgramStore(StreamedReads):
                      .where(ProgramRow.run_id == run_id).order_by(ProgramRow.iteration, ProgramRow.id))
             return [(iteration, float(scalar), bool(solved)) for iteration, scalar, solved in session.execute(query)]
 
-    def score_vectors(self, run_id: int) -> list[tuple[int, dict[str, float], float, bool]]:
+    def score_vectors(self, run_id: int) -> Iterator[tuple[int, dict[str, float], float, bool]]:
         """(iteration, score vector, stored scalar, stored solved) of every program of the run, by iteration: what a
-        report needs to re-derive scalar and solved under a problem's current rule."""
+        report needs to re-derive scalar and solved under a problem's current rule. Streamed: iterate it once."""
         with self._sessions() as session:
             query = (select(ProgramRow.iteration, ScoreRow.vector_json, ScoreRow.scalar, ScoreRow.solved)
                      .join(ScoreRow, ScoreRow.program_id == ProgramRow.id)
-                     .where(ProgramRow.run_id == run_id).order_by(ProgramRow.iteration, ProgramRow.id))
-            return [(iteration, {name: float(value) for name, value in json.loads(vector).items()}, float(scalar),
-                     bool(solved)) for iteration, vector, scalar, solved in session.execute(query)]
+                     .where(ProgramRow.run_id == run_id).order_by(ProgramRow.iteration, ProgramRow.id)
+                     .execution_options(yield_per=STREAM_BATCH))
+            for iteration, vector, scalar, solved in session.execute(query):
+                yield (iteration, {name: float(value) for name, value in json.loads(vector).items()}, float(scalar),
+                       bool(solved))
 
     def attempt_counts(self, run_id: int) -> dict[str, int]:
         """Attempts rows of the run by kind ('policy_call', 'child', 'policy_error', ...)."""
