@@ -124,6 +124,31 @@ def test_a_forked_child_has_no_network_and_sees_no_process(served: Sandbox, tmp_
     assert result.status == "ok" and result.value["found"] == [], result
 
 
+OPEN_FDS = """
+import os
+
+def solve(x):
+    found = []
+    for fd in range(4096):
+        try:
+            os.fstat(fd)
+        except OSError:
+            continue
+        found.append(fd)
+    return found
+"""
+
+
+def test_a_forked_child_holds_only_its_own_pipes(served: Sandbox, tmp_path: Path) -> None:
+    """Not the server's control socket, other calls' sockets or the read roots the server opened for Landlock."""
+    program = tmp_path / "fds.py"
+    program.write_text(OPEN_FDS)
+    result = served.call(program, "solve", 1)
+    assert result.status == "ok" and result.value == [0, 1, 2, 3], result  # stdin, stdout, stderr, result pipe
+    (session_fds,) = served.call_each(program, "solve", [[1]], [5.0])
+    assert session_fds.value == [0, 1, 2, 3, 4], session_fds  # and the request pipe
+
+
 @pytest.mark.skipif(LANDLOCK_ABI < 6, reason="signal scoping needs Landlock ABI 6")
 def test_a_forked_child_cannot_kill_the_fork_server(served: Sandbox) -> None:
     server = served._fork_server
