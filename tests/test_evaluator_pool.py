@@ -115,7 +115,7 @@ def assert_warm_equals_fresh(names: list[str]) -> None:
 
     async def compare() -> list[tuple[str, Evaluation, Evaluation, Evaluation]]:
         fresh = await asyncio.gather(*(evaluate_program(problem, problem.initial_code) for problem in problems))
-        async with EvaluatorPool(1) as pool:
+        async with EvaluatorPool(1, max_idle=len(problems)) as pool:
             first = await asyncio.gather(*(pool.evaluate(problem, problem.initial_code) for problem in problems))
             again = await asyncio.gather(*(pool.evaluate(problem, problem.initial_code) for problem in problems))
             assert pool.started == len(problems)  # the second round ran on the same, warm processes
@@ -164,6 +164,27 @@ def test_a_failing_evaluator_is_recorded_and_its_process_replaced_losing_no_job(
     assert before.ok and after.ok and after.scores["length"] == 7.0
     assert after.scores["pid"] != before.scores["pid"]  # the failed process was not used again
     assert started == processes and not [pid for pid in pids if alive(pid)]
+
+
+def test_idle_processes_of_all_problems_together_are_bounded_longest_idle_first(moody: Problem) -> None:
+    other_folder = moody.path.parent / "moody_too"
+    other_folder.mkdir()
+    for name in ("problem.toml", "initial.py", "evaluator.py"):
+        (other_folder / name).write_text((moody.path / name).read_text().replace('"moody"', '"moody_too"'))
+    other = load_problem("moody_too", moody.path.parent)
+
+    async def scenario() -> tuple[Evaluation, Evaluation, Evaluation, int]:
+        async with EvaluatorPool(1, max_idle=1) as pool:
+            first = await pool.evaluate(moody, "x = 1\n")
+            await pool.evaluate(other, "x = 1\n")  # moody's idle process is retired to make room
+            await asyncio.sleep(0.5)
+            assert len(pool.pids()) == 1
+            again = await pool.evaluate(moody, "x = 1\n")
+            other_again = await pool.evaluate(other, "x = 1\n")
+            return first, again, other_again, pool.started
+
+    first, again, other_again, started = run(scenario)
+    assert again.scores["pid"] != first.scores["pid"] and started == 4
 
 
 def test_what_the_evaluator_prints_cannot_be_taken_for_the_result(moody: Problem) -> None:

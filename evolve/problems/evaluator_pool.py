@@ -65,6 +65,7 @@ class _Worker:
     process: asyncio.subprocess.Process
     problem_dir: str
     served: int = 0
+    idle_since: float = 0.0
     stderr_tail: bytearray = field(default_factory=bytearray)
     drain: asyncio.Task[None] | None = None
 
@@ -82,13 +83,16 @@ class EvaluatorPool:
     """Up to `size` idle warm evaluator processes per problem, each recycled after `recycle_after` jobs.
 
     Callers bound how many evaluations run at once (the ChildScorer's slots); a job finding no idle process of its
-    problem starts one, and a process coming back to a full idle list is retired."""
+    problem starts one, and a process coming back to a full idle list is retired. `max_idle` (default 2 x size)
+    bounds the idle processes of all problems together, the longest idle retired first, so that an experiment
+    over many problems does not keep a process for each problem it has finished."""
 
-    def __init__(self, size: int = 2, recycle_after: int = DEFAULT_RECYCLE_AFTER) -> None:
-        if size < 1 or recycle_after < 1:
-            raise ValueError("an evaluator pool needs size >= 1 and recycle_after >= 1")
+    def __init__(self, size: int = 2, recycle_after: int = DEFAULT_RECYCLE_AFTER, max_idle: int | None = None) -> None:
+        if size < 1 or recycle_after < 1 or (max_idle is not None and max_idle < 1):
+            raise ValueError("an evaluator pool needs size >= 1, recycle_after >= 1 and max_idle >= 1")
         self.size = size
         self.recycle_after = recycle_after
+        self.max_idle = max_idle or 2 * size
         self.started = 0  # processes started over the pool's life
         self.retried = 0  # jobs retried after a warm process died
         self._idle: dict[str, list[_Worker]] = {}
@@ -180,11 +184,11 @@ class EvaluatorPool:
         worker.served += 1
         if evaluation.failure == "evaluator_error" or worker.served >= self.recycle_after or self._closed \
                 or len(idle) >= self.size:
-            retiring = asyncio.ensure_future(self._retire(worker))  # in the background: the result is ready now
-            self._retiring.add(retiring)
-            retiring.add_done_callback(self._retiring.discard)
+            self._retire_later(worker)
         else:
+            worker.idle_since = time.monotonic()
             idle.append(worker)
+            self._trim_idle()
         return _Attempt(evaluation, warm)
 
     async def _start(self, problem_dir: str) -> _Worker:
@@ -198,6 +202,18 @@ class EvaluatorPool:
         self._live.add(worker)
         self.started += 1
         return worker
+
+    def _retire_later(self, worker: _Worker) -> None:
+        """Retire in the background: the job's result is ready now."""
+        retiring = asyncio.ensure_future(self._retire(worker))
+        self._retiring.add(retiring)
+        retiring.add_done_callback(self._retiring.discard)
+
+    def _trim_idle(self) -> None:
+        idle = sorted((worker for workers in self._idle.values() for worker in workers), key=lambda w: w.idle_since)
+        for worker in idle[:max(len(idle) - self.max_idle, 0)]:
+            self._idle[worker.problem_dir].remove(worker)
+            self._retire_later(worker)
 
     async def _retire(self, worker: _Worker) -> None:
         """End a healthy process: close its job pipe (it exits), then kill whatever is left of its group."""
