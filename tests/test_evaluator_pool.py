@@ -287,3 +287,18 @@ def test_a_run_scores_on_a_pool_of_its_own_when_warm_and_closes_it(moody: Proble
     assert watcher.seen is not None and controller.scorer.pool is None
     assert (int(seed.scores["pid"]) in watcher.seen) is warm  # the seed was scored by a process the pool kept
     assert not [pid for pid in watcher.seen if alive(pid)]
+
+
+def test_a_job_in_flight_when_the_pool_closes_ends_as_an_evaluator_error_and_starts_nothing(moody: Problem) -> None:
+    async def scenario() -> tuple[Evaluation, list[int], int]:
+        pool = EvaluatorPool(1)
+        await pool.evaluate(moody, "x = 1\n")  # the hanging job lands on a warm process, which would be retried
+        hanging = asyncio.ensure_future(pool.evaluate(moody, "# hang\n"))
+        await asyncio.sleep(0.5)
+        pids = pool.pids()
+        await pool.close()
+        return await hanging, pids, pool.started
+
+    result, pids, started = run(scenario)
+    assert result.failure == "evaluator_error" and started == 1, result
+    assert not [pid for pid in pids if alive(pid)]

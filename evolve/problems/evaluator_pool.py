@@ -123,7 +123,7 @@ class EvaluatorPool:
             program_path.write_text(code)
             job = json.dumps({"problem_dir": str(problem.path), "program_path": str(program_path)}).encode() + b"\n"
             attempt = await self._attempt(str(problem.path), job, started + deadline, deadline)
-            if attempt.evaluation is None and attempt.warm:
+            if attempt.evaluation is None and attempt.warm and not self._closed:
                 self.retried += 1
                 attempt = await self._attempt(str(problem.path), job, started + deadline, deadline, fresh=True)
         finally:
@@ -153,6 +153,8 @@ class EvaluatorPool:
                        fresh: bool = False) -> _Attempt:
         idle = self._idle.setdefault(problem_dir, [])
         worker = None if fresh or not idle else idle.pop()
+        if worker is None and self._closed:  # a job in flight while the pool closes starts nothing more
+            return _Attempt(None, False, "the evaluator pool was closed during the evaluation")
         if worker is None:
             try:
                 worker = await self._start(problem_dir)
