@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import json
+import mmap
 import os
 import signal
 import socket
@@ -332,6 +333,20 @@ def test_a_sandbox_starts_its_server_only_after_its_first_children(tmp_path: Pat
         assert server.starts == 0 and server.pid is None  # a Sandbox used once or twice costs fresh children only
         assert sandbox.call(program, "solve", 3).value == 3
         assert server.starts == 1 and server.forks == 1
+
+
+def test_memory_a_forked_child_would_share_with_the_next_is_found() -> None:
+    """What makes the server refuse a preload (then every child is fresh): a shared writable mapping would carry
+    one candidate's writes to the next child."""
+    from evolve.sandbox._forkserver import shared_mappings
+
+    before = shared_mappings()
+    region = mmap.mmap(-1, 4096)  # MAP_SHARED, anonymous
+    try:
+        found = [mapping for mapping in shared_mappings() if mapping not in before]
+        assert len(found) == 1 and " rw-s " in found[0], found
+    finally:
+        region.close()
 
 
 def test_preloading_a_package_of_answers_is_refused() -> None:

@@ -9,7 +9,9 @@ which no child can change (fork copies it), so nothing of one candidate's reache
 Protocol on CONTROL_FD (a SOCK_SEQPACKET socket):
 - first message: JSON {"site_dirs", "preload", "hidden", "read_roots", "list_roots"}; answer: JSON
   {"ready": true, "failed": [names that did not import]} or {"ready": false, "detail": ...} when a preloaded
-  module came from a hidden path (an answer package), which a child could then read from memory. It then opens
+  module came from a hidden path (an answer package), which a child could then read from memory, or left
+  memory mapped shared (which every child would share, not copy: one candidate could leave state there for the
+  next); the Sandbox then starts fresh children. It then opens
   the read roots once: each child's Landlock rules use these fds, and the child closes them before the candidate
   runs (hundreds of opens and stats were most of a child's confinement).
 - then one message per call: JSON {"workdir", "environment", "session"} with the fds [reply socket, stdin read
@@ -67,7 +69,25 @@ def preload(names: list[str], hidden: list[str]) -> dict:
         path = getattr(module, "__file__", None)
         if isinstance(path, str) and any(path == root or path.startswith(root.rstrip("/") + "/") for root in hidden):
             return {"ready": False, "detail": f"preloading imported {name} from a hidden path"}
+    shared = shared_mappings()
+    if shared:
+        return {"ready": False, "detail": f"preloading left memory every child would share: {shared[0]}"}
     return {"ready": True, "failed": failed}
+
+
+def shared_mappings(maps: str = "/proc/self/maps") -> list[str]:
+    """This process's memory that a forked child would share rather than copy, and could write for the next
+    child to read: shared mappings that are writable or not backed by a file (anonymous memory, deleted files)."""
+    found = []
+    with open(maps) as handle:
+        for line in handle:
+            fields = line.split(maxsplit=5)
+            if len(fields) < 2 or fields[1][3:4] != "s":
+                continue
+            backing = fields[5].strip() if len(fields) > 5 else ""
+            if fields[1][1] == "w" or not backing.startswith("/") or backing.endswith("(deleted)"):
+                found.append(f"{fields[0]} {fields[1]} {backing or 'anonymous'}")
+    return found
 
 
 def become_child(server: int, header: dict, fds: list[int], libc: ctypes.CDLL,
