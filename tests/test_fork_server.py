@@ -22,6 +22,7 @@ import pytest
 
 from evolve.sandbox._isolation import landlock_abi
 from evolve.sandbox.core import Sandbox, SandboxLimits, SandboxResult
+from evolve.sandbox.forkserver import ForkServer
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = Path(__file__).parent / "hostile"
@@ -347,6 +348,23 @@ def test_memory_a_forked_child_would_share_with_the_next_is_found() -> None:
         assert len(found) == 1 and " rw-s " in found[0], found
     finally:
         region.close()
+
+
+def test_a_server_whose_preload_reached_a_hidden_package_never_forks(tmp_path: Path) -> None:
+    """The server checks what the preload imported (dependencies too) against the hidden paths; refused, spawn
+    gives None and the Sandbox starts fresh children, here and for every later call."""
+    hidden = os.path.dirname(json.__file__)  # the json package stands in for an answer package
+    server = ForkServer(site_dirs=(), preload=("json",), hidden=(hidden,), read_roots=(), list_roots=(),
+                        environment={"PATH": "/usr/bin:/bin"})
+    result_read, result_write = os.pipe()
+    try:
+        assert server.spawn(tmp_path, {}, result_write, -1) is None
+        assert "hidden path" in server.failed_to_start and server.pid is None
+        assert server.spawn(tmp_path, {}, result_write, -1) is None and server.starts == 1
+    finally:
+        os.close(result_read)
+        os.close(result_write)
+        server.stop()
 
 
 def test_preloading_a_package_of_answers_is_refused() -> None:

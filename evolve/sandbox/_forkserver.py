@@ -9,9 +9,10 @@ which no child can change (fork copies it), so nothing of one candidate's reache
 Protocol on CONTROL_FD (a SOCK_SEQPACKET socket):
 - first message: JSON {"site_dirs", "preload", "hidden", "read_roots", "list_roots"}; answer: JSON
   {"ready": true, "failed": [names that did not import]} or {"ready": false, "detail": ...} when a preloaded
-  module came from a hidden path (an answer package), which a child could then read from memory, or left
-  memory mapped shared (which every child would share, not copy: one candidate could leave state there for the
-  next); the Sandbox then starts fresh children. It then opens
+  module came from a hidden path (an answer package), which a child could then read from memory, started a
+  thread (a child would lack it, and inherit whatever lock it held) or left memory mapped shared (which every
+  child would share, not copy: one candidate could leave state there for the next); the Sandbox then starts
+  fresh children. It then opens
   the read roots once: each child's Landlock rules use these fds, and the child closes them before the candidate
   runs (hundreds of opens and stats were most of a child's confinement).
 - then one message per call: JSON {"workdir", "environment", "session"} with the fds [reply socket, stdin read
@@ -69,6 +70,9 @@ def preload(names: list[str], hidden: list[str]) -> dict:
         path = getattr(module, "__file__", None)
         if isinstance(path, str) and any(path == root or path.startswith(root.rstrip("/") + "/") for root in hidden):
             return {"ready": False, "detail": f"preloading imported {name} from a hidden path"}
+    threads = len(os.listdir("/proc/self/task"))
+    if threads > 1:  # a forked child has only the forking thread, and any lock another thread held stays held
+        return {"ready": False, "detail": f"preloading started {threads - 1} thread(s)"}
     shared = shared_mappings()
     if shared:
         return {"ready": False, "detail": f"preloading left memory every child would share: {shared[0]}"}
