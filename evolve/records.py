@@ -55,9 +55,10 @@ class Program:
 
 @dataclass(frozen=True)
 class ProgramHeader(Program):
-    """A stored program read without its code, edit and artifacts (code, edit "" and artifacts {}): what a resume
-    replays selection with. `code_length` and `code_key` stand for len(code) and code_key(code); the programs
-    selection keeps are read whole afterwards (Selector.materialize)."""
+    """A stored program read without its code, edit and artifacts (code, edit "" and artifacts {}; scores {} too
+    when its reader ranks by scalar alone): what a resume replays selection with. `code_length` and `code_key`
+    stand for len(code) and code_key(code); the programs selection keeps are read whole afterwards
+    (Selector.materialize)."""
 
     code_length: int = 0
     code_key: str = ""

@@ -133,7 +133,7 @@ class Controller:
         the state keeps are then read whole. The state equals the one the uninterrupted process held. False when
         the run has no program yet."""
         restored = False
-        for event in self.store.replay(self.run_id):
+        for event in self.store.replay(self.run_id, with_scores=self.selector.reads_scores()):
             if isinstance(event, int):  # an iteration's commit: _commit migrates after admitting its children
                 self.selector.maybe_migrate(event)
             else:

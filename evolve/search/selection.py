@@ -105,6 +105,10 @@ class Selector:
     def best(self) -> Program | None:
         return max(self.archive.values(), key=rank) if self.archive else None
 
+    def reads_scores(self) -> bool:
+        """Whether a decision reads score vectors (lexicase, grid features that are objectives), not scalars alone."""
+        return self.config.strategy == "lexicase" or any(f not in BUILTIN_FEATURES for f in self.grid.features)
+
     def held_ids(self) -> set[int]:
         """Ids of every program the state holds: island members, archive, grid elites, the seed."""
         held = {program_id for island in self.islands for program_id in island.programs} | set(self.archive)

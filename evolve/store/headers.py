@@ -8,7 +8,7 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import fields
 
-from sqlalchemy import case, func, select
+from sqlalchemy import case, func, literal, select
 from sqlalchemy.orm import Session, aliased
 
 from evolve.records import Program, ProgramHeader, code_key
@@ -20,25 +20,27 @@ STREAM_BATCH = 2000  # rows per fetch while streaming: bounds the memory of a sc
 IN_BATCH = 500  # ids per IN (...) list, well under every database's bound-parameter limit
 
 
-def stream_headers(session: Session, run_id: int) -> Iterator[ProgramHeader]:
-    """The run's programs oldest first (commit order) as ProgramHeaders, `STREAM_BATCH` rows at a time. Rows written
+def stream_headers(session: Session, run_id: int, with_scores: bool = True) -> Iterator[ProgramHeader]:
+    """The run's programs oldest first (commit order) as ProgramHeaders, `STREAM_BATCH` rows at a time; without
+    `with_scores` their score vectors are left unread ({}), for a reader that ranks by scalar alone. Rows written
     before programs.code_key existed carry their code instead, which is hashed here."""
     legacy_code = case((ProgramRow.code_key.is_(None) | ProgramRow.code_length.is_(None), ProgramRow.code),
                        else_=None)
+    vector = ScoreRow.vector_json if with_scores else literal("{}")
     query = (select(ProgramRow.id, ProgramRow.parent_id, ProgramRow.island, ProgramRow.iteration, ProgramRow.policy,
-                    ProgramRow.code_key, ProgramRow.code_length, legacy_code, ScoreRow.vector_json, ScoreRow.scalar,
+                    ProgramRow.code_key, ProgramRow.code_length, legacy_code, vector, ScoreRow.scalar,
                     ScoreRow.solved)
              .join(ScoreRow, ScoreRow.program_id == ProgramRow.id)
              .where(ProgramRow.run_id == run_id).order_by(ProgramRow.id)
              .execution_options(yield_per=STREAM_BATCH))
-    for program_id, parent_id, island, iteration, policy, key, length, code, vector, scalar, solved in \
+    for program_id, parent_id, island, iteration, policy, key, length, code, vector_json, scalar, solved in \
             session.execute(query):
         if key is None or length is None:
             key, length = code_key(code or ""), len(code or "")
+        scores = {name: float(value) for name, value in json.loads(vector_json).items()} if with_scores else {}
         yield ProgramHeader(
             id=program_id, run_id=run_id, code="", parent_id=parent_id, island=island, iteration=iteration,
-            policy=policy, edit="", scores={name: float(value) for name, value in json.loads(vector).items()},
-            scalar=scalar, solved=solved, code_length=length, code_key=key)
+            policy=policy, edit="", scores=scores, scalar=scalar, solved=solved, code_length=length, code_key=key)
 
 
 def programs_by_id(session: Session, ids: Iterable[int]) -> dict[int, Program]:

@@ -33,13 +33,14 @@ class StreamedReads:
         with self._sessions() as session:
             yield from stream_headers(session, run_id)
 
-    def replay(self, run_id: int) -> Iterator[ProgramHeader | int]:
-        """The run in commit order: program headers (streamed, no code) and, after each committed iteration's
-        programs, that iteration's number: what a resume replays selection and migrations from."""
+    def replay(self, run_id: int, with_scores: bool = True) -> Iterator[ProgramHeader | int]:
+        """The run in commit order: program headers (streamed, no code; no score vectors unless `with_scores`) and,
+        after each committed iteration's programs, that iteration's number: what a resume replays selection and
+        migrations from."""
         with self._sessions() as session:
             order = commit_order(session, run_id)
         with self._sessions() as session:
-            yield from commit_replay(stream_headers(session, run_id), order)
+            yield from commit_replay(stream_headers(session, run_id, with_scores), order)
 
     def programs_by_id(self, ids: Iterable[int]) -> dict[int, Program]:
         """Whole programs by id (those not stored are left out)."""
