@@ -151,3 +151,14 @@ def test_an_empty_run_writes_nothing_and_an_unknown_run_is_a_store_error(store: 
     assert export_run(store, run, out) == 0 and out.getvalue() == ""
     with pytest.raises(StoreError, match="no run 42"):
         export_run(store, 42, io.StringIO())
+
+
+def test_an_export_streamed_in_batches_of_one_row_equals_one_read_whole(
+        store: ProgramStore, exported, monkeypatch: pytest.MonkeyPatch) -> None:
+    import evolve.store.headers
+
+    run, _, _, whole = exported
+    monkeypatch.setattr(evolve.store.headers, "STREAM_BATCH", 1)  # every outcome its own batch: calls, children
+    out = io.StringIO()                                           # and parents are read again for each
+    export_run(store, run, out)
+    assert out.getvalue() == whole
