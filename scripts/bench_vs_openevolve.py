@@ -14,7 +14,8 @@ per engine and setting, medians over reps:
 - CPU-s/it: user + system CPU of the process and all its descendants, over the iterations (start-up included); this
   process is their child subreaper, so a worker that outlives its parent is reaped, and counted, here; "beyond": the
   same less the candidate's own --burn-cpu-s, i.e. what the engine, its evaluators and its sandbox cost;
-- peak MB: ru_maxrss of that rusage (the largest single process);
+- peak MB: ru_maxrss of that rusage (the largest single process); tree MB: the peak of the summed PSS of the whole
+  process tree (workers, evaluators, sandbox children), sampled every 0.5 s;
 - bound: min(in_flight / latency, min(cores, workers) / burn CPU-s) iterations/min, and each engine's loop share of
   it. OpenEvolve's worker makes the policy call and the evaluation in turn, so its requests in flight are its
   workers (--openevolve-workers, default --workers); its bound uses that.
@@ -72,13 +73,15 @@ class Measure:
     wall_s: float
     loop_s: float
     cpu_s: float
-    peak_mb: float
+    peak_mb: float  # the largest single process (ru_maxrss)
+    tree_mb: float  # the whole process tree (summed PSS), its peak as sampled
     children: int  # valid children stored (the seed excluded)
     outlived: int  # processes still there when the engine's process ended (reaped, then killed after 10 s)
     load: float  # mean of the 1-minute load average before and after
 
 
 PR_SET_CHILD_SUBREAPER = 36  # prctl option (linux/prctl.h)
+SAMPLE_S = 0.5  # how often the memory of an engine's process tree is sampled
 
 
 def become_subreaper() -> None:
@@ -89,18 +92,33 @@ def become_subreaper() -> None:
         print("bench: warning: not a child subreaper here; CPU of processes that outlive their parent is not counted")
 
 
-def children_of_this_process() -> list[int]:
-    """The pids whose parent is this process, read from /proc (zombies included)."""
-    found = []
+def parents() -> dict[int, int]:
+    """pid -> parent pid of every process, from /proc (zombies included)."""
+    found = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
-            try:
-                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue  # it ended meanwhile
-            if parent == os.getpid():
-                found.append(int(entry.name))
+            with contextlib.suppress(OSError, IndexError, ValueError):  # it ended meanwhile
+                found[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
     return found
+
+
+def children_of_this_process() -> list[int]:
+    return [pid for pid, parent in parents().items() if parent == os.getpid()]
+
+
+def descendants_pss_mb() -> float:
+    """The summed proportional set size of every descendant of this process: memory in use by the engine's whole
+    process tree, pages shared between processes (forks, workers) split among them, not counted once each."""
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents().items():
+        children.setdefault(parent, []).append(pid)
+    pending, total_kb = list(children.get(os.getpid(), [])), 0
+    while pending:
+        pid = pending.pop()
+        pending.extend(children.get(pid, []))
+        with contextlib.suppress(OSError, IndexError, ValueError), open(f"/proc/{pid}/smaps_rollup") as rollup:
+            total_kb += next((int(line.split()[1]) for line in rollup if line.startswith("Pss:")), 0)
+    return total_kb / 1024
 
 
 def reap_leftovers(grace_s: float) -> int:
@@ -127,18 +145,22 @@ def children_cpu_s() -> float:
 
 
 def run_process(command: list[str], cwd: Path, log: Path, timeout_s: float,
-                env: dict[str, str]) -> tuple[float, float, float, int]:
+                env: dict[str, str]) -> tuple[float, float, float, float, int]:
     """Runs command to its end: (wall s, CPU s of it and all its descendants, ru_maxrss MB of it and those it
-    reaped, processes that outlived it); SystemExit with the log's tail when it fails or runs past timeout_s."""
+    reaped, peak summed PSS MB of its process tree sampled every SAMPLE_S, processes that outlived it); SystemExit
+    with the log's tail when it fails or runs past timeout_s."""
     cpu_before = children_cpu_s()
     started = time.perf_counter()
     with log.open("w") as output:
         process = subprocess.Popen(command, cwd=cwd, stdout=output, stderr=subprocess.STDOUT, env=env,
                                    start_new_session=True)
+    tree_mb, sampled = 0.0, 0.0
     while True:
         pid, status, usage = os.wait4(process.pid, os.WNOHANG)
         if pid:
             break
+        if time.perf_counter() - sampled > SAMPLE_S:
+            tree_mb, sampled = max(tree_mb, descendants_pss_mb()), time.perf_counter()
         if time.perf_counter() - started > timeout_s:
             os.killpg(process.pid, signal.SIGKILL)
             os.wait4(process.pid, 0)
@@ -151,7 +173,7 @@ def run_process(command: list[str], cwd: Path, log: Path, timeout_s: float,
     if process.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
         raise SystemExit(f"bench: {' '.join(command[:3])} ... exited {process.returncode}; log {log}:\n{tail}")
-    return wall, children_cpu_s() - cpu_before, usage.ru_maxrss / 1024, outlived
+    return wall, children_cpu_s() - cpu_before, usage.ru_maxrss / 1024, tree_mb, outlived
 
 
 def _stored_time(text: str) -> datetime:
@@ -251,10 +273,10 @@ def run_evolve(setting: Setting, bench: Bench, work: Path, seed: int) -> Measure
         'prefill = false\ntimeout_s = 60\nretries = 2\n')
     load = os.getloadavg()[0]
     command = [str(ROOT / ".venv" / "bin" / "python"), "-m", "evolve", "run", "-c", str(config), "--plain"]
-    wall, cpu, peak, outlived = run_process(command, work, work / "evolve.log", bench.timeout_s,
-                                            evolve_environment(bench.evolve_src))
+    wall, cpu, peak, tree, outlived = run_process(command, work, work / "evolve.log", bench.timeout_s,
+                                                  evolve_environment(bench.evolve_src))
     loop, children = evolve_loop(work / "evolve.db")
-    return Measure("evolve", wall, loop, cpu, peak, children, outlived, (load + os.getloadavg()[0]) / 2)
+    return Measure("evolve", wall, loop, cpu, peak, tree, children, outlived, (load + os.getloadavg()[0]) / 2)
 
 
 def run_openevolve(setting: Setting, bench: Bench, work: Path, seed: int) -> Measure:
@@ -271,9 +293,9 @@ def run_openevolve(setting: Setting, bench: Bench, work: Path, seed: int) -> Mea
     problem = bench.openevolve_problem
     command = [str(VENV / "bin" / "openevolve-run"), str(problem / "initial_program.py"), str(problem / "evaluator.py"),
                "--config", str(config), "--iterations", str(setting.iterations), "--output", str(output)]
-    wall, cpu, peak, outlived = run_process(command, work, work / "openevolve.log", bench.timeout_s, env)
+    wall, cpu, peak, tree, outlived = run_process(command, work, work / "openevolve.log", bench.timeout_s, env)
     loop, children = openevolve_loop(output)
-    return Measure("openevolve", wall, loop, cpu, peak, children, outlived, (load + os.getloadavg()[0]) / 2)
+    return Measure("openevolve", wall, loop, cpu, peak, tree, children, outlived, (load + os.getloadavg()[0]) / 2)
 
 
 def install() -> None:
@@ -307,7 +329,7 @@ def report(setting: Setting, measures: list[Measure]) -> None:
           f"{len(measures) // 2} reps, load average {median([m.load for m in measures]):.1f} on "
           f"{os.cpu_count()} cores")
     print(f"{'engine':>11} {'it/min whole':>13} {'it/min loop':>12} {'CPU-s/it':>9} {'beyond':>7} {'peak MB':>8}"
-          f" {'children':>9} {'bound/min':>10} {'share':>6}")
+          f" {'tree MB':>8} {'children':>9} {'bound/min':>10} {'share':>6}")
     loop_rates: dict[str, float] = {}
     whole_rates: dict[str, float] = {}
     for engine in ("evolve", "openevolve"):
@@ -319,7 +341,7 @@ def report(setting: Setting, measures: list[Measure]) -> None:
         cpu_per_iteration = median([m.cpu_s / setting.iterations for m in mine])
         print(f"{engine:>11} {whole_rates[engine]:>13.0f} {loop_rates[engine]:>12.0f}"
               f" {cpu_per_iteration:>9.3f} {cpu_per_iteration - setting.burn_cpu_s:>7.3f}"
-              f" {median([m.peak_mb for m in mine]):>8.0f}"
+              f" {median([m.peak_mb for m in mine]):>8.0f} {median([m.tree_mb for m in mine]):>8.0f}"
               f" {median([float(m.children) for m in mine]):>9.0f} {bound:>10.0f}"
               f" {loop_rates[engine] / bound:>6.0%}")
     print(f"{'ratio':>11} {whole_rates['evolve'] / whole_rates['openevolve']:>12.2f}x"
@@ -369,7 +391,8 @@ def main() -> None:
                     folder.mkdir()
                     measure = runner(setting, bench, folder, rep)
                     print(f"  {engine:>10} rep {rep}: {measure.wall_s:6.1f} s whole, {measure.loop_s:6.1f} s loop, "
-                          f"{measure.cpu_s:6.1f} CPU-s, {measure.children} children, load {measure.load:.1f}"
+                          f"{measure.cpu_s:6.1f} CPU-s, {measure.tree_mb:4.0f} MB tree, {measure.children} children, "
+                          f"load {measure.load:.1f}"
                           + (f", {measure.outlived} processes outlived it" if measure.outlived else ""),
                           flush=True)
                     measures.append(measure)
