@@ -140,15 +140,18 @@ class FakePolicyServer:
     _port: int = 0
 
     def start(self) -> int:
+        """Starts serving on a free port of 127.0.0.1 and returns the port."""
         ready = threading.Event()
 
         def serve() -> None:
-            self._loop = asyncio.new_event_loop()
-            server = self._loop.run_until_complete(asyncio.start_server(self._connection, "127.0.0.1", 0))
+            loop = self._loop = asyncio.new_event_loop()
+            server = loop.run_until_complete(asyncio.start_server(self._connection, "127.0.0.1", 0))
             self._port = server.sockets[0].getsockname()[1]
             ready.set()
-            self._loop.run_forever()
+            loop.run_forever()
             server.close()
+            loop.run_until_complete(server.wait_closed())
+            loop.close()
 
         self._thread = threading.Thread(target=serve, daemon=True)
         self._thread.start()
@@ -157,10 +160,19 @@ class FakePolicyServer:
         return self._port
 
     def stop(self) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(5)
+        """Ends every open connection, then the loop and its thread."""
+        if self._loop is None or self._thread is None:
+            return
+
+        async def end_connections() -> None:
+            tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(end_connections(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
