@@ -37,6 +37,7 @@ import re
 import resource
 import shutil
 import signal
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -52,8 +53,11 @@ ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / ".bench" / "openevolve-venv"
 OPENEVOLVE_VERSION = "0.4.0"
 
+
 @dataclass(frozen=True)
 class Setting:
+    """One point of the comparison; OpenEvolve's requests in flight are its workers (its worker calls, then scores)."""
+
     latency_ms: int
     in_flight: int
     workers: int
@@ -61,14 +65,16 @@ class Setting:
     iterations: int
     burn_cpu_s: float
 
-    def bound_per_min(self, in_flight: int) -> float:
+    def bound_per_min(self, in_flight: int, workers: int) -> float:
         """min(in_flight / latency, min(cores, workers) / burn CPU-s), in iterations per minute."""
-        cores = min(os.cpu_count() or 1, self.workers)
+        cores = min(os.cpu_count() or 1, workers)
         return 60 * min(in_flight / (self.latency_ms / 1000), cores / self.burn_cpu_s)
 
 
 @dataclass(frozen=True)
 class Measure:
+    """One engine run's figures."""
+
     engine: str
     wall_s: float
     loop_s: float
@@ -155,18 +161,21 @@ def run_process(command: list[str], cwd: Path, log: Path, timeout_s: float,
         process = subprocess.Popen(command, cwd=cwd, stdout=output, stderr=subprocess.STDOUT, env=env,
                                    start_new_session=True)
     tree_mb, sampled = 0.0, 0.0
-    while True:
-        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.perf_counter() - sampled > SAMPLE_S:
-            tree_mb, sampled = max(tree_mb, descendants_pss_mb()), time.perf_counter()
-        if time.perf_counter() - started > timeout_s:
-            os.killpg(process.pid, signal.SIGKILL)
-            os.wait4(process.pid, 0)
-            reap_leftovers(0)
-            raise SystemExit(f"bench: {command[0]} ran past {timeout_s:g} s; its log: {log}")
-        time.sleep(0.02)
+    try:
+        while True:
+            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() - sampled > SAMPLE_S:
+                tree_mb, sampled = max(tree_mb, descendants_pss_mb()), time.perf_counter()
+            if time.perf_counter() - started > timeout_s:
+                raise SystemExit(f"bench: {command[0]} ran past {timeout_s:g} s; its log: {log}")
+            time.sleep(0.02)
+    except BaseException:  # past the limit, or Ctrl-C: the engine and every process it left go with the bench
+        os.killpg(process.pid, signal.SIGKILL)
+        os.wait4(process.pid, 0)
+        reap_leftovers(0)
+        raise
     process.returncode = os.waitstatus_to_exitcode(status)
     wall = time.perf_counter() - started
     outlived = reap_leftovers(10)
@@ -176,14 +185,8 @@ def run_process(command: list[str], cwd: Path, log: Path, timeout_s: float,
     return wall, children_cpu_s() - cpu_before, usage.ru_maxrss / 1024, tree_mb, outlived
 
 
-def _stored_time(text: str) -> datetime:
-    return datetime.fromisoformat(text)
-
-
 def evolve_loop(db: Path) -> tuple[float, int]:
     """(seconds from the stored seed to the last committed iteration, valid children) from evolve's store."""
-    import sqlite3
-
     with sqlite3.connect(db) as connection:
         seed, children = connection.execute(
             "SELECT min(created_at) FILTER (WHERE iteration = 0), count(*) FILTER (WHERE iteration > 0) "
@@ -191,7 +194,7 @@ def evolve_loop(db: Path) -> tuple[float, int]:
         (last,) = connection.execute("SELECT max(created_at) FROM attempts").fetchone()
     if seed is None or last is None:
         raise SystemExit(f"bench: evolve's store {db} holds no seed or no iteration")
-    return (_stored_time(last) - _stored_time(seed)).total_seconds(), children
+    return (datetime.fromisoformat(last) - datetime.fromisoformat(seed)).total_seconds(), children
 
 
 LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
@@ -334,8 +337,8 @@ def report(setting: Setting, measures: list[Measure]) -> None:
     whole_rates: dict[str, float] = {}
     for engine in ("evolve", "openevolve"):
         mine = [m for m in measures if m.engine == engine]
-        in_flight = setting.in_flight if engine == "evolve" else setting.openevolve_workers
-        bound = setting.bound_per_min(in_flight)
+        bound = setting.bound_per_min(setting.in_flight, setting.workers) if engine == "evolve" \
+            else setting.bound_per_min(setting.openevolve_workers, setting.openevolve_workers)
         whole_rates[engine] = median([60 * setting.iterations / m.wall_s for m in mine])
         loop_rates[engine] = median([60 * setting.iterations / m.loop_s for m in mine])
         cpu_per_iteration = median([m.cpu_s / setting.iterations for m in mine])
@@ -399,10 +402,13 @@ def main() -> None:
             report(setting, measures)
         if server.unparsed:
             print(f"bench: {server.unparsed} OpenEvolve prompts showed no current value(): answered without a diff")
+    except BaseException:
+        args.keep = True  # the logs named in the error line stay readable
+        raise
     finally:
         server.stop()
         if args.keep:
-            print(f"bench: logs and stores kept in {work}")
+            print(f"bench: logs and stores kept in {work}", file=sys.stderr)
         else:
             shutil.rmtree(work, ignore_errors=True)
 

@@ -105,9 +105,10 @@ def test_bound_is_the_smaller_of_policy_and_cpu_throughput(bench: ModuleType) ->
     cores = os.cpu_count() or 1
     cpu_bound = 60 * min(cores, 4) / 0.1
     at_50_ms = bench.Setting(50, 4, 4, 4, 60, 0.1)
-    assert at_50_ms.bound_per_min(4) == pytest.approx(min(60 * 4 / 0.05, cpu_bound))
+    assert at_50_ms.bound_per_min(4, 4) == pytest.approx(min(60 * 4 / 0.05, cpu_bound))
     at_500_ms = bench.Setting(500, 1, 4, 4, 60, 0.1)
-    assert at_500_ms.bound_per_min(1) == pytest.approx(min(120.0, cpu_bound))
+    assert at_500_ms.bound_per_min(1, 4) == pytest.approx(min(120.0, cpu_bound))
+    assert at_500_ms.bound_per_min(16, 1) == pytest.approx(min(60 * 16 / 0.5, 600.0))  # one worker: 10 per second
 
 
 def test_openevolve_loop_is_timed_from_its_log(bench: ModuleType, tmp_path: Path) -> None:
