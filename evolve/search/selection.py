@@ -166,6 +166,8 @@ class Selector:
     def _eviction_victim(self, island: Island) -> Program:
         """The worst by scalar, never the island's best; with lexicase, not a unique best on some objective
         either, unless every program is protected (then the worst non-best goes, so the cap holds)."""
+        if self.config.strategy != "lexicase":  # ranks are distinct, so the worst of 2+ is never the best
+            return island.floor()
         members = list(island.programs.values())
         best_id = island.best().id
         protected = {best_id}
