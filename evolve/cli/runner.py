@@ -13,18 +13,13 @@ from rich.syntax import Syntax
 from evolve.cli.progress import ProgressView
 from evolve.config import RunConfig
 from evolve.engine.controller import Controller, RunStats
-from evolve.engine.driving import cancelled_by_signals, resumed_config
-from evolve.errors import UserError
+from evolve.engine.driving import RunError, cancelled_by_signals, resumed_config
 from evolve.policies.base import Policy, PolicyUnavailable
 from evolve.policies.factory import open_policy
 from evolve.problems.problem import Problem, load_problem
 from evolve.report.run_summary import RunSummary, summarize
 from evolve.search.prompt_templates import load_template
 from evolve.store.program_store import LeaseLostError, ProgramStore, UnknownIdError
-
-
-class RunError(UserError, RuntimeError):
-    """A run cannot start or resume; the message is one line for the user."""
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from evolve.config import RunConfig, stored_config
+from evolve.errors import UserError
 from evolve.store.program_store import ProgramStore
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class RunError(UserError, RuntimeError):
+    """A run cannot start or resume; the message is one line for the user."""
 
 
 def resumed_config(store: ProgramStore, run_id: int, db: str) -> RunConfig:

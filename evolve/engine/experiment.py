@@ -30,8 +30,9 @@ from evolve.config import (
     describe_error,
     read_toml,
 )
-from evolve.engine.controller import Controller, RunStats, SeedProgramError
+from evolve.engine.controller import Controller, RunStats
 from evolve.engine.driving import cancelled_by_signals, resumed_config
+from evolve.engine.offspring import SeedProgramError
 from evolve.policies.base import Policy, PolicyUnavailable
 from evolve.policies.factory import open_policy
 from evolve.problems.evaluator_pool import EvaluatorPool

@@ -20,14 +20,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evolve.cli.runner import RunError
 from evolve.config import RunConfig, stored_config
-from evolve.engine.controller import Controller, SeedProgramError, code_key
+from evolve.engine.controller import Controller
+from evolve.engine.driving import RunError
 from evolve.engine.experiment import run_sharing_backend
+from evolve.engine.offspring import SeedProgramError
 from evolve.policies.base import Policy, PolicyUnavailable
 from evolve.policies.factory import open_policy
 from evolve.problems.evaluator_pool import EvaluatorPool
 from evolve.problems.problem import Problem, load_problem
+from evolve.records import code_key
 from evolve.report.passk import best_at_k, pass_at_k
 from evolve.search.prompt_templates import load_template
 from evolve.store.program_store import LeaseHeldError, LeaseLostError, ProgramStore, RunInfo
