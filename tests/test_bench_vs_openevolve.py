@@ -124,3 +124,24 @@ def test_openevolve_loop_is_timed_from_its_log(bench: ModuleType, tmp_path: Path
     loop_s, children = bench.openevolve_loop(tmp_path)
     assert loop_s == pytest.approx(2.5)
     assert children == 1
+
+
+def test_an_evolve_run_is_measured_from_its_process_tree_and_store(bench: ModuleType, port: ModuleType,
+                                                                    tmp_path: Path) -> None:
+    evolve_problem, openevolve_problem = port.write_problem(tmp_path, 0.05)
+    source = bench.snapshot_evolve(tmp_path / "src", None)
+    assert source.startswith("evolve from the working tree")
+    server = port.FakePolicyServer(latency_s=0.01)
+    server_port = server.start()
+    try:
+        setting = bench.Setting(10, 2, 2, 2, 3, 0.05)
+        run = bench.Bench(f"http://127.0.0.1:{server_port}", tmp_path / "src", evolve_problem, openevolve_problem, 120)
+        (tmp_path / "run").mkdir()
+        measure = bench.run_evolve(setting, run, tmp_path / "run", 0)
+    finally:
+        server.stop()
+    assert server.requests == {"evolve": 3}
+    assert measure.children == 3
+    assert 0 < measure.loop_s < measure.wall_s
+    assert measure.cpu_s > 4 * 0.05  # at least what the seed and the three children burnt
+    assert measure.peak_mb > 0 and measure.tree_mb > 0
