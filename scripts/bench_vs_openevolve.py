@@ -372,6 +372,8 @@ def main() -> None:
     check_openevolve()
     if min(args.iterations + args.latency_ms + args.in_flight + [args.reps, args.workers]) < 1:
         raise SystemExit("bench: iterations, latency, in-flight, reps and workers must be at least 1")
+    if not 0 < args.burn_cpu_s <= 5:
+        raise SystemExit("bench: --burn-cpu-s must be above 0 and at most 5 (the problem's CPU limit is 10 s)")
     become_subreaper()
     server = FakePolicyServer(latency_s=0)
     url = f"http://127.0.0.1:{server.start()}"
