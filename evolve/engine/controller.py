@@ -108,7 +108,10 @@ class Controller:
         pending = IterationSchedule(self.config.run.iterations, self.store.completed_iterations(self.run_id))
         self.stats.iterations_done = pending.completed
         self.on_update(self.stats)
-        workers = [asyncio.create_task(self._worker(pending)) for _ in range(self.config.run.concurrency)]
+        # An iteration holds a request slot only while it generates: with eval_workers more iterations than request
+        # slots, the policy keeps `concurrency` requests in flight while earlier children are being evaluated.
+        in_flight = self.config.run.concurrency + self.config.run.eval_workers
+        workers = [asyncio.create_task(self._worker(pending)) for _ in range(in_flight)]
         try:
             await asyncio.gather(*workers)
         finally:
