@@ -155,10 +155,10 @@ def test_an_empty_run_writes_nothing_and_an_unknown_run_is_a_store_error(store: 
 
 def test_an_export_streamed_in_batches_of_one_row_equals_one_read_whole(
         store: ProgramStore, exported, monkeypatch: pytest.MonkeyPatch) -> None:
-    import evolve.store.headers
+    import evolve.store.scans
 
     run, _, _, whole = exported
-    monkeypatch.setattr(evolve.store.headers, "STREAM_BATCH", 1)  # every outcome its own batch: calls, children
+    monkeypatch.setattr(evolve.store.scans, "STREAM_BATCH", 1)  # every outcome its own batch: calls, children
     out = io.StringIO()                                           # and parents are read again for each
     export_run(store, run, out)
     assert out.getvalue() == whole

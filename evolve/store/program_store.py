@@ -39,7 +39,6 @@ from sqlalchemy.orm import Session, sessionmaker
 from evolve.records import Program
 from evolve.store import lease as leases
 from evolve.store.connection import GuardedSessions, database_url, first_line, require_sqlite_file, sqlite_pragmas
-from evolve.store.headers import STREAM_BATCH
 from evolve.store.records import (
     ATTEMPT_KINDS,
     FAILURE_KINDS,
@@ -70,6 +69,7 @@ from evolve.store.rows import (
     split_requests,
     with_scores,
 )
+from evolve.store.scans import STREAM_BATCH
 from evolve.store.streamed import StreamedReads
 from evolve.store.tables import (
     AttemptRow,

@@ -1,5 +1,5 @@
 """ProgramStore's reads that stream a run or fetch rows by id, so that a resume and the reports of a 100,000-program
-run hold a batch at a time rather than the whole run (the queries are in headers.py)."""
+run hold a batch at a time rather than the whole run (the queries are in scans.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from collections.abc import Iterable, Iterator
 
 from evolve.records import Program, ProgramHeader
 from evolve.store.connection import GuardedSessions
-from evolve.store.headers import (
+from evolve.store.records import AttemptInfo, AttemptTotals
+from evolve.store.scans import (
     ancestor_ids,
     attempt_totals,
     call_completions,
@@ -19,7 +20,6 @@ from evolve.store.headers import (
     stream_headers,
     stream_outcomes,
 )
-from evolve.store.records import AttemptInfo, AttemptTotals
 
 
 class StreamedReads:
@@ -28,7 +28,7 @@ class StreamedReads:
     _sessions: GuardedSessions
 
     def program_headers(self, run_id: int) -> Iterator[ProgramHeader]:
-        """Every program of the run, oldest first, without code, edit or artifacts (headers.py): streamed, so a
+        """Every program of the run, oldest first, without code, edit or artifacts (scans.py): streamed, so a
         resume's memory does not grow with the run."""
         with self._sessions() as session:
             yield from stream_headers(session, run_id)
@@ -58,7 +58,7 @@ class StreamedReads:
             return call_completions(session, run_id, program_ids)
 
     def outcome_batches(self, run_id: int) -> Iterator[list[AttemptInfo]]:
-        """The run's answer outcomes of iterations >= 1 in write order, streamed in batches (headers.py)."""
+        """The run's answer outcomes of iterations >= 1 in write order, streamed in batches (scans.py)."""
         with self._sessions() as session:
             yield from stream_outcomes(session, run_id)
 
@@ -67,12 +67,12 @@ class StreamedReads:
             return policy_calls_by_id(session, run_id, ids)
 
     def parents_by_call(self, run_id: int) -> dict[int, int]:
-        """call id -> the one parent its children were edited from (headers.parents_by_call)."""
+        """call id -> the one parent its children were edited from (scans.parents_by_call)."""
         with self._sessions() as session:
             return parents_by_call(session, run_id)
 
     def attempt_totals(self, run_id: int) -> AttemptTotals:
-        """Calls, tokens, latencies and outcomes of the run (headers.attempt_totals), no prompt or completion read."""
+        """Calls, tokens, latencies and outcomes of the run (scans.attempt_totals), no prompt or completion read."""
         with self._sessions() as session:
             return attempt_totals(session, run_id)
 
