@@ -1,11 +1,13 @@
 """Kill -9 loop: a real `evolve run` against a local fake OpenAI server, SIGKILLed at random instants and resumed.
 
 The run (fizzbuzz, answers from a canned server on loopback) is started, killed with SIGKILL (its whole process
-group, evaluators included) after a random delay, resumed with `evolve run --resume`, killed again, ... N times, then
-left to finish. The store must then hold: every iteration of the budget exactly once (one policy call each, one
-outcome set each), no program row twice, a clean `PRAGMA integrity_check` and foreign_key_check, every program's
-parent present, every program scored, status "finished". A resume refused because the killed holder's lease has not
-expired yet (EVOLVE_LEASE_S, set short here) is retried after a pause.
+group, evaluators included) once a random 0-4 further iterations are committed plus a random 0-0.3 s (kills keyed to
+progress land mid-run however fast the engine is; a run that finishes before all N landed is a failure), resumed
+with `evolve run --resume`, killed again, ... N times, then left to finish. The store must then hold: every
+iteration of the budget exactly once (one policy call each, one outcome set each), no program row twice, a clean
+`PRAGMA integrity_check` and foreign_key_check, every program's parent present, every program scored, status
+"finished". A resume refused because the killed holder's lease has not expired yet (EVOLVE_LEASE_S, set short here)
+is retried after a pause.
 
     .venv/bin/python scripts/kill_loop.py --kills 20
 
@@ -165,25 +167,32 @@ def has_run(db: Path) -> bool:
         return False
 
 
-def start_once(command: list[str], folder: Path, environment: dict[str, str], kill_after_s: float | None,
+def start_once(command: list[str], folder: Path, environment: dict[str, str], kill: tuple[int, float] | None,
                db: Path) -> Outcome:
-    """One `evolve run`, SIGKILLed (with its process group) after kill_after_s unless it ends first."""
+    """One `evolve run`, SIGKILLed (with its process group) once the store holds `kill[0]` more committed iterations
+    than at its start, plus `kill[1]` seconds (an instant anywhere in the iterations then under way), unless it ends
+    first; with `kill` None it is left to finish. Kills keyed to progress, not to the clock, land mid-run however
+    fast the machine and the engine are."""
     before = completed_iterations(db)
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    killed = False
     with open(folder / "output.log", "w+") as log:
         process = subprocess.Popen(command, cwd=ROOT, env=environment, stdin=subprocess.DEVNULL, stdout=log,
                                    stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            process.wait(timeout=kill_after_s if kill_after_s is not None else RUN_TIMEOUT_S)
-            killed = False
-        except subprocess.TimeoutExpired:
-            killed = True
-        if killed:
+        while process.poll() is None and time.monotonic() < deadline:
+            if kill is not None and completed_iterations(db) >= before + kill[0]:
+                time.sleep(kill[1])
+                killed = process.poll() is None
+                break
+            time.sleep(0.02)
+        if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+            killed = kill is not None
+        process.wait()
         log.seek(0)
         output = log.read()
-    if killed and kill_after_s is None:
-        raise SystemExit(f"the last resume did not finish within {RUN_TIMEOUT_S:g} s:\n{output[-2000:]}")
+    if not killed and process.returncode < 0:
+        raise SystemExit(f"the run did not finish within {RUN_TIMEOUT_S:g} s:\n{output[-2000:]}")
     return Outcome(killed, process.returncode, output, before, completed_iterations(db))
 
 
@@ -251,22 +260,23 @@ def check_store(db: Path, budget: int) -> tuple[dict[str, int], list[str]]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=5, help="SIGKILLs before the run may finish (N)")
-    parser.add_argument("--iterations", type=int, default=0, help="budget (default: 20 + 8 per kill)")
+    parser.add_argument("--iterations", type=int, default=0, help="budget (default: 20 + 16 per kill)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the kill instants, the answers and the run")
-    parser.add_argument("--min-delay", type=float, default=1.5, help="earliest kill, seconds after a start")
-    parser.add_argument("--max-delay", type=float, default=7.0, help="latest kill, seconds after a start")
+    parser.add_argument("--max-iterations-per-kill", type=int, default=4,
+                        help="a kill lands once 0..this many more iterations are committed after a (re)start ...")
+    parser.add_argument("--max-delay", type=float, default=0.3, help="... plus 0..this many seconds")
     parser.add_argument("--lease-s", type=float, default=2.0, help="EVOLVE_LEASE_S for the run (short: a killed "
                         "holder's lease expires fast)")
     parser.add_argument("--keep", type=Path, default=None, help="folder for the store and logs (default: temporary)")
     args = parser.parse_args(argv)
-    if args.kills < 0 or args.iterations < 0 or not 0 < args.min_delay <= args.max_delay:
-        parser.error("--kills and --iterations must be >= 0 and 0 < --min-delay <= --max-delay")
+    if args.kills < 0 or args.iterations < 0 or args.max_iterations_per_kill < 0 or args.max_delay < 0:
+        parser.error("--kills, --iterations, --max-iterations-per-kill and --max-delay must be >= 0")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    budget = args.iterations or 20 + 8 * args.kills
+    budget = args.iterations or 20 + 16 * args.kills
     rng = random.Random(args.seed)
     started = time.monotonic()
     folder = args.keep or Path(tempfile.mkdtemp(prefix="kill-loop-"))
@@ -286,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         while landed < args.kills:
             command = resume if has_run(db) else fresh
-            outcome = start_once(command, folder, environment, rng.uniform(args.min_delay, args.max_delay), db)
+            kill = (rng.randint(0, args.max_iterations_per_kill), rng.uniform(0.0, args.max_delay))
+            outcome = start_once(command, folder, environment, kill, db)
             if outcome.killed:
                 landed += 1
                 progress.append(outcome.iterations_after)
@@ -296,8 +307,9 @@ def main(argv: list[str] | None = None) -> int:
                 refused += 1
                 time.sleep(args.lease_s / 2)
             elif outcome.returncode == 0:
-                print(f"the run finished before kill {landed + 1}; raise --iterations", flush=True)
-                break
+                print(f"the run finished before kill {landed + 1} of {args.kills} landed: raise --iterations",
+                      file=sys.stderr)
+                return 1
             else:
                 print(f"evolve run failed (exit {outcome.returncode}):\n{outcome.output[-3000:]}", file=sys.stderr)
                 return 1
