@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from evolve.cli.main import parse_setting
+from evolve.cli.common import parse_setting
 from evolve.config import load_config
 from evolve.engine.offspring import offspring
 from evolve.policies.base import Policy

@@ -123,7 +123,7 @@ def test_an_openai_policy_with_a_url_is_accepted(tmp_path: Path) -> None:
 
 
 def test_command_line_settings_reach_any_key_and_are_checked_like_the_file(tmp_path: Path) -> None:
-    from evolve.cli.main import parse_setting
+    from evolve.cli.common import parse_setting
 
     overrides = {**parse_setting("policy.answers=3"), **parse_setting("selection.map_elites.bins = 4"),
                  **parse_setting("policy.url=http://127.0.0.1:9/v1"), **parse_setting("policy.backend=openai")}
@@ -159,7 +159,7 @@ def test_a_policy_without_backend_is_hf_and_carries_only_hf_settings() -> None:
 
 def test_set_backend_openai_with_url_on_the_command_line_gives_an_openai_policy(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from evolve.cli.main import parse_setting
+    from evolve.cli.common import parse_setting
 
     overrides = {**parse_setting('policy.backend="openai"'), **parse_setting('policy.url="http://127.0.0.1:9/v1"')}
     policy = load_config(ROOT / "evolve.toml", overrides).policy

@@ -12,7 +12,6 @@ from rich.console import Console
 from rich.table import Table
 
 from evolve.cli.common import DEFAULT_CONFIG, run_config
-from evolve.cli.common import parse_setting as parse_setting  # scripts and tests import it from here
 from evolve.errors import UserError
 
 if TYPE_CHECKING:

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 
 from evolve.config import RunConfig, SelectionConfig
 from evolve.engine.offspring import ChildScorer, code_key, offspring, require_seed
-from evolve.engine.offspring import SeedProgramError as SeedProgramError  # re-exported: callers catch it here
 from evolve.engine.schedule import IterationSchedule
 from evolve.policies.base import Policy, PolicyUnavailable
 from evolve.problems.evaluator_pool import EvaluatorPool

@@ -24,11 +24,8 @@ class StoreError(UserError):
 
 
 class UnknownIdError(StoreError, KeyError):
-    """No run or program with that id; a KeyError too, so lookups can be caught either way."""
-
-    def __str__(self) -> str:  # KeyError would quote the message
-        return Exception.__str__(self)
-
+    """No run or program with that id; a KeyError too, so lookups can be caught either way (UserError's str keeps
+    KeyError from quoting the message)."""
 
 
 @dataclass(frozen=True)
