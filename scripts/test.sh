@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_browser.sh
+bash scripts/install_postgres.sh
 exec .venv/bin/python -m pytest -q "$@"

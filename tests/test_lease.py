@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -212,38 +210,6 @@ def test_a_run_that_cannot_start_leaves_no_run_behind(tmp_path: Path, setting: l
     out = capsys.readouterr().out
     assert code == 1 and "Traceback" not in out, out
     assert not db.exists() or ProgramStore(str(db), mode="read").list_runs() == []
-
-
-@pytest.fixture(scope="module")
-def postgresql_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A throwaway PostgreSQL server on loopback (initdb + pg_ctl; as `nobody` when this is root, which PostgreSQL
-    refuses to run as); skipped where there is no server binary or no psycopg."""
-    pytest.importorskip("psycopg")
-    initdb, pg_ctl = shutil.which("initdb"), shutil.which("pg_ctl")
-    if initdb is None or pg_ctl is None:
-        pytest.skip("no PostgreSQL server here (initdb, pg_ctl)")
-    folder = tmp_path_factory.mktemp("pg")
-    as_user: list[str] = []
-    if os.geteuid() == 0:
-        folder.chmod(0o777)
-        for parent in folder.parents:  # nobody must reach the folder
-            if parent.stat().st_mode & 0o001 == 0 and parent != Path("/"):
-                parent.chmod(parent.stat().st_mode | 0o001)
-        as_user = ["runuser", "-u", "nobody", "--"]
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    data = folder / "data"
-    subprocess.run([*as_user, initdb, "-D", str(data), "-A", "trust", "-U", "evolve"], check=True,
-                   capture_output=True, timeout=120)
-    subprocess.run([*as_user, pg_ctl, "-D", str(data), "-l", str(folder / "log"), "-w", "-o",
-                    f"-p {port} -k {folder} -c listen_addresses=127.0.0.1", "start"], check=True,
-                   capture_output=True, timeout=120)
-    try:
-        yield f"postgresql+psycopg://evolve@127.0.0.1:{port}/postgres"
-    finally:
-        subprocess.run([*as_user, pg_ctl, "-D", str(data), "-m", "immediate", "stop"], capture_output=True,
-                       timeout=60)
 
 
 def test_on_postgresql_racing_writers_get_one_lease_and_a_lapsed_one_is_taken_over(postgresql_url: str) -> None:

@@ -1,0 +1,39 @@
+"""Shared pytest fixtures: a throwaway PostgreSQL server for the session, a fresh database of it per test, and
+`store_url`, which runs a store test on both SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from postgres_server import PostgresServer, PostgresUnavailable, postgres_required, postgres_server
+
+STORE_BACKENDS = ["sqlite", "postgresql"]
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    """One PostgreSQL server for the whole session; skipped where none can run (failed if EVOLVE_REQUIRE_POSTGRES=1)."""
+    try:
+        with postgres_server(tmp_path_factory.mktemp("postgres")) as server:
+            yield server
+    except PostgresUnavailable as exc:
+        if postgres_required():
+            pytest.fail(f"EVOLVE_REQUIRE_POSTGRES=1 but {exc}", pytrace=False)
+        pytest.skip(str(exc))
+
+
+@pytest.fixture
+def postgresql_url(postgres: PostgresServer) -> str:
+    """The SQLAlchemy URL of a new, empty database: every test gets its own."""
+    return postgres.create_database(f"t_{uuid.uuid4().hex[:20]}")
+
+
+@pytest.fixture(params=STORE_BACKENDS)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a test's store lives, once per backend: a SQLite file path, or a fresh PostgreSQL database's URL."""
+    if request.param == "sqlite":
+        return str(tmp_path / "store.db")
+    return str(request.getfixturevalue("postgresql_url"))
