@@ -1,4 +1,5 @@
-"""The program store on real SQLite files: round trips, atomic iterations, indexes, and durability across kill -9."""
+"""The program store on real SQLite files and a real PostgreSQL server (every test that takes `db` runs on both):
+round trips, atomic iterations, indexes, and durability across kill -9."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import event
+from store_backends import execute, fetch, is_sqlite
 
 from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore, StoreError, database_url
 
@@ -24,20 +26,26 @@ def child(code: str, scalar: float, parent: int | None = None, island: int = 0) 
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
+def db(store_url: str) -> str:
+    """The store's place: a SQLite file path, or a fresh PostgreSQL database's URL (tests/conftest.py)."""
+    return store_url
+
+
+@pytest.fixture
+def sqlite_db(tmp_path: Path) -> Path:
     return tmp_path / "store.db"
 
 
 @pytest.fixture
-def store(db: Path) -> ProgramStore:
-    return ProgramStore(str(db))
+def store(db: str) -> ProgramStore:
+    return ProgramStore(db)
 
 
 def new_run(store: ProgramStore, name: str = "r") -> int:
     return store.create_run(name, "prob", "p", 7, '{"run": {}}', 10)
 
 
-def test_program_and_score_vector_round_trip_with_key_order(store: ProgramStore, db: Path) -> None:
+def test_program_and_score_vector_round_trip_with_key_order(store: ProgramStore, db: str) -> None:
     run = new_run(store)
     added = store.add_program(run, "x = 1", None, 2, 0, "", "", {"zeta": 0.25, "alpha": 0.75, "mid": 0.5}, 0.5,
                               False, {"stderr": "warn"})
@@ -45,13 +53,12 @@ def test_program_and_score_vector_round_trip_with_key_order(store: ProgramStore,
     assert loaded == added
     assert list(loaded.scores) == ["zeta", "alpha", "mid"]
     assert (loaded.island, loaded.iteration, loaded.artifacts) == (2, 0, {"stderr": "warn"})
-    with sqlite3.connect(db) as connection:
-        assert connection.execute("SELECT vector_json FROM scores").fetchone()[0].startswith('{"zeta"')
+    assert fetch(db, "SELECT vector_json FROM scores")[0][0].startswith('{"zeta"')
     with pytest.raises(KeyError, match="no program 999"):
         store.get_program(999)
 
 
-def test_runs_are_created_listed_and_their_status_kept(store: ProgramStore, db: Path) -> None:
+def test_runs_are_created_listed_and_their_status_kept(store: ProgramStore, db: str) -> None:
     first, second = new_run(store, "a"), new_run(store, "b")
     store.set_run_status(first, "interrupted")
     reopened = ProgramStore(str(db))
@@ -61,7 +68,7 @@ def test_runs_are_created_listed_and_their_status_kept(store: ProgramStore, db: 
     assert (info.problem, info.policy, info.seed, info.config_json, info.iterations_target) == (
         "prob", "p", 7, '{"run": {}}', 10)
     assert info.created_at.tzinfo is not None and info.updated_at > info.created_at
-    with pytest.raises(StoreError, match="no run 42 in sqlite:///") as unknown:
+    with pytest.raises(StoreError, match="no run 42 in (sqlite|postgresql)") as unknown:
         reopened.get_run(42)
     assert isinstance(unknown.value, KeyError)
     with pytest.raises(KeyError):
@@ -70,7 +77,7 @@ def test_runs_are_created_listed_and_their_status_kept(store: ProgramStore, db: 
         reopened.set_run_status(first, "done")  # type: ignore[arg-type]
 
 
-def test_iteration_links_children_and_failures_to_their_policy_call(store: ProgramStore, db: Path) -> None:
+def test_iteration_links_children_and_failures_to_their_policy_call(store: ProgramStore, db: str) -> None:
     run = new_run(store)
     (seed,) = store.record_iteration(run, 0, [child("seed", 0.1)])
     records = [child("a", 0.5, seed.id, island=1), AttemptRecord("edit_failed", "no code", completion="junk"),
@@ -86,14 +93,13 @@ def test_iteration_links_children_and_failures_to_their_policy_call(store: Progr
                                                           ("eval_failed", None), ("child", b.id)]
     assert all(o.call_id == call.id and o.policy == "smollm2" for o in outcomes)
     assert outcomes[2].child_code == "b = 2"
-    with sqlite3.connect(db) as connection:
-        links = connection.execute("SELECT completion_id FROM programs ORDER BY id").fetchall()
+    links = fetch(db, "SELECT completion_id FROM programs ORDER BY id")
     assert links == [(None,), (call.id,), (call.id,)]
     with pytest.raises(ValueError, match="is a ChildRecord"):
         AttemptRecord("child")
 
 
-def test_iteration_of_several_requests_links_each_outcome_to_its_own_call(store: ProgramStore, db: Path) -> None:
+def test_iteration_of_several_requests_links_each_outcome_to_its_own_call(store: ProgramStore, db: str) -> None:
     run = new_run(store)
     (seed,) = store.record_iteration(run, 0, [child("seed", 0.1)])
     records = [AttemptRecord("policy_call", prompt="P1", completion="C1"), child("a", 0.5, seed.id),
@@ -106,8 +112,7 @@ def test_iteration_of_several_requests_links_each_outcome_to_its_own_call(store:
     first, a_row, error, second, duplicate, b_row = rows
     assert (a_row.call_id, error.call_id, duplicate.call_id, b_row.call_id) == (first.id, None, second.id, second.id)
     assert all(row.parent_id == seed.id for row in rows)
-    with sqlite3.connect(db) as connection:
-        links = dict(connection.execute("SELECT id, completion_id FROM programs").fetchall())
+    links = dict(fetch(db, "SELECT id, completion_id FROM programs"))
     assert (links[a.id], links[b.id]) == (first.id, second.id)
     assert store.completed_iterations(run) == {0, 1}
 
@@ -193,9 +198,10 @@ def test_best_programs_by_scalar_ties_to_the_older_and_first_solved(store: Progr
     assert store.count_programs(run) == 5 and store.count_programs(other) == 1
 
 
-def test_sqlite_runs_in_wal_mode_with_normal_sync_and_a_busy_timeout(store: ProgramStore, db: Path) -> None:
+def test_sqlite_runs_in_wal_mode_with_normal_sync_and_a_busy_timeout(sqlite_db: Path) -> None:
+    store = ProgramStore(str(sqlite_db))
     new_run(store)
-    with sqlite3.connect(db) as connection:
+    with sqlite3.connect(sqlite_db) as connection:
         assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # persistent, so any reader sees it
     with store.engine.connect() as connection:
         assert connection.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
@@ -234,43 +240,45 @@ def test_every_outcome_of_an_iteration_records_the_parent_the_call_edited(store:
                                                            ("child", seed.id), ("policy_error", seed.id)]
 
 
-def test_store_from_before_attempts_had_a_parent_gains_the_column_and_keeps_its_rows(db: Path) -> None:
-    store = ProgramStore(str(db))
+def test_store_from_before_attempts_had_a_parent_gains_the_column_and_keeps_its_rows(db: str) -> None:
+    store = ProgramStore(db)
     run = new_run(store)
     store.record_iteration(run, 0, [child("seed", 0.1)])
     store.close()
-    with sqlite3.connect(db) as connection:  # rebuild attempts as an older evolve wrote it: no parent_id
-        columns = [row[1] for row in connection.execute("PRAGMA table_info(attempts)") if row[1] != "parent_id"]
-        connection.execute(f"CREATE TABLE attempts_old AS SELECT {', '.join(columns)} FROM attempts")
-        connection.execute("DROP TABLE attempts")
-        connection.execute("ALTER TABLE attempts_old RENAME TO attempts")
+    if is_sqlite(db):  # rebuild attempts as an older evolve wrote it: no parent_id (SQLite drops no key column)
+        with sqlite3.connect(db) as connection:
+            columns = [row[1] for row in connection.execute("PRAGMA table_info(attempts)") if row[1] != "parent_id"]
+            connection.execute(f"CREATE TABLE attempts_old AS SELECT {', '.join(columns)} FROM attempts")
+            connection.execute("DROP TABLE attempts")
+            connection.execute("ALTER TABLE attempts_old RENAME TO attempts")
+    else:
+        execute(db, "ALTER TABLE attempts DROP COLUMN parent_id")
     reopened = ProgramStore(str(db))
     assert [row.parent_id for row in reopened.attempts(run)] == [None]
     assert reopened.programs(run)[0].code == "seed"
 
 
-def test_store_from_before_the_run_clock_gains_the_column_and_reports_no_elapsed_for_old_rows(db: Path) -> None:
-    store = ProgramStore(str(db))
+def test_store_from_before_the_run_clock_gains_the_column_and_reports_no_elapsed_for_old_rows(db: str) -> None:
+    store = ProgramStore(db)
     run = new_run(store)
     (seed,) = store.record_iteration(run, 0, [child("seed", 0.1)])
     store.record_iteration(run, 1, [AttemptRecord("policy_call", completion_tokens=5), child("a", 0.5, seed.id)])
     store.close()
-    with sqlite3.connect(db) as connection:  # attempts as an older evolve wrote it: no run_elapsed_s
-        connection.execute("ALTER TABLE attempts DROP COLUMN run_elapsed_s")
+    execute(db, "ALTER TABLE attempts DROP COLUMN run_elapsed_s")  # attempts as an older evolve wrote it
     reopened = ProgramStore(str(db))
     reopened.record_iteration(run, 2, [AttemptRecord("policy_call"), AttemptRecord("duplicate")], run_elapsed_s=3.0)
     assert [(c.iteration, c.evaluations, c.completion_tokens, c.elapsed_s) for c in reopened.iteration_costs(run)] \
         == [(1, 1, 5, None), (2, 0, 0, 3.0)]
 
 
-def test_database_from_another_schema_is_refused_with_a_clear_error(db: Path) -> None:
-    with sqlite3.connect(db) as connection:  # the earlier layout kept the vector in a column named 'vector'
-        connection.execute("CREATE TABLE scores (program_id INTEGER PRIMARY KEY, vector JSON, scalar FLOAT)")
+def test_database_from_another_schema_is_refused_with_a_clear_error(db: str) -> None:
+    # the earlier layout kept the vector in a column named 'vector'
+    execute(db, "CREATE TABLE scores (program_id INTEGER PRIMARY KEY, vector JSON, scalar FLOAT)")
     with pytest.raises(StoreError, match="another version of evolve .*scores.vector_json"):
-        ProgramStore(str(db))
+        ProgramStore(db)
 
 
-def test_top_k_and_resume_queries_use_indexes_with_10000_programs(store: ProgramStore, db: Path) -> None:
+def test_top_k_and_resume_queries_use_indexes_with_10000_programs(store: ProgramStore, db: str) -> None:
     run, other = new_run(store), new_run(store, "other")
     for batch in range(10):  # a bulk fill: record_iteration batches its inserts
         store.record_iteration(run, batch, [child(f"c{batch}_{i}", ((batch * 1000 + i) * 7919 % 10007) / 10007)
@@ -284,6 +292,8 @@ def test_top_k_and_resume_queries_use_indexes_with_10000_programs(store: Program
     store.first_solved(run), store.count_programs(run), store.get_program(best[0].id)
     assert [p.scalar for p in best] == sorted((p.scalar for p in store.programs(run)), reverse=True)[:5]
     assert best[0].run_id == run
+    if not is_sqlite(db):
+        return  # the plans below are SQLite's; PostgreSQL's planner picks by its own statistics
     with sqlite3.connect(db) as connection:
         plans = {sql: [row[3] for row in connection.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
                  for sql, params in statements[:7]}
@@ -312,7 +322,7 @@ for i in range(100000):
 """
 
 
-def write_until_killed(db: Path, reports: int) -> dict[int, int]:
+def write_until_killed(db: str, reports: int) -> dict[int, int]:
     """Run WRITER until it has reported `reports` commits, SIGKILL it mid-loop; returns iteration -> program id."""
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(db)], stdout=subprocess.PIPE, text=True)
     committed: dict[int, int] = {}
@@ -328,10 +338,10 @@ def write_until_killed(db: Path, reports: int) -> dict[int, int]:
     return committed
 
 
-def test_kill_9_mid_write_loses_nothing_committed_and_leaves_no_half_iteration(db: Path) -> None:
+def test_kill_9_mid_write_loses_nothing_committed_and_leaves_no_half_iteration(db: str) -> None:
     committed = write_until_killed(db, 40)
     committed |= write_until_killed(db, 40)  # the second writer resumes after the first one's kill
-    store = ProgramStore(str(db))
+    store = ProgramStore(db)
     done = store.completed_iterations(1)
     assert set(committed) <= done
     for iteration, program_id in committed.items():
@@ -339,11 +349,12 @@ def test_kill_9_mid_write_loses_nothing_committed_and_leaves_no_half_iteration(d
         assert (program.iteration, program.code, program.scores) == (
             iteration, f"c{iteration}", {"b": iteration / 1e5, "a": 1.0})
     assert sorted(p.iteration for p in store.programs(1)) == sorted(done)  # one program per complete iteration
-    with sqlite3.connect(db) as connection:
-        assert connection.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        kinds = connection.execute("SELECT kind, COUNT(*) FROM attempts GROUP BY kind").fetchall()
-        orphans = connection.execute("SELECT COUNT(*) FROM programs LEFT JOIN scores ON program_id = id "
-                                     "WHERE program_id IS NULL").fetchone()[0]
+    if is_sqlite(db):
+        with sqlite3.connect(db) as connection:
+            assert connection.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    kinds = fetch(db, "SELECT kind, COUNT(*) FROM attempts GROUP BY kind")
+    ((orphans,),) = fetch(db, "SELECT COUNT(*) FROM programs LEFT JOIN scores ON program_id = id "
+                              "WHERE program_id IS NULL")
     assert dict(kinds) == {"policy_call": len(done), "child": len(done), "edit_failed": len(done)}
     assert orphans == 0
 
@@ -360,31 +371,30 @@ for i in range(150):
 """
 
 
-def test_two_processes_writing_one_file_wait_for_each_other(db: Path) -> None:
-    ProgramStore(str(db)).close()  # create the tables before the writers race
+def test_two_processes_writing_one_file_wait_for_each_other(db: str) -> None:
+    ProgramStore(db).close()  # create the tables before the writers race
     writers = [subprocess.Popen([sys.executable, "-c", CONCURRENT_WRITER, str(db), name], stderr=subprocess.PIPE,
                                 text=True) for name in ("left", "right")]
     for writer in writers:
         _, errors = writer.communicate(timeout=120)
         assert writer.returncode == 0, errors[-2000:]
-    store = ProgramStore(str(db))
+    store = ProgramStore(db)
     runs = store.list_runs()
     assert sorted(run.name for run in runs) == ["left", "right"]
     assert [len(store.completed_iterations(run.id)) for run in runs] == [150, 150]
 
 
-def test_headers_stream_every_program_without_code_also_from_a_store_older_than_the_code_key(db: Path) -> None:
+def test_headers_stream_every_program_without_code_also_from_a_store_older_than_the_code_key(db: str) -> None:
     from evolve.records import ProgramHeader, code_key
 
-    store = ProgramStore(str(db))
+    store = ProgramStore(db)
     run = new_run(store)
     for iteration in range(3):
         store.record_iteration(run, iteration, [child(f"  code {iteration}.{k} " + "é" * k, k / 4) for k in range(3)])
     whole = store.programs(run)
     store.close()
-    with sqlite3.connect(db) as connection:  # the store as a version before programs.code_key/code_length wrote it
-        connection.execute("ALTER TABLE programs DROP COLUMN code_key")
-        connection.execute("ALTER TABLE programs DROP COLUMN code_length")
+    # the store as a version before programs.code_key/code_length wrote it
+    execute(db, "ALTER TABLE programs DROP COLUMN code_key", "ALTER TABLE programs DROP COLUMN code_length")
     assert ProgramStore(str(db), mode="read").programs(run) == whole  # read-only commands never select them
     for mode in ("existing", "existing"):  # first open adds the columns (NULL in old rows); then as written now
         store = ProgramStore(str(db), mode=mode)
@@ -398,3 +408,57 @@ def test_headers_stream_every_program_without_code_also_from_a_store_older_than_
         assert store.programs_by_id([whole[4].id, whole[0].id, 999]) == {whole[4].id: whole[4], whole[0].id: whole[0]}
         store.record_iteration(run, 9, [child(f"new {len(headers)}", 0.5)])
         whole = store.programs(run)
+
+
+SHARED_RUN_WRITER = """
+import sys
+from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore
+url, writer, writers, per_writer = sys.argv[1], *map(int, sys.argv[2:5])
+store = ProgramStore(url)  # every writer opens the fresh database at once: the tables are created once
+print("open", flush=True)
+run, seed = map(int, sys.stdin.readline().split())
+for k in range(per_writer):
+    i = 1 + writer + k * writers
+    rec = ChildRecord(code="w%d i%d" % (writer, i), parent_id=seed, island=writer, policy="p", edit="", scores={"a": i},
+                      scalar=float(i), solved=False)
+    store.record_iteration(run, i, [AttemptRecord("policy_call", prompt="p" * 500, completion_tokens=i), rec,
+                                    AttemptRecord("edit_failed", "no code")], parent_id=seed)
+"""
+
+
+def test_many_processes_writing_one_run_on_a_new_store_lose_nothing(db: str) -> None:
+    writers, per_writer = 4, 40
+    processes = [subprocess.Popen([sys.executable, "-c", SHARED_RUN_WRITER, db, str(w), str(writers), str(per_writer)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for w in range(writers)]
+    for process in processes:
+        assert process.stdout is not None and process.stdout.readline() == "open\n", process.communicate()[1][-2000:]
+    store = ProgramStore(db)
+    run = new_run(store)
+    (seed,) = store.record_iteration(run, 0, [child("seed", 0.0)])
+    for process in processes:  # all at once: the writes interleave
+        assert process.stdin is not None
+        process.stdin.write(f"{run} {seed.id}\n")
+        process.stdin.flush()
+    for process in processes:
+        _, errors = process.communicate(timeout=120)
+        assert process.returncode == 0, errors[-2000:]
+    total = writers * per_writer
+    assert store.completed_iterations(run) == set(range(total + 1))
+    programs = store.programs(run)
+    assert sorted(p.code for p in programs[1:]) == sorted(f"w{(i - 1) % writers} i{i}" for i in range(1, total + 1))
+    assert all(p.parent_id == seed.id and p.scores == {"a": p.iteration} for p in programs[1:])
+    assert dict(fetch(db, "SELECT kind, COUNT(*) FROM attempts GROUP BY kind")) == {
+        "policy_call": total, "child": total + 1, "edit_failed": total}
+    assert fetch(db, "SELECT COUNT(*), SUM(completion_tokens) FROM attempts") == [(3 * total + 1,
+                                                                                  total * (total + 1) // 2)]
+    assert fetch(db, "SELECT COUNT(*) FROM scores") == [(total + 1,)]
+
+
+def test_a_63_bit_seed_round_trips_in_runs_and_experiment_cells(store: ProgramStore) -> None:
+    from evolve.config import MAX_SEED
+
+    store.save_experiment("e", "{}")
+    run = store.create_run("big", "prob", "p", MAX_SEED, "{}", 3, experiment="e")
+    assert store.get_run(run).seed == MAX_SEED
+    assert [cell.seed for cell in store.experiment_cells("e")] == [MAX_SEED]

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import make_url
+from sqlalchemy import Engine, make_url, text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from evolve.store.records import StoreError
+from evolve.store.tables import Base, missing_columns
+
+SCHEMA_LOCK_KEY = 0x65766F6C7665  # PostgreSQL advisory lock ("evolve") held while creating or altering the tables
+SCHEMA_ATTEMPTS = 5
 
 
 def database_url(url_or_path: str) -> str:
@@ -60,3 +65,37 @@ def sqlite_pragmas(connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA busy_timeout=30000")  # wait for another writer (two runs, one file) instead of failing
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
+
+
+@contextmanager
+def schema_lock(engine: Engine) -> Iterator[None]:
+    """Held while the tables are created or altered. On PostgreSQL a session advisory lock, so that processes opening
+    one new database at once (the cells of a cluster) create each table once instead of racing on CREATE TABLE; it
+    is released with the connection if the process dies. Elsewhere nothing (SQLite: see prepare_schema)."""
+    if engine.dialect.name != "postgresql":
+        yield
+        return
+    with engine.connect() as connection:
+        connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+        connection.commit()
+        try:
+            yield
+        finally:
+            connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": SCHEMA_LOCK_KEY})
+            connection.commit()
+
+
+def prepare_schema(engine: Engine) -> list[str]:
+    """Create the missing tables and add the nullable columns added since; returns the columns that are still missing
+    (missing_columns). SQLite runs DDL outside transactions, so a process racing another one on a new file may meet a
+    table or column the other just made: it looks again, which then finds it."""
+    for attempt in range(SCHEMA_ATTEMPTS):
+        try:
+            with schema_lock(engine):
+                Base.metadata.create_all(engine)
+                return missing_columns(engine)
+        except SQLAlchemyError:
+            if attempt == SCHEMA_ATTEMPTS - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")

@@ -38,7 +38,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from evolve.records import Program
 from evolve.store import lease as leases
-from evolve.store.connection import GuardedSessions, database_url, first_line, require_sqlite_file, sqlite_pragmas
+from evolve.store.connection import (
+    GuardedSessions,
+    database_url,
+    first_line,
+    prepare_schema,
+    require_sqlite_file,
+    sqlite_pragmas,
+)
 from evolve.store.records import (
     ATTEMPT_KINDS,
     FAILURE_KINDS,
@@ -73,14 +80,12 @@ from evolve.store.scans import STREAM_BATCH
 from evolve.store.streamed import StreamedReads
 from evolve.store.tables import (
     AttemptRow,
-    Base,
     CellRow,
     ExperimentRow,
     LeaseRow,
     ProgramRow,
     RunRow,
     ScoreRow,
-    missing_columns,
     utc_now,
 )
 
@@ -109,8 +114,7 @@ class ProgramStore(StreamedReads):
                 event.listen(self.engine, "connect", sqlite_pragmas)
             stale: list[str] = []
             if mode != "read":
-                Base.metadata.create_all(self.engine)
-                stale = missing_columns(self.engine)
+                stale = prepare_schema(self.engine)
         except (SQLAlchemyError, ValueError) as exc:
             raise StoreError(f"cannot open the store {url_or_path}: {first_line(exc)}") from exc
         if stale:

@@ -9,7 +9,19 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import DateTime, Dialect, Engine, ForeignKey, Index, String, Text, TypeDecorator, inspect, text
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    Dialect,
+    Engine,
+    ForeignKey,
+    Index,
+    String,
+    Text,
+    TypeDecorator,
+    inspect,
+    text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -40,7 +52,7 @@ class RunRow(Base):
     name: Mapped[str]
     problem: Mapped[str] = mapped_column(String(200))
     policy: Mapped[str] = mapped_column(String(200))
-    seed: Mapped[int]
+    seed: Mapped[int] = mapped_column(BigInteger)  # up to 2**63 - 1 (config.MAX_SEED): int4 holds 2**31 - 1
     config_json: Mapped[str]
     status: Mapped[str] = mapped_column(String(20))
     iterations_target: Mapped[int]
@@ -121,7 +133,7 @@ class CellRow(Base):
     experiment: Mapped[str] = mapped_column(ForeignKey("experiments.name"), index=True)
     problem: Mapped[str] = mapped_column(String(200))
     policy: Mapped[str] = mapped_column(String(200))
-    seed: Mapped[int]
+    seed: Mapped[int] = mapped_column(BigInteger)
 
 
 Index("ix_cells_key", CellRow.experiment, CellRow.problem, CellRow.policy, CellRow.seed, unique=True)
