@@ -56,9 +56,11 @@ def load_experiment_file(experiment: str | Path | ExperimentSpec, db: str | None
 
 
 def run_experiment(experiment: str | Path | ExperimentSpec, *, db: str | None = None,
-                   console: Console | None = None, live: bool | None = None) -> ExperimentOutcome:
+                   console: Console | None = None, live: bool | None = None,
+                   cluster: str | None = None) -> ExperimentOutcome:
     """Run (or resume: finished cells are kept) every cell of an experiment: policies x problems x seeds.
-    The outcome holds each cell's status, the errors met, and whether it finished or was interrupted."""
+    The outcome holds each cell's status, the errors met, and whether it finished or was interrupted.
+    cluster="ray": each cell is a Ray task on the cluster at RAY_ADDRESS, or a local one (evolve/cluster/)."""
     from evolve.cli.progress import ExperimentView
     from evolve.engine.experiment import ExperimentRunner
 
@@ -68,7 +70,12 @@ def run_experiment(experiment: str | Path | ExperimentSpec, *, db: str | None = 
     console.print(f"experiment [bold]{spec.name}[/]: {len(spec.policies)} policies x {len(spec.problems)} problems "
                   f"x {len(spec.seeds)} seeds = {cells} cells of {spec.iterations} iterations, store {spec.db}",
                   highlight=False)
-    runner = ExperimentRunner(spec)
+    executor = None
+    if cluster is not None:
+        from evolve.cluster import cell_executor
+
+        executor = cell_executor(cluster)
+    runner = ExperimentRunner(spec, executor=executor)
     view = ExperimentView(f"evolve experiment {spec.name}", list(runner.cells.values()), console, live=live)
     runner.on_change = view.update
     with view:

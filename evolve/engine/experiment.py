@@ -11,10 +11,10 @@ one at a time: a policy's model is loaded (or its server started) once and share
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -35,6 +35,7 @@ from evolve.engine.driving import cancelled_by_signals, resumed_config
 from evolve.engine.offspring import SeedProgramError
 from evolve.policies.base import Policy, PolicyUnavailable
 from evolve.policies.factory import open_policy
+from evolve.problems.evaluation import resolve_objectives
 from evolve.problems.evaluator_pool import EvaluatorPool
 from evolve.problems.problem import Problem, load_problem, problem_key
 from evolve.search.prompt_templates import load_template
@@ -119,10 +120,17 @@ class ExperimentSpec(StrictModel):
         return RunConfig(run=run, policy=self.policy(policy), selection=self.selection)
 
 
-def load_experiment(path: str | Path, db: str | None = None) -> ExperimentSpec:
-    """The experiment file, validated; name defaults to the file's stem and db to NAME.db beside the file."""
+def load_experiment(path: str | Path, db: str | None = None, overrides: Mapping[str, Any] | None = None,
+                    labels: Mapping[str, str] | None = None) -> ExperimentSpec:
+    """The experiment file, validated; name defaults to the file's stem and db to NAME.db beside the file.
+    `overrides` set the file's keys first (see experiment_overrides); a mistake in one names its label (how the
+    user wrote it, e.g. '--set iterations=0'), a mistake elsewhere the file."""
+    from evolve.engine.experiment_overrides import apply_overrides
+    from evolve.toml_files import blamed_source
+
     path = Path(path)
     data = read_toml(path)
+    blame = apply_overrides(data, overrides or {}, labels)
     data.setdefault("name", path.stem)
     data.setdefault("db", str(path.with_name(f"{data['name']}.db")))
     if db is not None:
@@ -130,7 +138,9 @@ def load_experiment(path: str | Path, db: str | None = None) -> ExperimentSpec:
     try:
         return ExperimentSpec.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(describe_error(exc.errors()[0], str(path), ExperimentSpec)) from None
+        first = exc.errors()[0]
+        raise ConfigError(describe_error(first, blamed_source(first, path, ExperimentSpec, blame),
+                                         ExperimentSpec)) from None
 
 
 @dataclass
@@ -175,12 +185,22 @@ async def run_sharing_backend(backend: Policy, runs: Sequence[Coroutine[Any, Any
     return None
 
 
-class ExperimentRunner:
-    """Runs the unfinished cells of one experiment; `on_change` is called whenever a cell's progress moves."""
+class CellExecutor(Protocol):
+    """Runs an experiment's unfinished cells somewhere other than this process (evolve/cluster/: on Ray)."""
 
-    def __init__(self, spec: ExperimentSpec, on_change: Callable[[CellProgress], None] | None = None) -> None:
+    def run_cells(self, runner: ExperimentRunner, todo: list[CellProgress], outcome: ExperimentOutcome) -> None:
+        """Run every cell of `todo` to a resting status, updating them (and `outcome`) and calling runner.on_change."""
+
+
+class ExperimentRunner:
+    """Runs the unfinished cells of one experiment; `on_change` is called whenever a cell's progress moves. With an
+    `executor`, the cells run where it puts them (each still one run in the store, driven under its lease)."""
+
+    def __init__(self, spec: ExperimentSpec, on_change: Callable[[CellProgress], None] | None = None,
+                 executor: CellExecutor | None = None) -> None:
         self.spec = spec
         self.on_change = on_change or (lambda cell: None)
+        self.executor = executor
         self.store = ProgramStore(spec.db)
         self.cells = {key: CellProgress(key) for key in spec.cells()}
 
@@ -191,6 +211,19 @@ class ExperimentRunner:
         for policy in self.spec.policies:
             load_template(policy.template)
         self.store.save_experiment(self.spec.name, self.spec.model_dump_json())
+        self.load_stored_cells()
+        outcome = ExperimentOutcome(self.cells)
+        if self.executor is not None:
+            self.executor.run_cells(self, [cell for cell in self.cells.values() if cell.status != "finished"], outcome)
+            return outcome
+        for policy in self.spec.policies:
+            todo = [cell for key, cell in self.cells.items() if key[1] == policy.name and cell.status != "finished"]
+            if todo and not self.run_policy_cells(policy, todo, outcome):
+                break
+        return outcome
+
+    def load_stored_cells(self) -> None:
+        """Give every cell already in the store its run id and resting status."""
         runs = {cell.run_id: cell for cell in self.store.experiment_cells(self.spec.name)}
         for info in self.store.list_runs():
             if info.id in runs:
@@ -198,21 +231,19 @@ class ExperimentRunner:
                 progress = self.cells.get((cell.problem, cell.policy, cell.seed))
                 if progress is not None:
                     progress.run_id, progress.status = info.id, _resting_status(info)
-        outcome = ExperimentOutcome(self.cells)
-        for policy in self.spec.policies:
-            todo = [cell for key, cell in self.cells.items() if key[1] == policy.name and cell.status != "finished"]
-            if not todo:
-                continue
-            try:
-                with open_policy(policy, self.spec.seeds[0], self.spec.run.concurrency * self.spec.parallel_cells) \
-                        as backend:
-                    asyncio.run(self._run_policy(backend, todo, outcome))
-            except (KeyboardInterrupt, asyncio.CancelledError):
-                outcome.interrupted = True
-            if outcome.interrupted:
-                self._mark_stopped(todo, "interrupted")
-                break
-        return outcome
+
+    def run_policy_cells(self, policy: PolicySection, todo: list[CellProgress], outcome: ExperimentOutcome) -> bool:
+        """Run `todo` (cells of `policy`) in this process sharing one backend; False when interrupted."""
+        try:
+            with open_policy(policy, self.spec.seeds[0], self.spec.run.concurrency * self.spec.parallel_cells) \
+                    as backend:
+                asyncio.run(self._run_policy(backend, todo, outcome))
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            outcome.interrupted = True
+        if outcome.interrupted:
+            self._mark_stopped(todo, "interrupted")
+            return False
+        return True
 
     async def _run_policy(self, backend: Policy, todo: list[CellProgress], outcome: ExperimentOutcome) -> None:
         cell_slots = asyncio.Semaphore(self.spec.parallel_cells)
@@ -234,7 +265,7 @@ class ExperimentRunner:
                 config = self.spec.cell_config(problem_name, policy_name, seed)
             else:
                 config = resumed_config(self.store, cell.run_id, self.spec.db)
-            problem = load_problem(problem_name, Path(config.run.programs_dir))
+            problem = await resolve_objectives(load_problem(problem_name, Path(config.run.programs_dir)))
             if cell.run_id is None:  # written only now that its problem (and the policy) loaded
                 cell.run_id = self.store.create_run(
                     name=config.run.name, problem=problem_name, policy=policy_name, seed=seed,

@@ -1,0 +1,49 @@
+"""What a cell asks of a cluster (CPUs for its evaluations, GPUs for a model it hosts), and which stores a cluster
+may write: a SQLite file only where every node is one machine."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from sqlalchemy.engine import make_url
+
+from evolve.cluster import ClusterError
+from evolve.config import HFPolicySection, OpenAIPolicySection, VLLMPolicySection
+from evolve.engine.experiment import ExperimentSpec
+from evolve.store.connection import database_url
+
+
+@dataclass(frozen=True)
+class CellResources:
+    """The Ray resource request of one cell's task."""
+
+    cpus: float
+    gpus: float
+
+
+def cell_resources(spec: ExperimentSpec, policy_name: str) -> CellResources:
+    """A cell runs its own evaluator pool of `run.eval_workers` processes: it asks for that many CPUs. It asks for
+    the GPUs of a model it hosts itself (hf on cuda: one; vllm, or an openai policy with serve = true: its
+    tensor_parallel_size); a policy behind a server elsewhere asks for none."""
+    policy = spec.policy(policy_name)
+    gpus = 0.0
+    if isinstance(policy, HFPolicySection) and policy.device.startswith("cuda"):
+        gpus = 1.0
+    elif isinstance(policy, VLLMPolicySection) or (isinstance(policy, OpenAIPolicySection) and policy.serve):
+        gpus = float(policy.tensor_parallel_size)
+    return CellResources(cpus=float(spec.run.eval_workers), gpus=gpus)
+
+
+def is_sqlite(db: str) -> bool:
+    return make_url(database_url(db)).get_backend_name() == "sqlite"
+
+
+def refuse_sqlite_across_hosts(db: str, node_hosts: Iterable[str]) -> None:
+    """ClusterError when the store is a SQLite file and the cluster's nodes are on more than one machine: SQLite
+    locks do not hold across machines (nor over network file systems), so cells would corrupt it."""
+    hosts = sorted(set(node_hosts))
+    if len(hosts) > 1 and is_sqlite(db):
+        raise ClusterError(f"the store {db} is a SQLite file but the Ray cluster spans {len(hosts)} machines "
+                           f"({', '.join(hosts)}); give the experiment a server database every node reaches, "
+                           "e.g. --db postgresql+psycopg://USER@HOST/DB")
