@@ -58,6 +58,9 @@ class BasePolicySection(StrictModel):
     temperature: float = Field(0.8, ge=0.0, le=5.0)
     top_p: float = Field(0.95, gt=0.0, le=1.0)
     max_new_tokens: int = Field(384, ge=8, le=8192, description="upper bound; the prompt fits it to the block")
+    # ensembles ([[policies]])
+    weight: float = Field(1.0, gt=0.0, le=1e6, description="[[policies]] with ensemble.choice = 'weights': this "
+                          "policy's share of the iterations, relative to the others' weights")
 
 
 class VLLMEngineSettings(StrictModel):
@@ -165,18 +168,77 @@ class SelectionConfig(StrictModel):
         return self
 
 
+class EnsembleSection(StrictModel):
+    """How a run with several [[policies]] picks the policy of each iteration."""
+
+    choice: Literal["weights", "bandit"] = Field("weights", description="weights: drawn by the policies' weights; "
+                                                 "bandit: by the improvement each policy's children brought")
+    bandit: Literal["ucb1", "thompson"] = Field("ucb1", description="ucb1: mean improvement over the parent (scaled "
+                                                "by the largest seen) plus an exploration bonus; thompson: a Beta "
+                                                "draw on the share of iterations that beat their parent")
+    exploration: float = Field(1.0, ge=0.0, le=100.0, description="ucb1's exploration constant c")
+
+
+class PromptEvolutionSection(StrictModel):
+    """Co-evolution of the system instruction: a small population of instructions scored by their children."""
+
+    enabled: bool = False
+    population: int = Field(4, ge=2, le=32, description="instructions alive at once (the template's own is one)")
+    replace_every: int = Field(10, ge=1, le=100_000, description="committed iterations between replacing the "
+                               "weakest instruction by a mutant of the strongest")
+    min_uses: int = Field(3, ge=1, le=100_000, description="iterations an instruction is tried before it can be "
+                          "replaced")
+
+
+class NoveltySection(StrictModel):
+    """The novelty filter: children that copy a program of the run (same normalised AST, or a MinHash Jaccard
+    estimate over token shingles at or above threshold) are recorded as duplicates without being evaluated."""
+
+    enabled: bool = False
+    threshold: float = Field(0.95, gt=0.0, le=1.0, description="estimated Jaccard similarity of token shingles "
+                             "at or above which a child is a near-duplicate; 1.0: only identical signatures")
+    shingle_size: int = Field(5, ge=1, le=64, description="tokens per shingle")
+    num_perm: int = Field(128, ge=16, le=1024, description="MinHash signature length (estimate error ~ 1/sqrt)")
+
+
 class RunConfig(StrictModel):
     run: RunSection = RunSection()
     policy: PolicySection = HFPolicySection()
+    policies: tuple[PolicySection, ...] = Field((), max_length=16, description="an ensemble: several policies in "
+                                                "one run; replaces [policy], which becomes the first of them")
+    ensemble: EnsembleSection = EnsembleSection()
+    prompt_evolution: PromptEvolutionSection = PromptEvolutionSection()
+    novelty: NoveltySection = NoveltySection()
     selection: SelectionConfig = SelectionConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _first_policy_is_the_policy(cls, data: Any) -> Any:
+        """With [[policies]], `policy` is the first of them (what single-policy code paths read)."""
+        if not isinstance(data, dict) or not isinstance(data.get("policies"), list | tuple) or not data["policies"]:
+            return data
+        first = data["policies"][0]
+        if "policy" in data and data["policy"] != first:
+            raise ValueError("give either [policy] or [[policies]], not both")
+        return {**data, "policy": first}
 
     @model_validator(mode="after")
     def _answers_divide_the_iteration(self) -> RunConfig:
-        per_iteration, answers = self.run.answers_per_iteration, self.policy.answers
-        if per_iteration % answers:
-            raise ValueError(f"run.answers_per_iteration = {per_iteration} is not a multiple of policy.answers = "
-                             f"{answers} (each iteration makes answers_per_iteration / answers requests)")
+        names = [section.name for section in self.policies]
+        if len(set(names)) != len(names):
+            raise ValueError(f"[[policies]] need distinct names (each child is recorded with its policy's name): "
+                             f"{', '.join(names)}")
+        per_iteration = self.run.answers_per_iteration
+        for section in self.policies or (self.policy,):
+            if per_iteration % section.answers:
+                raise ValueError(f"run.answers_per_iteration = {per_iteration} is not a multiple of answers = "
+                                 f"{section.answers} of policy {section.name!r} (each iteration makes "
+                                 "answers_per_iteration / answers requests)")
         return self
+
+    def ensemble_policies(self) -> tuple[PolicySection, ...]:
+        """The run's policies: [[policies]], or the one [policy]."""
+        return self.policies or (self.policy,)
 
 
 def describe_error(error: dict[str, Any], source: str, model: type[BaseModel] | None = None) -> str:
@@ -195,12 +257,14 @@ def describe_error(error: dict[str, Any], source: str, model: type[BaseModel] | 
     return toml_files.describe_error(error, source, model or RunConfig)
 
 
-def parse_config(data: dict[str, Any], source: str = "<config>") -> RunConfig:
+def parse_config(data: dict[str, Any], source: str = "<config>", blame: dict[str, str] | None = None) -> RunConfig:
+    """`data` validated; a mistake names `source`, or the override in `blame` (dotted key -> the flag as the user
+    wrote it, e.g. "--set run.iterations=0") that set the key it is about."""
     try:
         return RunConfig.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise ConfigError(describe_error(first, source)) from None
+        raise ConfigError(describe_error(first, toml_files.blamed_source(first, source, RunConfig, blame))) from None
 
 
 def stored_config(config_json: str) -> RunConfig:
@@ -222,9 +286,11 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     return toml_files.read_toml(path, ConfigError)
 
 
-def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> RunConfig:
+def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None,
+                blame: dict[str, str] | None = None) -> RunConfig:
     """Read a TOML file (or the defaults when path is None) and apply `section.key` overrides. An override of
-    policy.backend drops the file's settings of its old backend (evolve.toml's hf max_batch, say), not the others."""
+    policy.backend drops the file's settings of its old backend (evolve.toml's hf max_batch, say), not the others.
+    `blame` names the flag behind each override (see parse_config); a mistake in any other key names the file."""
     data: dict[str, Any] = read_toml(path) if path is not None else {}
     source = str(path) if path is not None else "<defaults>"
     new_backend = POLICY_BACKENDS.get(str((overrides or {}).get("policy.backend")))
@@ -238,6 +304,8 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
         for section in sections:
             table = table.setdefault(section, {})
             if not isinstance(table, dict):
-                raise ConfigError(f"{source}: cannot set '{dotted}': '{section}' is not a table")
+                raise ConfigError(f"{(blame or {}).get(dotted, source)}: cannot set '{dotted}': '{section}' is not "
+                                  "a table")
         table[key] = value
-    return parse_config(data, source)
+    blamed = {key: label for key, label in (blame or {}).items() if (overrides or {}).get(key) is not None}
+    return parse_config(data, source, blamed)
