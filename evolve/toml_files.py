@@ -3,6 +3,7 @@ strict pydantic model, and every mistake turned into one line that names the fil
 
 from __future__ import annotations
 
+import re
 import tomllib
 import types
 import typing
@@ -32,7 +33,17 @@ def read_toml(path: str | Path, error: type[UserError]) -> dict[str, Any]:
     except OSError as exc:
         raise error(f"{path}: cannot read it ({exc.strerror or exc})") from None
     except tomllib.TOMLDecodeError as exc:
-        raise error(f"{path}: not valid TOML ({exc})") from None
+        raise error(f"{path}: not valid TOML ({exc}){_triple_quote_hint(path)}") from None
+
+
+def _triple_quote_hint(path: str | Path) -> str:
+    """A hint when a basic multi-line string (\"\"\"...\"\"\") holds \"\"\" (a pasted docstring) and so ends early."""
+    text = Path(path).read_text(encoding="utf-8")
+    opened = len(re.findall(r'=[ \t]*"""', text))
+    if opened and text.count('"""') > 2 * opened:
+        return ("; a \"\"\"...\"\"\" string seems to hold \"\"\" (a docstring?), which ends it: write that value as "
+                "a literal string, '''...''', which may hold \"\"\" and backslashes as they are")
+    return ""
 
 
 @dataclass(frozen=True)
@@ -111,3 +122,20 @@ def format_validation_error(exc: ValidationError, source: str | Path, model: typ
     """The one line for a failed validation: a typo (unknown key) first, since it often causes the rest."""
     errors = sorted(exc.errors(), key=lambda error: error["type"] != "extra_forbidden")
     return describe_error(errors[0], source, model)
+
+
+def blamed_source(error: Any, source: str | Path, model: type[BaseModel], blame: dict[str, str] | None) -> str:
+    """Who set the value an error is about: the override (a --set or a flag; `blame` maps its dotted key to how the
+    user wrote it) whose key is the error's key, holds it or lies inside it, else the file `source`. An error across
+    keys of the whole file names the file and the overrides both."""
+    if not blame:
+        return str(source)
+    key = error_location(model, tuple(error["loc"])).parts
+    if not key:
+        return f"{source} with {', '.join(blame.values())}"
+    for dotted, label in blame.items():
+        parts = tuple(dotted.split("."))
+        shared = min(len(parts), len(key))
+        if parts[:shared] == key[:shared]:
+            return label
+    return str(source)

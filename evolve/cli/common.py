@@ -32,12 +32,38 @@ def parse_setting(item: str) -> dict[str, object]:
     return {key.strip(): value}
 
 
-def run_config(args: argparse.Namespace, overrides: dict[str, Any] | None = None) -> RunConfig:
-    """The config file (see config_path), then `overrides` (flags; None values are skipped), then every --set."""
-    merged: dict[str, Any] = dict(overrides or {})
+def experiment_settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]:
+    """Every --set of `evolve experiment` / `evolve report` as (key -> value, key -> '--set ITEM'); the keys are
+    the experiment file's own (iterations, run.concurrency, policies.0.max_new_tokens), top-level ones too."""
+    values: dict[str, Any] = {}
+    labels: dict[str, str] = {}
     for item in getattr(args, "set", []):
-        merged.update(parse_setting(item))
-    return load_config(config_path(getattr(args, "config", None)), merged)
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r}: write KEY=VALUE, e.g. --set iterations=4 or --set run.concurrency=2")
+        values[key.strip()] = toml_value(raw)
+        labels[key.strip()] = f"--set {item.strip()}"
+    return values, labels
+
+
+def toml_value(raw: str) -> Any:
+    """A --set value read as TOML ('2', '1e-5', '["a"]', 'true'); anything else is taken as a string."""
+    try:
+        return tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw.strip()
+
+
+def run_config(args: argparse.Namespace, overrides: dict[str, Any] | None = None) -> RunConfig:
+    """The config file (see config_path), then `overrides` (flags; None values are skipped), then every --set.
+    A bad value names what set it: the --set, the flag (--iterations for run.iterations), or the file."""
+    merged: dict[str, Any] = dict(overrides or {})
+    blame = {key: f"--{key.rpartition('.')[2].replace('_', '-')}" for key in merged}
+    for item in getattr(args, "set", []):
+        setting = parse_setting(item)
+        merged.update(setting)
+        blame.update({key: f"--set {item.strip()}" for key in setting})
+    return load_config(config_path(getattr(args, "config", None)), merged, blame)
 
 
 def read_store(args: argparse.Namespace) -> ProgramStore:

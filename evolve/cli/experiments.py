@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from rich.console import Console
+
+from evolve.cli.conventions import add_out_flag, add_set_flag
+
+if TYPE_CHECKING:
+    from evolve.engine.experiment import ExperimentSpec
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -12,12 +18,17 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     experiment.add_argument("file", help="experiment TOML, e.g. experiments/default.toml")
     experiment.add_argument("--db", help="store for all cells (default: the file's db, or NAME.db beside it)")
     experiment.add_argument("--plain", action="store_true", help="plain line output instead of the live table")
+    experiment.add_argument("--cluster", choices=("ray",), help="run each cell as a Ray task on the cluster at "
+                            "RAY_ADDRESS, or on a local one (needs: pip install -e '.[ray]')")
+    add_set_flag(experiment, "iterations=4", "a key of the experiment file: iterations=4, run.concurrency=2, "
+                 "policies.0.max_new_tokens=64 (a policy by index, name or *)")
 
     report = commands.add_parser("report", help="which problems each policy cracked: terminal, HTML, JSON, CSV")
     report.add_argument("experiment", help="experiment TOML, or a name with experiments/NAME.toml")
     report.add_argument("--db", help="the experiment's store (default: from the experiment file)")
-    report.add_argument("--out", help="folder for report.html, report.json and CSV files "
-                                      "(default: reports/NAME/)")
+    add_out_flag(report, "folder for report.html, report.json and CSV files (default: reports/NAME/)",
+                 metavar="FOLDER")
+    add_set_flag(report, "iterations=4", "a key of the experiment file (as `evolve experiment --set` did)")
     report.add_argument("--pairs", choices=("all", "first"), default="all",
                         help="paired differences between every pair of policies, or the first against each other")
     report.add_argument("--score-range", default="0,1", metavar="LOW,HIGH",
@@ -27,15 +38,15 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 def cmd_experiment(args: argparse.Namespace, console: Console) -> int:
     from evolve.api import run_experiment
 
-    outcome = run_experiment(args.file, db=args.db, console=console, live=False if args.plain else None)
+    outcome = run_experiment(_spec(args), console=console, live=False if args.plain else None, cluster=args.cluster)
     for error in outcome.errors:
         console.print(f"[red]error:[/] {error}", highlight=False)
     done = sum(cell.status == "finished" for cell in outcome.cells.values())
     console.print(f"{done}/{len(outcome.cells)} cells finished", highlight=False)
+    same = (f" --db {args.db}" if args.db else "") + "".join(f" --set {item}" for item in args.set)
     if not outcome.finished:
-        console.print(f"the experiment is saved; continue with: evolve experiment {args.file}"
-                      + (f" --db {args.db}" if args.db else ""), highlight=False)
-    console.print(f"report: evolve report {args.file}" + (f" --db {args.db}" if args.db else ""), highlight=False)
+        console.print(f"the experiment is saved; continue with: evolve experiment {args.file}{same}", highlight=False)
+    console.print(f"report: evolve report {args.file}{same}", highlight=False)
     if outcome.interrupted:
         return 130
     return 0 if outcome.finished else 1
@@ -46,9 +57,20 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
     from evolve.config import ConfigError
 
     score_range = _score_range(args.score_range, ConfigError)
-    experiment_report(args.experiment, db=args.db, out=args.out, pairs=args.pairs, score_range=score_range,
+    experiment = _spec(args, args.experiment) if args.set else args.experiment
+    experiment_report(experiment, db=args.db, out=args.out, pairs=args.pairs, score_range=score_range,
                       console=console)
     return 0
+
+
+def _spec(args: argparse.Namespace, name: str | None = None) -> ExperimentSpec:
+    """The experiment file (a path, or NAME for experiments/NAME.toml) with --db and every --set applied."""
+    from evolve.api import experiment_file
+    from evolve.cli.common import experiment_settings
+    from evolve.engine.experiment import load_experiment
+
+    values, labels = experiment_settings(args)
+    return load_experiment(experiment_file(name or args.file), args.db, values, labels)
 
 
 def _score_range(text: str, error: type[Exception]) -> tuple[float, float]:

