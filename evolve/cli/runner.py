@@ -16,6 +16,7 @@ from evolve.engine.controller import Controller, RunStats
 from evolve.engine.driving import RunError, cancelled_by_signals, resumed_config
 from evolve.policies.base import Policy, PolicyUnavailable
 from evolve.policies.factory import open_policy
+from evolve.problems.evaluation import resolve_objectives
 from evolve.problems.problem import Problem, load_problem
 from evolve.report.run_summary import RunSummary, summarize
 from evolve.search.prompt_templates import load_template
@@ -30,7 +31,9 @@ class RunOutcome:
 
 
 def problem_for(config: RunConfig) -> Problem:
-    return load_problem(config.run.problem, Path(config.run.programs_dir))
+    """The run's problem; a pattern problem's objectives fixed from its seed program's evaluation."""
+    problem = load_problem(config.run.problem, Path(config.run.programs_dir))
+    return problem if problem.objectives_known else asyncio.run(resolve_objectives(problem))
 
 
 def new_run(store: ProgramStore, config: RunConfig) -> int:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from evolve.problems.evaluation import evaluate_program
+from evolve.problems.evaluation import conform, evaluate_program
 from evolve.problems.problem import Problem, ProblemError, load_problem
 from evolve.records import Evaluation
 from evolve.search.edits import block_body, replace_block
@@ -75,11 +75,15 @@ def check_problem(name_or_path: str, programs_dir: Path) -> CheckReport:
     if report.problem is None:
         return report
     problem = report.problem
-    report.add("ok", f"{problem.path / 'problem.toml'}: {len(problem.objectives)} objectives, scalar = "
-                     f"{reduction_rule(problem)}, solved when {solved_rule(problem)}")
     first, second, broken = asyncio.run(_evaluations(problem))
     report.initial = first
     evaluator = problem.evaluator_path
+    if first.ok and not problem.objectives_known:
+        problem = report.problem = problem.resolved(first.scores)
+        second, broken = conform(problem, second), conform(problem, broken)
+    if problem.objectives_known:
+        report.add("ok", f"{problem.path / 'problem.toml'}: {_objectives_line(problem)}, scalar = "
+                         f"{reduction_rule(problem)}, solved when {solved_rule(problem)}")
     if not first.ok:
         where = evaluator if first.failure == "evaluator_error" else problem.path / "initial.py"
         fix = ("fix evaluate() so that it returns a dict with exactly the objectives of problem.toml, as finite "
@@ -118,6 +122,16 @@ def check_problem(name_or_path: str, programs_dir: Path) -> CheckReport:
     return report
 
 
+def _objectives_line(problem: Problem) -> str:
+    """'14 objectives', or for a pattern: '100 objectives matching test_* (test_0 .. test_99)'."""
+    count = f"{len(problem.objectives)} objectives"
+    if not problem.objective_pattern:
+        return count
+    names = problem.objectives
+    shown = f" ({names[0]} .. {names[-1]})" if len(names) > 1 else f" ({names[0]})" if names else ""
+    return f"{count} matching {problem.objective_pattern!r}{shown}"
+
+
 def check_solution(name_or_path: str, programs_dir: Path, solution: Path) -> CheckReport:
     """Load the folder and score `solution` (a whole program) with its evaluator in the real sandbox; an error
     finding unless it meets the solved rule. The report's `initial` holds the solution's evaluation."""
@@ -136,8 +150,9 @@ def check_solution(name_or_path: str, programs_dir: Path, solution: Path) -> Che
         report.add("error", f"{solution}: its evaluation failed ({evaluation.failure}: {evaluation.detail})")
         return report
     scores = evaluation.scores
-    passed = sum(1 for name in problem.objectives if scores[name] >= (problem.solved_all_at_least or 1.0))
-    summary = (f"{solution}: scalar {problem.scalar(scores):.4g}, {passed} of {len(problem.objectives)} objectives "
+    names = problem.objective_names(scores)
+    passed = sum(1 for name in names if scores[name] >= (problem.solved_all_at_least or 1.0))
+    summary = (f"{solution}: scalar {problem.scalar(scores):.4g}, {passed} of {len(names)} objectives "
                f"pass, in {evaluation.wall_s:.2f} s")
     if problem.is_solved(scores):
         report.add("ok", f"{summary}: solved ({solved_rule(problem)})")

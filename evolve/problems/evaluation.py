@@ -139,8 +139,8 @@ async def evaluate_program(problem: Problem, code: str, timeout_s: float | None 
     if evaluation is None:
         return Evaluation(ok=False, failure="evaluator_error", detail=_worker_failure(process.returncode, stderr),
                           wall_s=wall_s)
-    return Evaluation(ok=evaluation.ok, scores=evaluation.scores, failure=evaluation.failure,
-                      detail=evaluation.detail, artifacts=evaluation.artifacts, wall_s=wall_s)
+    return conform(problem, Evaluation(ok=evaluation.ok, scores=evaluation.scores, failure=evaluation.failure,
+                                       detail=evaluation.detail, artifacts=evaluation.artifacts, wall_s=wall_s))
 
 
 # ---------------------------------------------------------------- worker side
@@ -198,13 +198,9 @@ def check_result(problem: Problem, returned: Any) -> tuple[dict[str, float], dic
                                "or EvaluationResult")
     if not isinstance(artifacts, dict):
         raise EvaluatorMistake(f"EvaluationResult.artifacts is {type(artifacts).__name__}, not dict[str, str]")
-    missing = [name for name in problem.objectives if name not in raw]
-    unexpected = sorted(_text(name, 200) for name in raw if name not in problem.objectives)
-    if missing or unexpected:
-        raise EvaluatorMistake(f"evaluate() must return exactly the objectives in problem.toml; "
-                               f"missing {missing}, unexpected {unexpected}")
+    names = _returned_objectives(problem, raw)
     scores: dict[str, float] = {}
-    for name in problem.objectives:
+    for name in names:
         value = raw[name]
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise EvaluatorMistake(f"objective '{name}' is {type(value).__name__} {_text(value, 80, repr)}, "
@@ -218,6 +214,53 @@ def check_result(problem: Problem, returned: Any) -> tuple[dict[str, float], dic
         scores[name] = number
     kept = {_text(key, 200): _text(text, _MAX_ARTIFACT_CHARS) for key, text in artifacts.items()}
     return scores, kept
+
+
+def _returned_objectives(problem: Problem, raw: dict[Any, Any]) -> tuple[str, ...]:
+    """The objectives evaluate() returned, in the problem's order: exactly the declared ones, or, for a pattern
+    problem, at least one name and every name matching the pattern."""
+    if not problem.objectives_known:
+        strange = sorted(_text(name, 200) for name in raw
+                         if not isinstance(name, str) or not problem.matches_pattern(name))
+        if strange or not raw:
+            raise EvaluatorMistake(f"evaluate() must return objectives whose names match "
+                                   f"{problem.objective_pattern!r} (problem.toml); "
+                                   + (f"unexpected {strange[:10]}" if strange else "it returned none"))
+        return problem.objective_names(raw)
+    missing = [name for name in problem.objectives if name not in raw]
+    unexpected = sorted(_text(name, 200) for name in raw if name not in problem.objectives)
+    if missing or unexpected:
+        raise EvaluatorMistake(f"evaluate() must return exactly the objectives in problem.toml; "
+                               f"missing {missing[:10]}, unexpected {unexpected[:10]}")
+    return problem.objectives
+
+
+def conform(problem: Problem, evaluation: Evaluation) -> Evaluation:
+    """The engine's side of a pattern problem: once resolved, every evaluation must return the resolved names (the
+    worker only checked them against the pattern); any other set is the evaluator's error."""
+    if not evaluation.ok or not problem.objective_pattern or not problem.objectives_known:
+        return evaluation
+    if set(evaluation.scores) == set(problem.objectives):
+        return evaluation
+    missing = [name for name in problem.objectives if name not in evaluation.scores][:5]
+    extra = sorted(set(evaluation.scores) - set(problem.objectives))[:5]
+    detail = (f"evaluate() returned other objectives than the seed program's ({len(problem.objectives)} names matching "
+              f"{problem.objective_pattern!r}); missing {missing}, unexpected {extra}")
+    return Evaluation(ok=False, failure="evaluator_error", detail=detail[:_MAX_DETAIL_CHARS],
+                      artifacts=evaluation.artifacts, wall_s=evaluation.wall_s)
+
+
+async def resolve_objectives(problem: Problem) -> Problem:
+    """A pattern problem with its objectives fixed from the seed program's evaluation (the problem itself when
+    they are declared); ProblemError when the seed cannot be scored, since nothing else names them."""
+    if problem.objectives_known:
+        return problem
+    evaluation = await evaluate_program(problem, problem.initial_code)
+    if not evaluation.ok:
+        raise ProblemError(f"{problem.path / 'problem.toml'}: objectives = "
+                           f"{{pattern = {problem.objective_pattern!r}}} are named by the seed program's evaluation, "
+                           f"which failed ({evaluation.failure}: {evaluation.detail})")
+    return problem.resolved(evaluation.scores)
 
 
 class EvaluatorRunner:

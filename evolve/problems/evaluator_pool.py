@@ -43,6 +43,7 @@ from evolve.problems.evaluation import (
     _signal_group,
     _stop,
     _worker_failure,
+    conform,
     evaluation_timeout,
     kill_group_leftovers,
     read_job,
@@ -129,9 +130,9 @@ class EvaluatorPool:
         finally:
             shutil.rmtree(job_folder, ignore_errors=True)
         evaluation = attempt.evaluation or Evaluation(ok=False, failure="evaluator_error", detail=attempt.detail)
-        return Evaluation(ok=evaluation.ok, scores=evaluation.scores, failure=evaluation.failure,
-                          detail=evaluation.detail, artifacts=evaluation.artifacts,
-                          wall_s=time.monotonic() - started)
+        return conform(problem, Evaluation(ok=evaluation.ok, scores=evaluation.scores, failure=evaluation.failure,
+                                           detail=evaluation.detail, artifacts=evaluation.artifacts,
+                                           wall_s=time.monotonic() - started))
 
     async def close(self) -> None:
         """Stop every process of the pool (idle or busy) and remove its temporary folder."""

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import ast
+import fnmatch
 import importlib.util
 import math
+import re
 import textwrap
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -83,22 +86,96 @@ class ProblemPrompt:
     context: Literal["none", "used", "all"] = "none"
 
 
+class ObjectiveCount(StrictModel):
+    """`objectives = {count = 100, name = "test_{i:02d}"}`: names made by formatting `name` with i = 0..count-1."""
+
+    count: int = Field(ge=1, le=1_000_000)
+    name: str = Field("test_{i}", description="each objective's name; {i} is its number, {i:03d} pads it")
+
+    @field_validator("name")
+    @classmethod
+    def _numbered(cls, name: str) -> str:
+        try:
+            first, second = name.format(i=0), name.format(i=1)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(f"{name!r} must hold {{i}} (the objective's number) and no other {{...}}: {exc}") from None
+        if first == second or not first.strip():
+            raise ValueError(f"{name!r} must hold {{i}}, so that every objective gets its own name")
+        return name
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.name.format(i=i) for i in range(self.count))
+
+
+class ObjectivePattern(StrictModel):
+    """`objectives = {pattern = "test_*"}`: the names the evaluator returns, which must all match the pattern
+    (shell-style: *, ?, [seq]); resolved from the first evaluation (the seed program's) and fixed after it."""
+
+    pattern: str = Field(min_length=1)
+
+    @field_validator("pattern")
+    @classmethod
+    def _wildcard(cls, pattern: str) -> str:
+        if not any(character in pattern for character in "*?["):
+            raise ValueError(f"{pattern!r} has no wildcard (*, ? or [...]); write objectives = [{pattern!r}]")
+        return pattern
+
+
+def _natural_key(name: str) -> list[tuple[int, int | str]]:
+    """test_2 before test_10: digit runs compare as numbers."""
+    return [(0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name) if part]
+
+
+def objective_order(names: Iterable[str]) -> tuple[str, ...]:
+    """Names in the order a pattern problem's vector uses: natural order (test_2 before test_10)."""
+    return tuple(sorted(names, key=_natural_key))
+
+
 class ProblemFile(StrictModel):
     """problem.toml as written; checks that need several keys at once are in load_problem."""
 
     name: str = Field(min_length=1)
     description: str = Field(min_length=1, description="shown to the policy, 1-4 sentences")
     provenance: str = Field(min_length=1, description="where the problem comes from")
-    objectives: tuple[str, ...] = Field(min_length=1)
+    objectives: tuple[str, ...] | ObjectiveCount | ObjectivePattern = Field(
+        description="a list of names, {count = N, name = \"test_{i}\"} or {pattern = \"test_*\"}")
     score: ScoreSection = ScoreSection()
     solved: SolvedSection = SolvedSection()
     limits: LimitsSection = LimitsSection()
     map_elites: MapElitesSection = MapElitesSection()
     prompt: PromptSection = PromptSection()
 
+    @field_validator("objectives", mode="before")
+    @classmethod
+    def _one_form(cls, value: object) -> object:
+        """A list of names, {count, name} or {pattern}, each with its own one-line error (not a union's three)."""
+        if isinstance(value, dict):
+            form: type[StrictModel] = ObjectivePattern if "pattern" in value and "count" not in value \
+                else ObjectiveCount
+            if not {"count", "pattern"} & set(value) or {"count", "pattern"} <= set(value):
+                raise ValueError('a table of objectives is {count = N, name = "test_{i}"} or {pattern = "test_*"}')
+            try:
+                return form.model_validate(value)
+            except ValidationError as exc:
+                error = exc.errors()[0]
+                key = ".".join(map(str, error["loc"]))
+                if error["type"] == "extra_forbidden":
+                    raise ValueError(f"unknown key {key!r} (allowed: {', '.join(form.model_fields)})") from None
+                raise ValueError(f"{key}: {str(error['msg']).removeprefix('Value error, ')}") from None
+        if not isinstance(value, list | tuple) or not all(isinstance(name, str) for name in value):
+            raise ValueError('objectives is a list of names, {count = N, name = "test_{i}"} or {pattern = "test_*"}')
+        return value
+
     @field_validator("objectives")
     @classmethod
-    def _distinct_names(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+    def _distinct_names(cls, names: tuple[str, ...] | ObjectiveCount | ObjectivePattern,
+                        ) -> tuple[str, ...] | ObjectiveCount | ObjectivePattern:
+        if isinstance(names, ObjectivePattern):
+            return names
+        if isinstance(names, ObjectiveCount):
+            names = names.names()
+        if not names:
+            raise ValueError("declare at least one objective")
         if any(not name.strip() for name in names):
             raise ValueError("objective names must not be empty")
         duplicates = sorted({name for name in names if names.count(name) > 1})
@@ -124,16 +201,53 @@ class Problem:
     features: tuple[str, ...] = ()
     provenance: str = ""
     prompt: ProblemPrompt = ProblemPrompt()
+    # objectives = {pattern = ...}: objectives stays () until resolved() fixes it from the first evaluation's names
+    objective_pattern: str = ""
 
     @property
     def evaluator_path(self) -> Path:
         return self.path / "evaluator.py"
 
+    @property
+    def objectives_known(self) -> bool:
+        """False for a pattern problem whose names no evaluation has fixed yet."""
+        return bool(self.objectives)
+
+    def declared_objectives(self) -> str:
+        """How problem.toml declares the objectives, for listings: '14' or 'pattern test_*'."""
+        if self.objectives_known:
+            return str(len(self.objectives))
+        return f"pattern {self.objective_pattern}"
+
+    def matches_pattern(self, name: str) -> bool:
+        return fnmatch.fnmatchcase(name, self.objective_pattern)
+
+    def objective_names(self, scores: dict[str, float]) -> tuple[str, ...]:
+        """The objectives a score vector is read in: the declared (or resolved) ones, else, for a pattern problem
+        not resolved yet, the scores' names that match the pattern, in natural order."""
+        if self.objectives_known:
+            return self.objectives
+        return objective_order(name for name in scores if self.matches_pattern(name))
+
+    def resolved(self, names: Iterable[str]) -> Problem:
+        """This pattern problem with its objectives fixed to `names` (what the seed's evaluation returned); a
+        problem whose objectives are known already is returned as it is."""
+        if self.objectives_known:
+            return self
+        ordered = objective_order(names)
+        unmatched = [name for name in ordered if not self.matches_pattern(name)]
+        if not ordered or unmatched:
+            raise ProblemError(f"{self.path / 'problem.toml'}: objectives = {{pattern = {self.objective_pattern!r}}} "
+                               f"matches none of the names evaluate() returned"
+                               + (f" ({', '.join(unmatched[:5])})" if unmatched else ""))
+        return replace(self, objectives=ordered)
+
     def _vector(self, scores: dict[str, float]) -> list[float]:
-        missing = [name for name in self.objectives if name not in scores]
-        if missing:
-            raise ValueError(f"{self.name}: scores lack objectives {', '.join(missing)}")
-        return [scores[name] for name in self.objectives]
+        names = self.objective_names(scores)
+        missing = [name for name in names if name not in scores]
+        if missing or not names:
+            raise ValueError(f"{self.name}: scores lack objectives {', '.join(missing) or self.objective_pattern}")
+        return [scores[name] for name in names]
 
     def scalar(self, scores: dict[str, float]) -> float:
         """The ranking scalar: the mean of the objectives, or their weighted mean (weights / total weight)."""
@@ -156,6 +270,9 @@ class Problem:
 def _check_consistency(spec: ProblemFile, folder: Path, source: Path) -> None:
     if spec.name != folder.name:
         raise ProblemError(f"{source}: name = {spec.name!r} must match the folder name {folder.name!r}")
+    if isinstance(spec.objectives, ObjectivePattern):
+        _check_pattern_consistency(spec, spec.objectives.pattern, source)
+        return
     declared = set(spec.objectives)
     weights = spec.score.weights
     if spec.score.reduction == "weighted":
@@ -174,6 +291,18 @@ def _check_consistency(spec: ProblemFile, folder: Path, source: Path) -> None:
     if unknown_features:
         raise ProblemError(f"{source}: map_elites.features {unknown_features} are neither "
                            f"{' nor '.join(_BUILTIN_FEATURES)} nor declared objectives")
+
+
+def _check_pattern_consistency(spec: ProblemFile, pattern: str, source: Path) -> None:
+    """What a pattern allows: no weights (their names are unknown before an evaluation), features that match."""
+    if spec.score.reduction == "weighted" or spec.score.weights:
+        raise ProblemError(f"{source}: score.reduction = 'weighted' needs named objectives; with objectives = "
+                           f"{{pattern = {pattern!r}}} the scalar is the mean (name them, or use {{count = N}})")
+    unknown_features = [f for f in spec.map_elites.features
+                        if f not in _BUILTIN_FEATURES and not fnmatch.fnmatchcase(f, pattern)]
+    if unknown_features:
+        raise ProblemError(f"{source}: map_elites.features {unknown_features} are neither "
+                           f"{' nor '.join(_BUILTIN_FEATURES)} nor objectives matching {pattern!r}")
 
 
 def _read_spec(source: Path) -> ProblemFile:
@@ -240,7 +369,8 @@ def load_problem(name_or_path: str, programs_dir: Path) -> Problem:
         path=folder,
         description=_description(spec),
         initial_code=initial_code,
-        objectives=spec.objectives,
+        objectives=() if isinstance(spec.objectives, ObjectivePattern) else tuple(spec.objectives),
+        objective_pattern=spec.objectives.pattern if isinstance(spec.objectives, ObjectivePattern) else "",
         reduction=spec.score.reduction,
         weights=dict(spec.score.weights),
         solved_all_at_least=spec.solved.all_at_least,

@@ -328,7 +328,7 @@ def _objective_reach(problem: str, policy: str, cells: list[CellResult], judge: 
     ran = [dict(c.objective_best) for c in cells if c.objective_best]
     if not ran:
         return []
-    names = judge.problem.objectives if judge.problem is not None else tuple(ran[0])
+    names = judge.problem.objective_names(ran[0]) if judge.problem is not None else tuple(ran[0])
     threshold = judge.problem.solved_all_at_least if judge.problem is not None else None
     reaches = []
     for name in names:
