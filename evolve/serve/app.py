@@ -1,0 +1,146 @@
+"""The Starlette app behind `evolve serve`: pages (static HTML + vanilla JS from assets/), JSON endpoints over
+data.py's reads, and the lineage page and experiment report rendered on demand by evolve/report. Read-only: every
+route is GET. Unknown ids and paths are 404 with one JSON error line."""
+
+from __future__ import annotations
+
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.requests import Request
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from evolve.errors import UserError
+from evolve.serve.auth import TokenGate
+from evolve.serve.data import StoreView
+from evolve.store.program_store import ProgramStore, UnknownIdError
+
+ASSETS = Path(__file__).parent / "assets"
+# the pages load scripts and styles from /assets only; the rendered reports carry inline <style> and no scripts
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+       "object-src 'none'; base-uri 'none'; frame-ancestors 'none'")
+
+
+class BadRequest(UserError):
+    """A query parameter the endpoint cannot read."""
+
+
+def _page(name: str) -> Any:
+    def page(request: Request) -> Response:
+        return FileResponse(ASSETS / name, media_type="text/html")
+    return page
+
+
+def _since(request: Request) -> int:
+    raw = request.query_params.get("since", "0")
+    if not raw.isdigit():
+        raise BadRequest(f"since={raw!r}: give the last program id seen (a whole number, 0 for the start)")
+    return int(raw)
+
+
+def _nav(html: str, links: str) -> str:
+    """A rendered report page with the web view's navigation bar added at the top of its body."""
+    bar = (f'<nav style="font:13px system-ui,sans-serif;padding:8px 28px;background:#1f2937;color:#e5e7eb">'
+           f'{links}</nav>')
+    return html.replace("<body>", f"<body>{bar}", 1)
+
+
+def create_app(store: ProgramStore, token: str | None = None) -> Starlette:
+    """The web app over `store` (opened read-only by its caller); with `token`, every request must carry it."""
+    view = StoreView(store)
+
+    def api_runs(request: Request) -> Response:
+        return JSONResponse({"runs": view.runs(), "db": store.url})
+
+    def api_experiments(request: Request) -> Response:
+        return JSONResponse({"experiments": view.experiments()})
+
+    def api_run(request: Request) -> Response:
+        return JSONResponse(view.run(request.path_params["run_id"]))
+
+    def api_tree(request: Request) -> Response:
+        return JSONResponse(view.tree(request.path_params["run_id"], _since(request)))
+
+    def api_program(request: Request) -> Response:
+        return JSONResponse(view.program(request.path_params["run_id"], request.path_params["program_id"]))
+
+    def lineage_page(request: Request) -> Response:
+        from evolve.report.lineage import ancestry, lineage_html
+
+        run_id, program_id = request.path_params["run_id"], request.path_params["program_id"]
+        html = lineage_html(ancestry(store, run_id, program_id))
+        links = (f'<a style="color:#93c5fd" href="/">all runs</a> &middot; <a style="color:#93c5fd" '
+                 f'href="/runs/{run_id}">run {run_id}</a> &middot; <a style="color:#93c5fd" '
+                 f'href="/runs/{run_id}/programs/{program_id}">program #{program_id}</a>')
+        return HTMLResponse(_nav(html, links))
+
+    def report_page(request: Request) -> Response:
+        from evolve.engine.experiment import ExperimentSpec
+        from evolve.report.html import report_html
+        from evolve.report.results import collect
+
+        name = request.path_params["name"]
+        spec = ExperimentSpec.model_validate_json(view.experiment_spec(name)).model_copy(update={"db": store.url})
+        html = report_html(collect(store, spec))
+        return HTMLResponse(_nav(html, f'<a style="color:#93c5fd" href="/">all runs</a> &middot; experiment '
+                                       f'{escape(name)}'))
+
+    routes = [
+        Route("/", _page("index.html")),
+        Route("/runs/{run_id:int}", _page("run.html")),
+        Route("/runs/{run_id:int}/programs/{program_id:int}", _page("program.html")),
+        Route("/runs/{run_id:int}/lineage/{program_id:int}", lineage_page),
+        Route("/experiments/{name}/report", report_page),
+        Route("/api/runs", api_runs),
+        Route("/api/experiments", api_experiments),
+        Route("/api/runs/{run_id:int}", api_run),
+        Route("/api/runs/{run_id:int}/tree", api_tree),
+        Route("/api/runs/{run_id:int}/programs/{program_id:int}", api_program),
+        Mount("/assets", StaticFiles(directory=ASSETS), name="assets"),
+    ]
+    middleware = [Middleware(SecurityHeaders), *([Middleware(TokenGate, token=token)] if token else [])]
+    return Starlette(routes=routes, middleware=middleware, exception_handlers={
+        UnknownIdError: _not_found, UserError: _user_error, HTTPException: _http_error})
+
+
+class SecurityHeaders(BaseHTTPMiddleware):
+    """Every response (refusals included): scripts from this server only, no sniffing, no referrer, no caching."""
+
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        response = await call_next(request)
+        response.headers.setdefault("Content-Security-Policy", CSP)
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        response.headers.setdefault("Referrer-Policy", "no-referrer")
+        response.headers.setdefault("Cache-Control", "no-store")
+        return response
+
+
+def _error(status: int, message: str) -> Response:
+    return JSONResponse({"error": " ".join(message.splitlines())}, status_code=status)
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    return _error(404, str(exc))
+
+
+async def _user_error(request: Request, exc: Exception) -> Response:
+    from evolve.report.lineage import LineageError
+
+    if isinstance(exc, LineageError):  # the program is not in the run
+        return _error(404, str(exc))
+    return _error(400 if isinstance(exc, BadRequest) else 500, str(exc))
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    message = f"no page {request.url.path}" if exc.status_code == 404 else str(exc.detail)
+    if exc.status_code == 405:
+        message = f"{request.method} {request.url.path}: this server is read-only (GET only)"
+    return _error(exc.status_code, message)

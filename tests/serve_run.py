@@ -1,0 +1,168 @@
+"""What the `evolve serve` tests share: a canned OpenAI-compatible policy on loopback, a real `evolve experiment`
+(one fizzbuzz cell) driven by it in a subprocess, and `evolve serve` started as a subprocess on a free port.
+
+The canned policy answers each chat request after `pause_s` with a rewrite of fizzbuzz: the n-th answer checks
+divisor 5, 7 or 4 for "Buzz" (so scores differ and some children solve the problem), every fifth answer is prose
+with no code (an edit failure). Like a real server, a final assistant message (the prefill) is continued."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EVOLVE = [sys.executable, "-m", "evolve"]
+FIZZBUZZ = '''def fizzbuzz(n: int) -> str:
+    """FizzBuzz, variant {number}."""
+    if n % 15 == 0:
+        return "FizzBuzz"
+    if n % 3 == 0:
+        return "Fizz"
+    if n % {divisor} == 0:
+        return "Buzz"
+    return str(n)
+'''
+
+
+def canned_answer(number: int) -> str:
+    if number % 5 == 0:
+        return "I would make it faster, but here is no code."
+    return FIZZBUZZ.format(number=number, divisor=(7, 4, 5, 7, 5, 4)[number % 6])
+
+
+@contextmanager
+def canned_policy(pause_s: float) -> Iterator[str]:
+    """An OpenAI-compatible endpoint on 127.0.0.1 serving canned fizzbuzz rewrites; yields its /v1 URL."""
+    served = [0]
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            self.reply({"object": "list", "data": [{"id": "canned", "object": "model"}]})
+
+        def do_POST(self) -> None:  # noqa: N802
+            request = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            last = (request.get("messages") or [{}])[-1]
+            prefill = last.get("content", "") if last.get("role") == "assistant" else ""
+            with lock:
+                served[0] += 1
+                number = served[0]
+            time.sleep(pause_s)
+            text = canned_answer(number).removeprefix(prefill)
+            self.reply({"id": f"c{number}", "object": "chat.completion", "created": int(time.time()),
+                        "model": "canned", "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                                        "finish_reason": "stop"}],
+                        "usage": {"prompt_tokens": 120, "completion_tokens": 60, "total_tokens": 180}})
+
+        def reply(self, body: dict[str, object]) -> None:
+            data = json.dumps(body).encode()
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def experiment_file(folder: Path, url: str, iterations: int, name: str = "servetest") -> Path:
+    """A one-cell experiment (fizzbuzz, the canned policy, seed 0, two islands) storing in folder/NAME.db."""
+    path = folder / f"{name}.toml"
+    path.write_text(f"""description = "evolve serve test: fizzbuzz with a canned policy"
+db = "{folder / f'{name}.db'}"
+problems = ["fizzbuzz"]
+seeds = [0]
+iterations = {iterations}
+
+[run]
+concurrency = 1
+eval_workers = 1
+programs_dir = "{ROOT / 'programs'}"
+
+[selection]
+islands = 2
+
+[[policies]]
+name = "canned"
+backend = "openai"
+url = "{url}"
+model = "canned"
+edit_format = "rewrite"
+answers = 1
+""")
+    return path
+
+
+def start_experiment(path: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([*EVOLVE, "experiment", str(path), "--plain"], cwd=ROOT, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+@dataclass
+class Served:
+    """An `evolve serve` subprocess and the address it printed (token included when it has one)."""
+
+    process: subprocess.Popen[str]
+    url: str
+    lines: list[str]
+
+    @property
+    def base(self) -> str:
+        return self.url.split("?")[0].rstrip("/")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_serve(db: Path, *flags: str, env: dict[str, str] | None = None, timeout_s: float = 30.0) -> Served:
+    """`evolve serve --db DB --port 0 FLAGS` until it prints its address (it binds before printing)."""
+    process = subprocess.Popen([*EVOLVE, "serve", "--db", str(db), "--port", "0", *flags], cwd=ROOT,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200", **(env or {})})
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    assert process.stdout is not None
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        lines.append(line.rstrip("\n"))
+        found = re.search(r"(http://\S+)", line)
+        if found:
+            threading.Thread(target=lambda: [lines.append(rest.rstrip("\n")) for rest in process.stdout],
+                             daemon=True).start()  # keep draining: a full pipe would block the server
+            return Served(process, found.group(1), lines)
+    process.kill()
+    process.wait()
+    raise AssertionError("evolve serve printed no address:\n" + "\n".join(lines))
