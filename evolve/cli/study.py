@@ -1,0 +1,52 @@
+"""`evolve study FILE`: train VPO / GRPO / Multi-RLVR policies with equal budgets, sample and evolve with each and
+the base on held-out problems, and report; one resumable command."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+
+STAGE_NAMES = ("train", "sample", "evolve", "report")
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    study = commands.add_parser("study", help="train policies, sample and evolve with them, report (resumable: run "
+                                "it again after a kill)")
+    study.add_argument("file", help="study TOML, e.g. experiments/study_small.toml")
+    study.add_argument("--db", help="store for the sampling and evolution runs (default: STUDY_DIR/study.db)")
+    study.add_argument("--out", help="the study folder: checkpoints, store, report (default: studies/NAME/)")
+    study.add_argument("--until", choices=STAGE_NAMES, default="report",
+                       help="stop after this stage (default: report, the whole study)")
+    study.add_argument("--status", action="store_true", help="only print where each stage stands")
+    study.set_defaults(handler=cmd_study)
+
+
+def cmd_study(args: argparse.Namespace, console: Console) -> int:
+    from evolve.engine.study import Study
+    from evolve.engine.study_config import load_study
+    from evolve.engine.study_plan import StudyPaths
+
+    spec = load_study(args.file)
+    study = Study(spec, StudyPaths.of(spec, args.out, args.db), console, source=args.file)
+    if args.status:
+        study.print_statuses(study.statuses())
+        return 0
+    outcome = study.run(args.until)
+    for error in outcome.errors:
+        console.print(f"[red]error:[/] {error}", highlight=False, soft_wrap=True)
+    again = f"evolve study {args.file}" + (f" --out {args.out}" if args.out else "") + \
+        (f" --db {args.db}" if args.db else "")
+    if outcome.interrupted:
+        console.print(f"interrupted; everything done so far is kept: continue with `{again}`", highlight=False)
+        return 130
+    if outcome.errors:
+        console.print(f"stopped on errors; fix them and continue with `{again}`", highlight=False)
+        return 1
+    seconds = study.state.seconds
+    timings = ", ".join(f"{stage} {seconds[stage]:.0f} s" for stage in STAGE_NAMES if stage in seconds)
+    console.print(f"study {spec.name}: {'finished' if outcome.finished else 'stopped after ' + args.until}"
+                  + (f" (time per stage, all runs together: {timings})" if timings else "")
+                  + (f"; report: {outcome.report.parent / 'report.html'}" if outcome.report else ""),
+                  highlight=False, soft_wrap=True)
+    return 0

@@ -1,0 +1,332 @@
+"""`evolve study FILE`: train policies with equal budgets, sample them, evolve with them, report; resumable stage by
+stage.
+
+Stages, in order, each skipped when complete and resumed when partial, so the same command after a kill at any
+instant goes on where it stopped:
+1. train: each algorithm from the same base (rl/trainer.py, with `evolve train --resume`'s semantics) into
+   STUDY/checkpoints/ALGO; its final folder gets the training provenance (the held-out check reads it);
+2. sample: plain sampling (engine/sampling.py) of the base and every trained policy on the test problems;
+3. evolve: an experiment (engine/experiment.py) whose policies are the base and every checkpoint;
+4. report: the experiment report plus the training curves (report/study_report.py) in STUDY/report/.
+The time spent in each stage is summed over invocations in STUDY/study_state.json.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from rich.console import Console
+
+from evolve.engine.study_config import BASE_POLICY, StudySpec
+from evolve.engine.study_plan import StudyPaths, experiment_spec, policy_sections, sampling_config, train_configs
+from evolve.errors import UserError
+
+STAGES = ("train", "sample", "evolve", "report")
+Stage = Literal["train", "sample", "evolve", "report"]
+State = Literal["done", "partial", "to do"]
+
+
+class StudyError(UserError):
+    """A study that cannot go on as asked (its folder holds work done with other settings, another store)."""
+
+
+@dataclass(frozen=True)
+class StageStatus:
+    stage: str
+    state: State
+    detail: str
+
+
+@dataclass
+class StudyOutcome:
+    statuses: list[StageStatus]
+    finished: bool = False
+    interrupted: bool = False
+    errors: list[str] = field(default_factory=list)
+    report: Path | None = None
+
+
+class StudyState:
+    """STUDY/study_state.json: the store the study uses and the seconds spent per stage (and per algorithm)."""
+
+    def __init__(self, paths: StudyPaths) -> None:
+        self.path = paths.state
+        data = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        stored_db = data.get("db")
+        if stored_db is not None and stored_db != paths.db:
+            raise StudyError(f"{paths.folder}: this study's store is {stored_db}; run it with --db {stored_db} "
+                             "(or another --out for a new study)")
+        self.data: dict[str, Any] = {"db": paths.db, "seconds": data.get("seconds", {})}
+        paths.folder.mkdir(parents=True, exist_ok=True)
+        self.save()
+
+    def save(self) -> None:
+        partial = self.path.with_suffix(".partial")
+        partial.write_text(json.dumps(self.data, indent=1) + "\n")
+        partial.replace(self.path)
+
+    @contextmanager
+    def timed(self, key: str) -> Iterator[None]:
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            seconds = self.data["seconds"]
+            seconds[key] = seconds.get(key, 0.0) + time.monotonic() - started
+            self.save()
+
+    @property
+    def seconds(self) -> dict[str, float]:
+        return dict(self.data["seconds"])
+
+
+# ---- stage 1: training ----------------------------------------------------------------------------------------
+
+def training_status(config: Any) -> tuple[State, str]:  # config: TrainConfig
+    from evolve.rl.checkpoints import PROVENANCE_FILE, STATE_FILE, TrainingProvenance
+
+    out = Path(config.out)
+    provenance = out / "final" / PROVENANCE_FILE
+    if provenance.is_file():
+        steps = TrainingProvenance.model_validate_json(provenance.read_text()).steps
+        if steps >= config.steps:
+            return "done", f"{steps}/{config.steps} steps"
+    if (out / STATE_FILE).is_file():
+        log = out / "train_log.jsonl"
+        done = len(log.read_text().splitlines()) if log.is_file() else 0
+        return "partial", f"{done}/{config.steps} steps"
+    return "to do", f"0/{config.steps} steps"
+
+
+def _refuse_changed_training(config: Any) -> None:
+    """A partial training goes on only with the settings it started with (steps may rise, threads may change)."""
+    from evolve.rl.checkpoints import TRAIN_CONFIG_FILE
+    from evolve.rl.train_config import TrainConfig
+
+    stored_path = Path(config.out) / TRAIN_CONFIG_FILE
+    stored = TrainConfig.model_validate_json(stored_path.read_text()).model_dump()
+    wanted = config.model_dump()
+    changed = [f"{key} {stored[key]!r} -> {wanted[key]!r}" for key in wanted
+               if key not in ("steps", "threads", "out") and stored.get(key) != wanted[key]]
+    if changed:
+        raise StudyError(f"{stored_path}: this training started with other settings ({'; '.join(changed)}); restore "
+                         f"the study file, or delete {config.out} to train it again")
+
+
+def run_training(config: Any, console: Console) -> None:
+    """Train (or resume) one algorithm to its steps, then write the checkpoint's provenance."""
+    from evolve.problems.problem import load_problem
+    from evolve.rl.checkpoints import STATE_FILE, TrainingProvenance, write_provenance
+    from evolve.rl.trainer import train
+
+    resume = (Path(config.out) / STATE_FILE).is_file()
+    if resume:
+        _refuse_changed_training(config)
+    names = tuple(load_problem(name, Path(config.programs_dir)).name for name in config.problems)
+    final = train(config, console, resume=resume)
+    write_provenance(final, TrainingProvenance(problems=names, algo=config.algo, steps=config.steps,
+                                               base=config.base))
+    gc.collect()  # the trained model is unreachable now: give its memory back before the next one loads
+    _empty_gpu_cache()
+
+
+def _empty_gpu_cache() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+# ---- stage 2: plain sampling ----------------------------------------------------------------------------------
+
+def sampling_plans(spec: StudySpec, paths: StudyPaths, store: Any) -> dict[str, list[Any]]:
+    """Per policy, its SamplePlans on the test problems (found in the store or to be created)."""
+    from evolve.engine.sampling import plan_samples
+
+    return {policy.name: plan_samples(store, sampling_config(spec, paths, policy), spec.test_problems,
+                                      spec.sampling.answers)
+            for policy in policy_sections(spec, paths.folder)}
+
+
+def _plans_state(plans: list[Any]) -> State:
+    if all(plan.finished for plan in plans):
+        return "done"
+    return "partial" if any(plan.run_id is not None for plan in plans) else "to do"
+
+
+# ---- stage 3: evolution ---------------------------------------------------------------------------------------
+
+def evolution_counts(spec: StudySpec, paths: StudyPaths, store: Any) -> tuple[int, int, int]:
+    """(cells finished, cells started, cells planned) of the study's experiment in its store."""
+    experiment = experiment_spec(spec, paths)
+    wanted = set(experiment.cells())
+    runs = {cell.run_id: (cell.problem, cell.policy, cell.seed) for cell in store.experiment_cells(experiment.name)}
+    started = finished = 0
+    for info in store.list_runs():
+        if runs.get(info.id) in wanted:
+            started += 1
+            finished += info.status == "finished"
+    return finished, started, len(wanted)
+
+
+# ---- the whole study ------------------------------------------------------------------------------------------
+
+class Study:
+    """One study: its file's spec, its folder and store; `statuses()` says where each stage stands, `run()` runs
+    the stages still to do, up to `until`."""
+
+    def __init__(self, spec: StudySpec, paths: StudyPaths, console: Console | None = None,
+                 source: str = "study") -> None:
+        from evolve.store.program_store import ProgramStore
+
+        self.spec, self.paths = spec, paths
+        self.console = console or Console()
+        self.state = StudyState(paths)
+        self.train_configs = train_configs(spec, paths.folder, source)
+        self.store = ProgramStore(paths.db)
+
+    def statuses(self) -> list[StageStatus]:
+        per_algo = {algo: training_status(config) for algo, config in self.train_configs.items()}
+        train_state = _combined([state for state, _ in per_algo.values()])
+        train_detail = ", ".join(f"{algo} {detail}" for algo, (_, detail) in per_algo.items())
+        plans = sampling_plans(self.spec, self.paths, self.store)
+        sample_state = _combined([_plans_state(p) for p in plans.values()])
+        sampled = sum(plan.finished for p in plans.values() for plan in p)
+        finished, started, planned = evolution_counts(self.spec, self.paths, self.store)
+        evolve_state: State = "done" if finished == planned else "partial" if started else "to do"
+        report = self.paths.report / "study_report.json"
+        report_state: State = "done" if report.is_file() and sample_state == evolve_state == train_state == "done" \
+            else "to do"
+        return [StageStatus("train", train_state, train_detail),
+                StageStatus("sample", sample_state, f"{sampled}/{sum(map(len, plans.values()))} (policy, problem) "
+                            f"runs of {self.spec.sampling.answers} answers"),
+                StageStatus("evolve", evolve_state, f"{finished}/{planned} cells finished ({started} started)"),
+                StageStatus("report", report_state, str(report))]
+
+    def print_statuses(self, statuses: list[StageStatus]) -> None:
+        seconds = self.state.seconds
+        self.console.print(f"study [bold]{self.spec.name}[/] in {self.paths.folder} (store {self.paths.db})",
+                           highlight=False, soft_wrap=True)
+        for number, status in enumerate(statuses, 1):
+            spent = seconds.get(status.stage)
+            clock = f", {spent:.0f} s so far" if spent else ""
+            self.console.print(f"  {number}. {status.stage:<7} {status.state:<8} {status.detail}{clock}",
+                               highlight=False, soft_wrap=True)
+
+    def run(self, until: str = "report") -> StudyOutcome:
+        statuses = self.statuses()
+        self.print_statuses(statuses)
+        outcome = StudyOutcome(statuses)
+        stages = STAGES[:STAGES.index(until) + 1]
+        for status in statuses:
+            if status.stage not in stages:
+                break
+            if status.state == "done":
+                self.console.print(f"{status.stage}: done, skipped", highlight=False)
+                continue
+            with self.state.timed(status.stage):
+                getattr(self, f"_{status.stage}")(outcome)
+            if outcome.interrupted or outcome.errors:
+                return outcome
+        outcome.finished = until == "report"
+        return outcome
+
+    def _train(self, outcome: StudyOutcome) -> None:
+        for algo, config in self.train_configs.items():
+            state, detail = training_status(config)
+            if state == "done":
+                continue
+            budget = next(b for b in self.spec.budgets() if b.algo == algo)
+            self.console.print(f"train {algo}: {'resuming at ' + detail if state == 'partial' else 'starting'}; "
+                               f"{budget.group_size} completions x m = {budget.m} = {budget.answers_per_prompt} "
+                               f"answers per prompt, {budget.prompts_per_step} prompts per step, {budget.steps} steps",
+                               highlight=False, soft_wrap=True)
+            try:
+                with self.state.timed(f"train/{algo}"):
+                    run_training(config, self.console)
+            except KeyboardInterrupt:
+                outcome.interrupted = True
+                return
+
+    def _sample(self, outcome: StudyOutcome) -> None:
+        from evolve.engine.sampling import run_samples
+
+        for policy, plans in sampling_plans(self.spec, self.paths, self.store).items():
+            if all(plan.finished for plan in plans):
+                continue
+            self.console.print(f"sample {policy}: {self.spec.sampling.answers} answers on each of "
+                               f"{len(plans)} test problems", highlight=False)
+            with self.state.timed(f"sample/{policy}"):
+                result = run_samples(self.store, plans, self.spec.sampling.parallel,
+                                     on_done=lambda plan, run: self.console.print(
+                                         f"  {plan.problem.name}: sampled (run {run})", highlight=False))
+            outcome.errors += [f"sample {policy}: {error}" for error in result.errors]
+            if result.interrupted:
+                outcome.interrupted = True
+                return
+
+    def _evolve(self, outcome: StudyOutcome) -> None:
+        from evolve.api import run_experiment
+
+        result = run_experiment(experiment_spec(self.spec, self.paths), console=self.console)
+        outcome.errors += [f"evolve: {error}" for error in result.errors]
+        outcome.interrupted = result.interrupted
+
+    def _report(self, outcome: StudyOutcome) -> None:
+        from evolve.api import experiment_report
+        from evolve.problems.problem import load_problem
+        from evolve.report.study_report import (
+            read_training_log,
+            study_json,
+            training_curves,
+            training_section_html,
+            with_training_section,
+        )
+
+        report = experiment_report(experiment_spec(self.spec, self.paths), out=self.paths.report,
+                                   console=self.console)
+        problems = [load_problem(name, Path(self.spec.programs_dir)) for name in self.spec.training.problems]
+        objectives = {problem.name: problem.objectives for problem in problems}
+        curves = [training_curves(algo, read_training_log(Path(config.out) / "train_log.jsonl"), objectives)
+                  for algo, config in self.train_configs.items()]
+        budgets = [asdict(b) | {"answers_per_step": b.answers_per_step, "total_answers": b.total_answers,
+                                "total_completions": b.total_completions} for b in self.spec.budgets()]
+        page = self.paths.report / "report.html"
+        page.write_text(with_training_section(page.read_text(), training_section_html(curves, budgets)))
+        facts = {"description": self.spec.description, "base": self.spec.base, "folder": str(self.paths.folder),
+                 "db": self.paths.db, "train_problems": list(self.spec.training.problems),
+                 "test_problems": list(self.spec.test_problems), "spec": self.spec.model_dump(mode="json")}
+        document = study_json(self.spec.name, facts, budgets, curves, sampled_results(self), report.results,
+                              self.state.seconds)
+        path = self.paths.report / "study_report.json"
+        path.write_text(json.dumps(document, indent=1) + "\n")
+        outcome.report = path
+        self.console.print(f"wrote {path} and the training section of {page}", highlight=False)
+
+
+def _combined(states: list[State]) -> State:
+    if all(state == "done" for state in states):
+        return "done"
+    return "to do" if all(state == "to do" for state in states) else "partial"
+
+
+def sampled_results(study: Study) -> dict[str, list[Any]]:
+    """Per policy, the ProblemSample of each test problem whose sampling finished."""
+    from evolve.engine.sampling import problem_sample
+
+    results: dict[str, list[Any]] = {}
+    for policy, plans in sampling_plans(study.spec, study.paths, study.store).items():
+        results[policy] = [problem_sample(study.store, plan, plan.run_id, study.spec.sampling.answers)
+                           for plan in plans if plan.finished and plan.run_id is not None]
+    return results
+
+
+def base_first(names: list[str]) -> list[str]:
+    return sorted(names, key=lambda name: name != BASE_POLICY)

