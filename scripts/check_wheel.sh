@@ -75,5 +75,7 @@ EOF
 EVOLVE="$WORK/venv/bin/evolve"
 "$EVOLVE" new-problem demo
 "$EVOLVE" check demo
+"$EVOLVE" new-problem demo_io --template io-tests
+"$EVOLVE" check demo_io
 "$EVOLVE" problems
 echo "check_wheel: ok ($((SECONDS - started)) s)"

@@ -42,8 +42,13 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("problem", help="problem name in programs/ or a problem folder")
     check.add_argument("--solution", type=Path, metavar="FILE",
                        help="score this program instead of initial.py; exit code 1 unless it is solved")
+    check.add_argument("--prompt", action="store_true",
+                       help="also print the prompt the policy gets for initial.py (the [prompt] table applied)")
     new = commands.add_parser("new-problem", help="scaffold a working problem folder that teaches the contract")
     new.add_argument("name", help="folder name (lower case, digits, underscores)")
+    new.add_argument("--template", choices=["default", "io-tests"], default="default",
+                     help="default: a driver loops over the inputs; io-tests: tests as data (tests.toml, "
+                          "input/expected pairs), one objective per test")
     for command in (problems, check, new):
         command.add_argument("--programs-dir", default="programs", help="where problem folders live")
     imports = commands.add_parser("import", help="turn a benchmark into problem folders (humaneval: 164 problems)")
@@ -134,7 +139,7 @@ def _cmd_problems(args: argparse.Namespace, console: Console) -> int:
     for name in list_problems(programs_dir):
         problem = load_problem(name, programs_dir)
         first = problem.description.split(". ")[0].rstrip(".") + "."
-        table.add_row(name, str(len(problem.objectives)), reduction_rule(problem), solved_rule(problem),
+        table.add_row(name, problem.declared_objectives(), reduction_rule(problem), solved_rule(problem),
                       escape(first[:90]))  # a description may hold [brackets], which rich reads as markup
     console.print(table)
     return 0
@@ -156,6 +161,10 @@ def _cmd_check(args: argparse.Namespace, console: Console) -> int:
     if report.problem is not None and report.initial is not None and report.initial.ok:
         vector = ", ".join(f"{k}={v:.3g}" for k, v in report.initial.scores.items())
         console.print(f"initial vector: {vector}", highlight=False)
+    if args.prompt:
+        from evolve.cli.authoring import print_seed_prompt
+
+        print_seed_prompt(report, console)
     name = report.problem.name if report.problem else args.problem
     console.print(f"{name}: {'passes' if report.ok else 'FAILS'} the check", highlight=False)
     return 0 if report.ok else 1
@@ -179,10 +188,10 @@ def _cmd_import(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_new_problem(args: argparse.Namespace, console: Console) -> int:
-    from evolve.problems.check import new_problem
+    from evolve.problems.check import TEMPLATES, new_problem
 
-    folder = new_problem(args.name, Path(args.programs_dir))
-    console.print(f"created {folder}/ (problem.toml, initial.py, evaluator.py, driver.py): a working example "
+    folder = new_problem(args.name, Path(args.programs_dir), args.template)
+    console.print(f"created {folder}/ ({', '.join(TEMPLATES[args.template][1])}): a working example "
                   f"whose comments teach the contract.\nnext: edit them, then `evolve check {folder}` and "
                   f"`evolve run --problem {folder}`", highlight=False)
     return 0

@@ -16,7 +16,12 @@ from evolve.records import Evaluation
 from evolve.search.edits import block_body, replace_block
 
 SCAFFOLD = Path(__file__).parent / "scaffold"
-SCAFFOLD_FILES = ("problem.toml", "initial.py", "evaluator.py", "driver.py")
+# template name -> (its folder of FILE.txt files, the files it writes)
+TEMPLATES: dict[str, tuple[Path, tuple[str, ...]]] = {
+    "default": (SCAFFOLD, ("problem.toml", "initial.py", "evaluator.py", "driver.py")),
+    "io-tests": (SCAFFOLD / "io_tests", ("problem.toml", "initial.py", "evaluator.py", "tests.toml")),
+}
+SCAFFOLD_FILES = TEMPLATES["default"][1]
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 # a candidate that fails on import: a sound evaluator reports it as the candidate's failure, not its own
 _BROKEN_BODY = 'raise RuntimeError("evolve check: a deliberately broken candidate")\n'
@@ -176,8 +181,11 @@ def _indent_like(code: str, body: str) -> str:
     return "".join(indent + line for line in body.splitlines(keepends=True))
 
 
-def new_problem(name: str, programs_dir: Path) -> Path:
-    """Write a working problem folder `programs_dir/name` from the scaffold; it passes `evolve check`."""
+def new_problem(name: str, programs_dir: Path, template: str = "default") -> Path:
+    """Write a working problem folder `programs_dir/name` from a scaffold template (TEMPLATES: "default", a driver
+    looping over inputs; "io-tests", tests as data in tests.toml); it passes `evolve check`."""
+    if template not in TEMPLATES:
+        raise ProblemError(f"no problem template {template!r}; the templates are {', '.join(TEMPLATES)}")
     if not _NAME.match(name) or keyword.iskeyword(name):
         raise ProblemError(f"'{name}': a problem name is lower-case letters, digits and underscores, "
                            "starting with a letter")
@@ -185,7 +193,8 @@ def new_problem(name: str, programs_dir: Path) -> Path:
     if folder.exists():
         raise ProblemError(f"{folder}: already exists; choose another name or remove it")
     folder.mkdir(parents=True)
-    for filename in SCAFFOLD_FILES:
-        text = (SCAFFOLD / f"{filename}.txt").read_text().replace("{name}", name)
+    source, filenames = TEMPLATES[template]
+    for filename in filenames:
+        text = (source / f"{filename}.txt").read_text().replace("{name}", name)
         (folder / filename).write_text(text)
     return folder
