@@ -38,6 +38,10 @@ class RunSection(StrictModel):
     answers_per_iteration: int = Field(0, ge=0, le=256, description="candidate answers asked for per iteration: "
                                        "answers_per_iteration / policy.answers requests on one parent; "
                                        "0: policy.answers (one request)")
+    stop_when_solved: bool = Field(False, description="finish the run as soon as a program solves the problem "
+                                   "(iterations already in flight are committed); a resumed solved run stays done")
+    target_score: float | None = Field(None, allow_inf_nan=False, description="finish the run as soon as a "
+                                       "program's scalar (the problem's reduction of its vector) reaches this")
 
 
 class BasePolicySection(StrictModel):
@@ -94,16 +98,24 @@ class OpenAIPolicySection(VLLMEngineSettings, BasePolicySection):
     loaded with the vLLM engine settings."""
 
     backend: Literal["openai"] = "openai"
-    url: str = Field("", description="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
+    url: str | list[str] = Field("", description="base URL of an OpenAI-compatible server, e.g. "
+                                 "http://127.0.0.1:8000/v1, or a list of URLs: replicas of one model, each request "
+                                 "going to the healthy one with the fewest requests in flight")
     api_key_env: str = Field("", description="environment variable holding the API key (never the key itself)")
     timeout_s: float = Field(300.0, gt=0, description="hard limit on one request, retries not included")
     retries: int = Field(3, ge=0, le=20)
     max_stops: int = Field(4, ge=0, le=256, description="stop strings sent (OpenAI allows 4); all apply client-side")
     backoff_s: float = Field(1.0, ge=0.0, description="first retry delay; doubles each retry")
+    replica_retry_s: float = Field(5.0, gt=0.0, le=3600.0, description="with several urls: seconds a replica that "
+                                   "failed is left alone before it is tried again; doubles while it keeps failing")
     serve: bool = Field(False, description="start `vllm serve` for this policy and stop it at the end")
     serve_port: int = Field(0, ge=0, le=65535, description="0: a free port")
     serve_args: tuple[str, ...] = Field((), description="extra arguments for `vllm serve`")
     startup_timeout_s: float = Field(900.0, gt=0)
+
+    def replica_urls(self) -> list[str]:
+        """The servers' URLs: url as a list (one element for a single url)."""
+        return list(self.url) if isinstance(self.url, list) else [self.url]
 
     @staticmethod
     def server_keys() -> tuple[str, ...]:
@@ -114,6 +126,13 @@ class OpenAIPolicySection(VLLMEngineSettings, BasePolicySection):
     def _server_settings_fit(self) -> OpenAIPolicySection:
         if not self.url and not self.serve:
             raise ValueError("the openai backend needs url (an OpenAI-compatible server) or serve = true")
+        if isinstance(self.url, list):
+            if not self.url or not all(self.url):
+                raise ValueError("url = [...] lists the replicas' URLs: at least one, none empty")
+            if len(set(self.url)) != len(self.url):
+                raise ValueError(f"url lists a replica twice: {self.url}")
+            if self.serve:
+                raise ValueError("serve = true starts one server: give no url list with it")
         if not self.serve:
             for key in self.server_keys():
                 if getattr(self, key) != OpenAIPolicySection.model_fields[key].default:
@@ -204,12 +223,12 @@ class NoveltySection(StrictModel):
 class RunConfig(StrictModel):
     run: RunSection = RunSection()
     policy: PolicySection = HFPolicySection()
+    novelty: NoveltySection = NoveltySection()
+    selection: SelectionConfig = SelectionConfig()
     policies: tuple[PolicySection, ...] = Field((), max_length=16, description="an ensemble: several policies in "
                                                 "one run; replaces [policy], which becomes the first of them")
     ensemble: EnsembleSection = EnsembleSection()
     prompt_evolution: PromptEvolutionSection = PromptEvolutionSection()
-    novelty: NoveltySection = NoveltySection()
-    selection: SelectionConfig = SelectionConfig()
 
     @model_validator(mode="before")
     @classmethod

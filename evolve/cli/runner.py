@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ from evolve.config import RunConfig
 from evolve.engine.controller import Controller, RunStats
 from evolve.engine.driving import RunError, cancelled_by_signals, resumed_config
 from evolve.policies.base import Policy, PolicyUnavailable
-from evolve.policies.factory import open_policy
+from evolve.policies.factory import open_policies
 from evolve.problems.evaluation import resolve_objectives
 from evolve.problems.problem import Problem, load_problem
 from evolve.report.run_summary import RunSummary, summarize
@@ -41,7 +42,7 @@ def new_run(store: ProgramStore, config: RunConfig) -> int:
     return store.create_run(
         name=config.run.name or f"{config.run.problem}-{config.policy.name}-s{config.run.seed}",
         problem=config.run.problem,
-        policy=config.policy.name,
+        policy="+".join(section.name for section in config.ensemble_policies()),
         seed=config.run.seed,
         config_json=config.model_dump_json(),
         iterations_target=config.run.iterations,
@@ -56,12 +57,13 @@ def resumed(store: ProgramStore, config: RunConfig, resume: int) -> RunConfig:
         raise RunError(f"no run {resume} in {config.run.db}") from exc
 
 
-async def _drive(controller: Controller, policy: Policy) -> RunStats:
+async def _drive(controller: Controller, policies: Mapping[str, Policy]) -> RunStats:
     try:
         with cancelled_by_signals():
             return await controller.run()
     finally:
-        await policy.close()
+        for policy in policies.values():
+            await policy.close()
 
 
 def run_evolution(config: RunConfig, resume: int | None = None, console: Console | None = None,
@@ -78,22 +80,28 @@ def run_evolution(config: RunConfig, resume: int | None = None, console: Console
             config = resumed(store, config, resume)
             held.enter_context(store.driving(resume))
         problem = problem_for(config)
-        load_template(config.policy.template)  # a missing template stops us before the model loads, too
-        policy = held.enter_context(open_policy(config.policy, config.run.seed, config.run.concurrency))
+        for section in config.ensemble_policies():  # a missing template stops us before a model loads, too
+            load_template(section.template)
+        console.print("loading " + ", ".join(f"{section.name} ({section.backend}: {section.model or 'default'})"
+                                             for section in config.ensemble_policies()) + " ...", highlight=False)
+        policies = held.enter_context(open_policies(config.ensemble_policies(), config.run.seed,
+                                                    config.run.concurrency))
         run_id = resume if resume is not None else new_run(store, config)
         if resume is None:
             held.enter_context(store.driving(run_id))
-        return _drive_run(store, config, problem, policy, run_id, resume is not None, console, live)
+        return _drive_run(store, config, problem, policies, run_id, resume is not None, console, live)
 
 
-def _drive_run(store: ProgramStore, config: RunConfig, problem: Problem, policy: Policy, run_id: int,
+def _drive_run(store: ProgramStore, config: RunConfig, problem: Problem, policies: Mapping[str, Policy], run_id: int,
                resuming: bool, console: Console, live: bool | None) -> RunOutcome:
     """Drive a run whose lease this process holds, write its final status, and report."""
     store.set_run_status(run_id, "running")
     console.print(
         f"{'resuming' if resuming else 'starting'} run {run_id}: problem [bold]{problem.name}[/] "
-        f"({len(problem.objectives)} objectives), policy [bold]{config.policy.name}[/] "
-        f"({config.policy.backend}: {config.policy.model}), {config.run.iterations} iterations, "
+        f"({len(problem.objectives)} objectives), "
+        + ", ".join(f"policy [bold]{section.name}[/] ({section.backend}: {section.model})"
+                    for section in config.ensemble_policies())
+        + f", {config.run.iterations} iterations, "
         f"seed {config.run.seed}, store {config.run.db}",
         highlight=False,
     )
@@ -102,8 +110,8 @@ def _drive_run(store: ProgramStore, config: RunConfig, problem: Problem, policy:
     controller: Controller | None = None
     try:
         with ProgressView(title, console, live) as view:
-            controller = Controller(config, problem, store, policy, run_id, on_update=view.update)
-            stats = asyncio.run(_drive(controller, policy))
+            controller = Controller(config, problem, store, policies, run_id, on_update=view.update)
+            stats = asyncio.run(_drive(controller, policies))
     except LeaseLostError:
         raise  # another process drives the run now: its status is not ours to write
     except (KeyboardInterrupt, asyncio.CancelledError):
@@ -120,6 +128,9 @@ def _drive_run(store: ProgramStore, config: RunConfig, problem: Problem, policy:
         raise
     store.set_run_status(run_id, "finished")
     print_summary(console, store, run_id)
+    if stats.stopped:
+        console.print(f"stopped early: {stats.stopped} ({stats.iterations_done} of {stats.iterations_target} "
+                      "iterations used)", highlight=False)
     return RunOutcome(run_id, "finished", stats)
 
 

@@ -6,18 +6,21 @@ import asyncio
 import dataclasses
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from evolve.config import RunConfig, SelectionConfig
+from evolve.engine.ensemble import Choice, SearchChoices
 from evolve.engine.offspring import ChildScorer, code_key, offspring, require_seed
 from evolve.engine.schedule import IterationSchedule
+from evolve.engine.stop_rules import StopRule
 from evolve.policies.base import Policy, PolicyUnavailable
 from evolve.problems.evaluator_pool import EvaluatorPool
 from evolve.problems.problem import Problem
-from evolve.records import Completion, Evaluation, MutationRequest, Program, code_key_of
+from evolve.records import Completion, Evaluation, MutationRequest, Program, ProgramHeader, code_key_of
+from evolve.search.novelty import NoveltyIndex, novelty_index
 from evolve.search.prompt_templates import load_template
-from evolve.search.prompts import Prompt, PromptOptions, build_prompt
+from evolve.search.prompts import Prompt, PromptOptions
 from evolve.search.selection import Selector
 from evolve.seeds import request_seed
 from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore
@@ -39,6 +42,10 @@ class RunStats:
     generation_s: float = 0.0
     started_at: float = field(default_factory=time.monotonic)
     recent: list[str] = field(default_factory=list)
+    in_flight: int = 0  # policy requests generating now
+    evaluating: int = 0  # programs being scored now (the seed, children)
+    iterations_at_start: int = 0  # iterations a resumed run had done before this process: the rate leaves them out
+    stopped: str = ""  # why the run stopped before its budget (StopRule.reason), "" when it did not
 
     def note(self, line: str) -> None:
         self.recent.append(line)
@@ -59,7 +66,7 @@ class Controller:
         config: RunConfig,
         problem: Problem,
         store: ProgramStore,
-        policy: Policy,
+        policy: Policy | Mapping[str, Policy],
         run_id: int,
         on_update: Callable[[RunStats], None] | None = None,
         eval_slots: asyncio.Semaphore | None = None,
@@ -68,7 +75,10 @@ class Controller:
         self.config = config
         self.problem = problem
         self.store = store
-        self.policy = policy
+        # an ensemble's backends by policy name ([[policies]]), or the one [policy]'s backend
+        policies = policy if isinstance(policy, Mapping) else {config.policy.name: policy}
+        self.choices = SearchChoices(config, policies)
+        self.policy = policies[config.policy.name]
         self.run_id = run_id
         self.on_update = on_update or (lambda stats: None)
         self.selector = Selector(selection_for(config, problem), problem.objectives, config.run.seed)
@@ -76,10 +86,13 @@ class Controller:
         self.prompt_options = PromptOptions.from_policy(config.policy)
         self.template = load_template(config.policy.template)
         self._seen_code: set[str] = set()
+        self.novelty: NoveltyIndex | None = novelty_index(config.novelty)  # None when the filter is off
         self._errors_in_row = 0
         self._clock_started = time.monotonic()
         self._clock_base = 0.0  # active seconds of earlier processes of this run, read from the store in run()
         self.requests_per_iteration = requests_per_iteration(config)
+        self.stop_rule = StopRule.of(config.run)
+        self._stop = asyncio.Event()  # set once the stop rule holds: the iterations in flight are dropped
         self._request_slots = asyncio.Semaphore(config.run.concurrency)  # requests in flight, all iterations
         # an experiment passes one semaphore to all its cells: eval_workers then bounds them together. No cache
         # (capacity 0): admitted code is never offered again, and code that failed is evaluated again as it always was
@@ -105,19 +118,36 @@ class Controller:
         if not self.restore():
             self._admit(await self._seed())
         pending = IterationSchedule(self.config.run.iterations, self.store.completed_iterations(self.run_id))
-        self.stats.iterations_done = pending.completed
+        self.stats.iterations_done = self.stats.iterations_at_start = pending.completed
+        self._check_stop()  # a resumed run that already met its stop rule stays done
         self.on_update(self.stats)
+        if self.stats.stopped:
+            return self.stats
         # An iteration holds a request slot only while it generates: with eval_workers more iterations than request
         # slots, the policy keeps `concurrency` requests in flight while earlier children are being evaluated.
         in_flight = self.config.run.concurrency + self.config.run.eval_workers
         workers = [asyncio.create_task(self._worker(pending)) for _ in range(in_flight)]
+        all_done = asyncio.gather(*workers)
+        stop = asyncio.create_task(self._stop.wait())
         try:
-            await asyncio.gather(*workers)
+            await asyncio.wait({all_done, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if all_done.done():
+                all_done.result()  # a worker's error (PolicyUnavailable, a bug) ends the run here
         finally:
+            stop.cancel()
             for worker in workers:
                 worker.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
+            if all_done.done() and not all_done.cancelled():
+                all_done.exception()  # retrieved: never logged as unretrieved
         return self.stats
+
+    def _check_stop(self) -> None:
+        """Set stats.stopped (and wake _run) once the run's stop rule holds."""
+        if self.stop_rule.active and not self.stats.stopped:
+            self.stats.stopped = self.stop_rule.reason(self.stats.best, self.stats.first_solved)
+            if self.stats.stopped:
+                self._stop.set()
 
     def run_elapsed_s(self) -> float:
         """The run's active wall clock: this process's seconds plus what earlier processes of the run stored."""
@@ -135,12 +165,22 @@ class Controller:
         the state keeps are then read whole. The state equals the one the uninterrupted process held. False when
         the run has no program yet."""
         restored = False
+        stored_ids: list[int] = []  # for the novelty index, which needs the code the headers lack
         for event in self.store.replay(self.run_id, with_scores=self.selector.reads_scores()):
             if isinstance(event, int):  # an iteration's commit: _commit migrates after admitting its children
                 self.selector.maybe_migrate(event)
             else:
                 self._admit(event)
                 restored = True
+                if self.novelty is not None:
+                    stored_ids.append(event.id)
+        if self.novelty is not None:
+            for start in range(0, len(stored_ids), 500):  # a batch of programs at a time, their code then dropped
+                batch = self.store.programs_by_id(stored_ids[start:start + 500])
+                for program_id in sorted(batch):
+                    self.novelty.add(program_id, batch[program_id].code)
+        if self.choices.needs_history():  # an ensemble's bandit, the instruction population
+            self.choices.restore(self.store.iteration_choices(self.run_id))
         kept = self.selector.held_ids() | {p.id for p in (self.stats.best, self.stats.first_solved) if p is not None}
         whole = self.store.programs_by_id(kept)
         self.selector.materialize(whole)
@@ -150,6 +190,8 @@ class Controller:
 
     def _admit(self, program: Program) -> None:
         self._seen_code.add(code_key_of(program))
+        if self.novelty is not None and not isinstance(program, ProgramHeader):  # a resume adds headers' code later
+            self.novelty.add(program.id, program.code)
         self.stats.consider(program)
         if program.iteration == 0:  # the seed starts every island
             for island in range(self.config.selection.islands):
@@ -172,28 +214,31 @@ class Controller:
             problem_description=self.problem.description,
             objective_names=self.problem.objectives,
         )
-        prompt = build_prompt(request, self.prompt_options, self.template, self.problem.prompt)
+        choice = self.choices.choose(iteration)
+        prompt = choice.prompt(request, self.problem.prompt)
         prompt_text = prompt.text if prompt.text is not None else render_prompt_text(prompt.messages, prompt.prefill)
         seen_in_iteration: set[str] = set()  # children of every request of this iteration, for duplicates
         tasks = [asyncio.create_task(self._request(iteration, attempt, island, parent, prompt, prompt_text,
-                                                   seen_in_iteration))
-                 for attempt in range(self.requests_per_iteration)]
+                                                   seen_in_iteration, choice))
+                 for attempt in range(choice.requests)]
         try:
             outcomes = await asyncio.gather(*tasks)
         finally:  # PolicyUnavailable in one request: the others are dropped, the iteration stays unrecorded
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-        self._commit(iteration, [record for records in outcomes for record in records], island, parent.id)
+        self._commit(iteration, [record for records in outcomes for record in records], island, parent, choice)
 
     async def _request(self, iteration: int, attempt: int, island: int, parent: Program, prompt: Prompt,
-                       prompt_text: str, seen_in_iteration: set[str]) -> list[AttemptRecord | ChildRecord]:
+                       prompt_text: str, seen_in_iteration: set[str], choice: Choice
+                       ) -> list[AttemptRecord | ChildRecord]:
         """One request of an iteration, with its own sampling seed: its policy call and outcomes, or its error."""
         seed = request_seed(self.config.run.seed, iteration, attempt)
         async with self._request_slots:
             started = time.monotonic()
+            self.stats.in_flight += 1
             try:
-                completion = await self.policy.generate(prompt, seed)
+                completion = await choice.policy.generate(prompt, seed)
             except PolicyUnavailable:
                 raise  # the run stops; this iteration stays unrecorded so that a resume asks again
             except Exception as exc:  # any backend failure is a recorded attempt, never a crash
@@ -205,12 +250,14 @@ class Controller:
                                             f"{reason}); stopped rather than spend the budget on errors "
                                             "(run.stop_after_policy_errors)") from exc
                 return [AttemptRecord("policy_error", reason, prompt=prompt_text)]
+            finally:
+                self.stats.in_flight -= 1
         self._errors_in_row = 0
         completion = dataclasses.replace(completion, latency_s=completion.latency_s or time.monotonic() - started)
         self.stats.policy_calls += 1
         self.stats.completion_tokens += completion.completion_tokens
         self.stats.generation_s += completion.latency_s
-        records = await self._children(island, parent, prompt.prefill, completion, seen_in_iteration)
+        records = await self._children(island, parent, prompt.prefill, completion, seen_in_iteration, choice)
         call = AttemptRecord(
             "policy_call",
             completion.finish_reason or None,
@@ -223,13 +270,14 @@ class Controller:
         return [call, *records]
 
     async def _children(
-        self, island: int, parent: Program, prefill: str, completion: Completion, seen_in_iteration: set[str]
+        self, island: int, parent: Program, prefill: str, completion: Completion, seen_in_iteration: set[str],
+        choice: Choice,
     ) -> list[AttemptRecord | ChildRecord]:
         """The completion's answers as children (evaluated) or failures; `seen_in_iteration` holds the code of
         the children of this iteration's other requests, which are not in the store yet."""
         records: list[AttemptRecord | ChildRecord] = []
         candidates: list[tuple[str, str]] = []
-        for child in offspring(parent.code, prefill + completion.text, self.prompt_options):
+        for child in offspring(parent.code, prefill + completion.text, choice.options):
             if child.code is None:
                 kind = "duplicate" if child.unchanged else "edit_failed"
                 records.append(AttemptRecord(kind, child.failure, completion=child.answer))
@@ -238,6 +286,10 @@ class Controller:
             if key in self._seen_code or key in seen_in_iteration:
                 records.append(AttemptRecord("duplicate", "same code as an earlier program", child_code=child.code))
                 continue
+            near = self.novelty.near_duplicate(child.code) if self.novelty is not None else None
+            if near is not None:  # rejected before evaluation: it copies a program already in the population
+                records.append(AttemptRecord("duplicate", near.reason, child_code=child.code))
+                continue
             seen_in_iteration.add(key)
             candidates.append((child.answer, child.code))
         if not records and not candidates:
@@ -245,23 +297,27 @@ class Controller:
         evaluations = await asyncio.gather(*(self._evaluate(code) for _, code in candidates))
         for (answer, code), evaluation in zip(candidates, evaluations, strict=True):
             if evaluation.ok:
-                records.append(self._child_record(code, parent.id, island, answer, evaluation))
+                records.append(self._child_record(code, parent.id, island, answer, evaluation, choice.name))
             else:
                 reason = f"{evaluation.failure}: {evaluation.detail}"[:300]
                 records.append(AttemptRecord("eval_failed", reason, completion=answer, child_code=code))
         return records
 
     async def _evaluate(self, code: str) -> Evaluation:
-        return await self.scorer.evaluate(self.problem, code)
+        self.stats.evaluating += 1
+        try:
+            return await self.scorer.evaluate(self.problem, code)
+        finally:
+            self.stats.evaluating -= 1
 
     def _child_record(
-        self, code: str, parent_id: int | None, island: int, edit: str, evaluation: Evaluation
+        self, code: str, parent_id: int | None, island: int, edit: str, evaluation: Evaluation, policy: str = ""
     ) -> ChildRecord:
         return ChildRecord(
             code=code,
             parent_id=parent_id,
             island=island,
-            policy=self.config.policy.name if parent_id is not None else "",
+            policy=(policy or self.config.policy.name) if parent_id is not None else "",
             edit=edit,
             scores=evaluation.scores,
             scalar=self.problem.scalar(evaluation.scores),
@@ -270,9 +326,17 @@ class Controller:
         )
 
     def _commit(self, iteration: int, records: list[AttemptRecord | ChildRecord], island: int,
-                parent_id: int | None) -> None:
-        programs = self.store.record_iteration(self.run_id, iteration, records, policy=self.config.policy.name,
-                                               parent_id=parent_id, run_elapsed_s=self.run_elapsed_s())
+                parent: Program | int | None, choice: Choice | None = None) -> None:
+        """Write the iteration, admit its children, and record what its choice of policy and instruction brought;
+        `parent` is the program the calls edited (or its id, for a caller that never chose)."""
+        parent_id = parent.id if isinstance(parent, Program) else parent
+        name = choice.name if choice is not None else self.config.policy.name
+        instruction = choice.instruction if choice is not None else None
+        programs = self.store.record_iteration(self.run_id, iteration, records, policy=name, parent_id=parent_id,
+                                               run_elapsed_s=self.run_elapsed_s(), prompt_variant=instruction)
+        if isinstance(parent, Program):
+            best = max((program.scalar for program in programs), default=None)
+            self.choices.record(name, instruction, max(0.0, best - parent.scalar) if best is not None else 0.0)
         for program in programs:
             self._admit(program)
         self.selector.maybe_migrate(iteration)
@@ -283,6 +347,7 @@ class Controller:
         self.stats.iterations_with_child += bool(programs)
         self.stats.iterations_done += 1
         self.stats.note(describe_iteration(iteration, island, programs, records))
+        self._check_stop()
         self.on_update(self.stats)
 
 

@@ -52,6 +52,9 @@ class CellDefaults(StrictModel):
     eval_workers: int = Field(2, ge=1, le=256, description="evaluations in parallel, all cells together")
     warm_evaluators: bool = Field(True, description="score on long-lived evaluator processes shared by the cells")
     evaluator_recycle: int = Field(100, ge=1, le=1_000_000, description="evaluations per warm evaluator process")
+    stop_when_solved: bool = Field(False, description="a cell finishes as soon as a program solves its problem")
+    target_score: float | None = Field(None, allow_inf_nan=False, description="a cell finishes as soon as a "
+                                       "program's scalar reaches this")
 
 
 class ExperimentSpec(StrictModel):
@@ -116,7 +119,8 @@ class ExperimentSpec(StrictModel):
                          programs_dir=self.run.programs_dir, concurrency=self.run.concurrency,
                          eval_workers=self.run.eval_workers, warm_evaluators=self.run.warm_evaluators,
                          evaluator_recycle=self.run.evaluator_recycle, name=f"{self.name}/{problem}/{policy}/s{seed}",
-                         answers_per_iteration=self.answers_per_iteration_of_cells())
+                         answers_per_iteration=self.answers_per_iteration_of_cells(),
+                         stop_when_solved=self.run.stop_when_solved, target_score=self.run.target_score)
         return RunConfig(run=run, policy=self.policy(policy), selection=self.selection)
 
 
@@ -305,7 +309,7 @@ class ExperimentRunner:
         except asyncio.CancelledError:
             self._set(cell, "interrupted", "")
             raise
-        self._set(cell, "finished", "")
+        self._set(cell, "finished", f"stopped early: {cell.stats.stopped}" if cell.stats.stopped else "")
 
     def _set(self, cell: CellProgress, status: str, detail: str) -> None:
         cell.status, cell.detail = status, detail

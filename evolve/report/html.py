@@ -248,6 +248,7 @@ def _cell_row(cell: CellResult) -> str:
         run = f'{cell.run_id} <code title="the ancestry of its best or first solved program">evolve lineage ' \
               f"{cell.run_id}</code>"
     status = "policy failed" if cell.policy_failed else cell.status.replace("_", " ")
+    status += " (stopped early)" if cell.stopped_early else ""
     errors = f'<span class="failed">{cell.policy_errors}</span>' if cell.policy_errors else "0"
     calls = f"{cell.policy_calls}/{errors}"
     first = "&ndash;" if cell.first_solved_iteration is None else str(cell.first_solved_iteration)

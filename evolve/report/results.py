@@ -67,6 +67,12 @@ class CellResult:
     def policy_failed(self) -> bool:
         return self.policy_errors > 0 and self.policy_calls == 0
 
+    @property
+    def stopped_early(self) -> bool:
+        """A stop rule (run.stop_when_solved, run.target_score) finished the run before its budget: its curves hold
+        their last value to the horizon, and the cell counts as whole."""
+        return self.status == "finished" and self.iterations_done < self.iterations_target
+
 
 @dataclass(frozen=True)
 class ProblemPolicyRow:
@@ -258,7 +264,8 @@ def collect(store: ProgramStore, spec: ExperimentSpec, samples: int = 100_000, c
     policies = tuple(p.name for p in spec.policies)
 
     def complete(cell: CellResult) -> bool:  # curves use whole cells only: every iteration done, policy alive
-        return cell.run_id is not None and cell.iterations_done >= spec.iterations and not cell.policy_failed
+        return (cell.run_id is not None and (cell.iterations_done >= spec.iterations or cell.stopped_early)
+                and not cell.policy_failed)
 
     table, curves, problem_curves, objectives = [], [], [], []
     for policy in policies:
