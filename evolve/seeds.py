@@ -15,6 +15,9 @@ Streams and their widths:
 - VPO_WEIGHTS (step, group): the Dirichlet (or Sobol) weight rows of one training group; 63 bits. Its own
   purpose, so the weights are independent of the rollouts they score.
 - MODEL_INIT: torch's global seed when `evolve train` builds its model (the LoRA initialisation); 63 bits.
+- ENSEMBLE (iteration,): the draw that picks one iteration's policy among [[policies]]; 63 bits.
+- PROMPT_EVOLUTION (iteration,) / (generation,): the draw of one iteration's instruction, and the mutation that
+  makes one new instruction; 63 bits.
 
 Not derived here: a policy backend's engine seed (`open_policy(section, seed)`) is the run seed, or an
 experiment's first seed for a backend that serves all its cells; every request the engine sends carries its
@@ -34,7 +37,10 @@ BATCH = "batch"
 ROLLOUT_SAMPLING = "rollout_sampling"
 VPO_WEIGHTS = "vpo_weights"
 MODEL_INIT = "model_init"
-PURPOSES = frozenset({REQUEST, SELECTION, BATCH, ROLLOUT_SAMPLING, VPO_WEIGHTS, MODEL_INIT})
+ENSEMBLE = "ensemble"
+PROMPT_EVOLUTION = "prompt_evolution"
+PURPOSES = frozenset({REQUEST, SELECTION, BATCH, ROLLOUT_SAMPLING, VPO_WEIGHTS, MODEL_INIT, ENSEMBLE,
+                      PROMPT_EVOLUTION})
 
 
 def derive(seed: int, purpose: str, *indices: int, bits: int = 63) -> int:

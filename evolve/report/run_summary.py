@@ -24,6 +24,8 @@ from rich.table import Table
 from rich.text import Text
 
 from evolve.records import Program
+from evolve.report.by_choice import ChoiceRow, split_run
+from evolve.report.cascade_savings import CascadeSavings, cascade_savings, novelty_rejections
 from evolve.store.program_store import ProgramStore
 
 TOP_K = 5
@@ -73,6 +75,10 @@ class RunSummary:
     failures: dict[str, int]  # failed answers by 'kind: reason head', most first (store.failure_counts)
     throughput: Throughput
     best_code: str | None
+    novelty_rejected: int = 0  # answers the novelty filter rejected before evaluation (counted among duplicates)
+    cascade: CascadeSavings | None = None  # what cascade evaluation stopped and saved; None without a cascade
+    by_policy: tuple[ChoiceRow, ...] = ()  # one row per policy the iterations used (an ensemble has several)
+    by_instruction: tuple[ChoiceRow, ...] = ()  # one row per evolved instruction ([prompt_evolution]), if any
 
 
 def _brief(program: Program) -> ProgramBrief:
@@ -103,14 +109,17 @@ def summarize(store: ProgramStore, run_id: int) -> RunSummary:
         generation_s=generation_s, tokens_per_s=_ratio(completion_tokens, wall_s) if calls else None,
         tokens_per_request_s=_ratio(completion_tokens, generation_s), wall_s=wall_s,
         iterations_per_min=_ratio(done, wall_s / 60), mean_latency_s=_ratio(generation_s, calls))
+    by_policy, by_instruction = split_run(store.iteration_choices(run_id))
+    failures = store.failure_counts(run_id)
     return RunSummary(
         run_id=run.id, name=run.name, problem=run.problem, policy=run.policy, seed=run.seed, status=run.status,
         iterations_done=done, iterations_target=run.iterations_target,
         iterations_with_child=totals.iterations_with_child, created_at=_iso(run.created_at),
         updated_at=_iso(run.updated_at), programs=store.count_programs(run_id),
         best=tuple(_brief(program) for program in best), first_solved=_brief(solved) if solved else None,
-        outcomes=outcomes, failures=store.failure_counts(run_id), throughput=throughput,
-        best_code=best[0].code if best else None)
+        outcomes=outcomes, failures=failures, throughput=throughput,
+        novelty_rejected=novelty_rejections(failures), cascade=cascade_savings(store, run_id),
+        best_code=best[0].code if best else None, by_policy=by_policy, by_instruction=by_instruction)
 
 
 def run_summary_dict(store: ProgramStore, run_id: int) -> dict[str, Any]:
@@ -161,11 +170,19 @@ def render_run(store: ProgramStore, run_id: int, console: Console) -> None:
                    "request time; requests overlap)"),
         ("pace", f"{_number(t.iterations_per_min, digits=2)} iterations/min over the active wall time"),
     ]
+    if s.novelty_rejected:
+        rows.append(("novelty", f"{s.novelty_rejected} answers rejected as near-duplicates before evaluation"))
+    if s.cascade is not None:
+        rows.append(("cascade", _cascade_line(s.cascade)))
     for key, value in rows:
         facts.add_row(key, Text(value))
     console.print(Text(f"run {s.run_id}: {s.name}", style="bold"))
     console.print(facts)
     console.print(_best_table(s))
+    if len(s.by_policy) > 1:
+        console.print(choice_table("by policy", "policy", s.by_policy))
+    if s.by_instruction:
+        console.print(choice_table("by evolved instruction (prompt_evolution)", "instruction", s.by_instruction))
     if s.failures:
         failures = Table(title="failed answers by reason", title_justify="left")
         failures.add_column("reason", overflow="fold")
@@ -180,6 +197,15 @@ def render_run(store: ProgramStore, run_id: int, console: Console) -> None:
         console.print(Syntax(s.best_code.rstrip("\n"), "python", theme="ansi_dark", line_numbers=True, word_wrap=True))
 
 
+def _cascade_line(c: CascadeSavings) -> str:
+    stages = ", ".join(f"{count} at {stage}" for stage, count in c.stopped_by_stage.items())
+    saved = "unknown (no child ran the skipped stages)" if c.saved_s is None else \
+        f"~{c.saved_s:.1f} s saved ({_number(None if c.saved_share is None else 100 * c.saved_share, ' %', 0)} " \
+        "of evaluation time)"
+    return (f"{c.stopped} of {c.scored} programs stopped before the full evaluation ({stages or 'none'}); "
+            f"{c.stage_failures} answers failed inside a stage; {c.spent_s:.1f} s spent on stages, {saved}")
+
+
 def _best_table(s: RunSummary) -> Table | Text:
     if not s.best:
         return Text("no programs stored (the seed program was never scored)", style="yellow")
@@ -191,4 +217,17 @@ def _best_table(s: RunSummary) -> Table | Text:
         table.add_row(f"#{brief.id}", str(brief.iteration), f"{brief.scalar:.4f}",
                       Text("yes", style="green") if brief.solved else Text("no", style="dim"),
                       Text(compact_vector(brief.scores)))
+    return table
+
+
+def choice_table(title: str, what: str, rows: tuple[ChoiceRow, ...]) -> Table:
+    """The run split by policy or instruction: iterations, answers, valid children and share, improvements, best."""
+    table = Table(title=title, title_justify="left")
+    table.add_column(what, overflow="fold")
+    for column in ("iterations", "answers", "children", "valid share", "improved on parent", "best"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for row in rows:
+        table.add_row(Text(row.name), str(row.iterations), str(row.answers), str(row.children),
+                      _number(None if row.valid_share is None else 100 * row.valid_share, " %", 0),
+                      str(row.improvements), _number(row.best, digits=4))
     return table

@@ -317,12 +317,13 @@ class ProgramStore(StreamedReads):
 
     def record_iteration(self, run_id: int, iteration: int, records: Sequence[AttemptRecord | ChildRecord],
                          policy: str = "", parent_id: int | None = None,
-                         run_elapsed_s: float | None = None) -> list[Program]:
+                         run_elapsed_s: float | None = None, prompt_variant: str | None = None) -> list[Program]:
         """Write one iteration in one transaction. `records` are its requests in order: each a policy call
         followed by its outcomes (children: program, score, 'child' attempt; failures), or a 'policy_error'
         (a request that failed). Outcomes are linked to the call before them (none before the first call or
         after a policy error) and to `parent_id`, the program the calls edited; every row carries
-        `run_elapsed_s`. Returns the children as Programs, in order. Nothing is written if anything fails."""
+        `run_elapsed_s` and `prompt_variant` (the evolved instruction used, if any). Returns the children as
+        Programs, in order. Nothing is written if anything fails."""
         stored: list[Program] = []
         with self._write(f"iteration {iteration} of run {run_id}") as session:
             self._check_lease(session, run_id)
@@ -342,6 +343,9 @@ class ProgramStore(StreamedReads):
                 if values:
                     session.execute(insert(AttemptRow), values)
                 stored.extend(programs)
+            if prompt_variant is not None:
+                session.execute(update(AttemptRow).where(AttemptRow.run_id == run_id, AttemptRow.iteration == iteration)
+                                .values(prompt_variant=prompt_variant))
             session.execute(update(RunRow).where(RunRow.id == run_id).values(updated_at=utc_now()))
             return stored
 

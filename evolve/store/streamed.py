@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from evolve.records import Program, ProgramHeader
+from evolve.store.choice_scans import IterationChoice, iteration_choices
 from evolve.store.connection import GuardedSessions
 from evolve.store.records import AttemptInfo, AttemptTotals
 from evolve.store.scans import (
@@ -41,6 +42,12 @@ class StreamedReads:
             order = commit_order(session, run_id)
         with self._sessions() as session:
             yield from commit_replay(stream_headers(session, run_id, with_scores), order)
+
+    def iteration_choices(self, run_id: int) -> Iterator[IterationChoice]:
+        """Each committed iteration's policy, evolved instruction, parent and best child (choice_scans.py), in commit
+        order: what a resume replays an ensemble's bandit from, and what the report splits a run by."""
+        with self._sessions() as session:
+            yield from iteration_choices(session, run_id)
 
     def programs_by_id(self, ids: Iterable[int]) -> dict[int, Program]:
         """Whole programs by id (those not stored are left out)."""

@@ -110,6 +110,9 @@ class AttemptRow(Base):
     # the run's active wall clock when this attempt's iteration was committed (time the run lay killed excluded)
     run_elapsed_s: Mapped[float | None]
     created_at: Mapped[datetime] = mapped_column(default=utc_now)
+    # the key of the evolved instruction the iteration's prompt used ([prompt_evolution]); NULL without it and in
+    # rows from before this column. Deferred, like programs.code_key: read-only opens of older stores still work.
+    prompt_variant: Mapped[str | None] = mapped_column(String(200), deferred=True)
 
 
 # best first, ties to the older program: matches best_programs' ORDER BY, so SQLite reads k index entries
