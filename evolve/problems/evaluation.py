@@ -34,6 +34,7 @@ from types import FrameType, ModuleType, TracebackType
 from typing import Any, get_args
 
 from evolve.evaluator_api import CandidateFailure, EvaluationResult
+from evolve.problems.cascade import CASCADE_ARTIFACT, FINAL_FUNCTION, CascadeNote
 from evolve.problems.problem import Problem, ProblemError, load_problem
 from evolve.records import Evaluation, FailureKind
 from evolve.sandbox.core import Sandbox
@@ -47,8 +48,9 @@ FOLDER_PREFIX = "evolve-eval-"
 
 
 def evaluation_timeout(problem: Problem) -> float:
-    """The default hard deadline for one evaluation: room for two sandbox runs plus a margin."""
-    return 2 * problem.limits.wall_time_s + _MARGIN_S
+    """The default hard deadline for one evaluation: room for two sandbox runs (and one more per cascade stage)
+    plus a margin."""
+    return (2 + len(problem.cascade)) * problem.limits.wall_time_s + _MARGIN_S
 
 
 # ---------------------------------------------------------------- engine side
@@ -271,16 +273,53 @@ class EvaluatorRunner:
 
     def __init__(self, problem: Problem) -> None:
         self.problem = problem
-        self._evaluate: Callable[..., Any] | None = None
+        self._module: ModuleType | None = None
         self._sandbox: Sandbox | None = None
 
-    def _load(self) -> Callable[..., Any]:
-        if self._evaluate is None:
-            evaluate = getattr(_load_evaluator(self.problem.evaluator_path), "evaluate", None)
-            if not callable(evaluate):
-                raise EvaluatorMistake(f"{self.problem.evaluator_path.name} defines no evaluate(program_path, sandbox)")
-            self._evaluate = evaluate
-        return self._evaluate
+    def _load(self, name: str = FINAL_FUNCTION) -> Callable[..., Any]:
+        """evaluate, or a cascade stage's function, from the evaluator (imported once)."""
+        if self._module is None:
+            self._module = _load_evaluator(self.problem.evaluator_path)
+        function = getattr(self._module, name, None)
+        if not callable(function):
+            raise EvaluatorMistake(f"{self.problem.evaluator_path.name} defines no {name}(program_path, sandbox)")
+        return function  # type: ignore[no-any-return]
+
+    def _score(self, name: str, program_path: Path) -> tuple[dict[str, float], dict[str, str]]:
+        """Call evaluate() or a stage function on the program; its checked scores and artifacts."""
+        function = self._load(name)
+        if _takes_sandbox(function):
+            if self._sandbox is None:
+                self._sandbox = Sandbox(self.problem.limits)
+            return check_result(self.problem, function(str(program_path), self._sandbox))
+        return check_result(self.problem, function(str(program_path)))
+
+    def _cascade(self, program_path: Path) -> tuple[dict[str, float], dict[str, str]]:
+        """The stages in order, then evaluate(): the scores of the first stage below its threshold, with the
+        cascade note (CascadeNote) among the artifacts, or evaluate()'s. A candidate failing in a stage raises
+        CandidateFailure naming the stage."""
+        stages = self.problem.cascade
+        seconds: list[float] = []
+        for number, stage in enumerate((*stages, None), start=1):
+            function = stage.function if stage is not None else FINAL_FUNCTION
+            started = time.monotonic()
+            try:
+                scores, artifacts = self._score(function, program_path)
+            except CandidateFailure as failure:
+                if stage is None:
+                    raise
+                raise CandidateFailure(failure.kind, f"{failure.detail} (cascade stage {number}, {function})") \
+                    from None
+            finally:
+                seconds.append(time.monotonic() - started)
+            scalar = self.problem.scalar(scores)
+            stopped = stage is not None and scalar < stage.threshold
+            if stopped or stage is None:
+                note = CascadeNote(stage=number, stages=len(stages) + 1, function=function, stopped=stopped,
+                                   scalar=scalar, threshold=stage.threshold if stage is not None else None,
+                                   seconds=tuple(round(value, 4) for value in seconds))
+                return scores, {**artifacts, CASCADE_ARTIFACT: note.to_artifact()}
+        raise AssertionError("the cascade ends with evaluate()")  # pragma: no cover - the loop returns at None
 
     def close(self) -> None:
         """Stop the sandbox's fork server, if one was started."""
@@ -291,14 +330,10 @@ class EvaluatorRunner:
         """Run the problem's evaluator on the program (which only the sandbox imports)."""
         evaluator_path = self.problem.evaluator_path
         try:
-            evaluate = self._load()
-            if _takes_sandbox(evaluate):
-                if self._sandbox is None:
-                    self._sandbox = Sandbox(self.problem.limits)
-                returned = evaluate(str(program_path), self._sandbox)
+            if self.problem.cascade:
+                scores, artifacts = self._cascade(program_path)
             else:
-                returned = evaluate(str(program_path))
-            scores, artifacts = check_result(self.problem, returned)
+                scores, artifacts = self._score(FINAL_FUNCTION, program_path)
         except CandidateFailure as failure:
             return Evaluation(ok=False, failure=failure.kind, detail=failure.detail[:_MAX_DETAIL_CHARS])  # type: ignore[arg-type]
         except EvaluatorMistake as mistake:

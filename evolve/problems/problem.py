@@ -16,6 +16,7 @@ from typing import Literal
 from pydantic import Field, ValidationError, field_validator
 
 from evolve.errors import UserError
+from evolve.problems.cascade import CascadeStage, CascadeStageSection, stages_of
 from evolve.sandbox.core import ANSWER_PACKAGES, SandboxLimits
 from evolve.search.edits import EVOLVE_END, EVOLVE_START, find_blocks
 from evolve.toml_files import StrictModel, format_validation_error, read_toml
@@ -144,6 +145,8 @@ class ProblemFile(StrictModel):
     limits: LimitsSection = LimitsSection()
     map_elites: MapElitesSection = MapElitesSection()
     prompt: PromptSection = PromptSection()
+    cascade: tuple[CascadeStageSection, ...] = Field((), description="[[cascade]] stages run before evaluate(), "
+                                                     "cheapest first (problems/cascade.py)")
 
     @field_validator("objectives", mode="before")
     @classmethod
@@ -203,6 +206,7 @@ class Problem:
     prompt: ProblemPrompt = ProblemPrompt()
     # objectives = {pattern = ...}: objectives stays () until resolved() fixes it from the first evaluation's names
     objective_pattern: str = ""
+    cascade: tuple[CascadeStage, ...] = ()  # [[cascade]]: stages before evaluate(); a child below a threshold stops
 
     @property
     def evaluator_path(self) -> Path:
@@ -333,6 +337,22 @@ def _check_evaluator(path: Path) -> None:
         raise ProblemError(f"{path}: defines no top-level 'def evaluate(program_path, sandbox)'")
 
 
+def _cascade(spec: ProblemFile, evaluator_path: Path, source: Path) -> tuple[CascadeStage, ...]:
+    """The [[cascade]] stages, each naming a distinct top-level function of evaluator.py."""
+    try:
+        stages = stages_of(spec.cascade)
+    except ValueError as exc:
+        raise ProblemError(f"{source}: {exc}") from None
+    if stages:
+        tree = ast.parse(evaluator_path.read_text(), filename=str(evaluator_path))
+        defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+        missing = [stage.function for stage in stages if stage.function not in defined]
+        if missing:
+            raise ProblemError(f"{source}: [[cascade]] names {', '.join(missing)}, which {evaluator_path.name} does "
+                               f"not define (def {missing[0]}(program_path, sandbox) at its top level)")
+    return stages
+
+
 def problem_key(name_or_path: str) -> str:
     """What problems are compared by (held-out checks): a name, or a folder path's last part
     ('programs/humaneval/he_001' -> 'he_001')."""
@@ -364,6 +384,7 @@ def load_problem(name_or_path: str, programs_dir: Path) -> Problem:
     _check_consistency(spec, folder, source)
     initial_code = _read_initial(folder / "initial.py")
     _check_evaluator(folder / "evaluator.py")
+    cascade = _cascade(spec, folder / "evaluator.py", source)
     return Problem(
         name=spec.name,
         path=folder,
@@ -371,6 +392,7 @@ def load_problem(name_or_path: str, programs_dir: Path) -> Problem:
         initial_code=initial_code,
         objectives=() if isinstance(spec.objectives, ObjectivePattern) else tuple(spec.objectives),
         objective_pattern=spec.objectives.pattern if isinstance(spec.objectives, ObjectivePattern) else "",
+        cascade=cascade,
         reduction=spec.score.reduction,
         weights=dict(spec.score.weights),
         solved_all_at_least=spec.solved.all_at_least,
