@@ -4,6 +4,10 @@ Every request has a hard deadline (asyncio.timeout around the whole exchange, so
 or never answers cannot hold it), retries with doubling back-off, and its own seed. A server that still does not
 answer raises PolicyUnavailable: the run stops, resumable, and later requests fail at once instead of each
 waiting out its own retries.
+
+With several URLs (replicas of one model, replicas.py) each request goes to the healthy replica with the fewest
+requests in flight; a replica that fails is rested and the request moves on to another at once, without counting
+a retry. Only when every replica is down do the retries and back-off above apply.
 """
 
 from __future__ import annotations
@@ -12,11 +16,13 @@ import asyncio
 import os
 import random
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
 from evolve.policies.base import PolicyError, PolicyUnavailable, cut_at_stop
+from evolve.policies.replicas import ReplicaPool
 from evolve.records import Completion
 
 if TYPE_CHECKING:
@@ -33,13 +39,19 @@ class _Retryable(Exception):
 
 
 class OpenAIPolicy:
-    """Talks to `{url}/chat/completions` (api="chat") or `{url}/completions` (api="completions")."""
+    """Talks to `{url}/chat/completions` (api="chat") or `{url}/completions` (api="completions"); `url` may be a
+    list of replicas' URLs."""
 
-    def __init__(self, name: str, url: str, model: str = "", api: Literal["chat", "completions"] = "chat",
-                 temperature: float = 0.8, top_p: float = 0.95, timeout_s: float = 300.0, retries: int = 3,
-                 backoff_s: float = 1.0, api_key_env: str = "", max_connections: int = 64, max_stops: int = 4) -> None:
-        if not url.startswith(("http://", "https://")):
-            raise PolicyError(f"policy {name}: url must start with http:// or https://, got {url!r}")
+    def __init__(self, name: str, url: str | Sequence[str], model: str = "",
+                 api: Literal["chat", "completions"] = "chat", temperature: float = 0.8, top_p: float = 0.95,
+                 timeout_s: float = 300.0, retries: int = 3, backoff_s: float = 1.0, api_key_env: str = "",
+                 max_connections: int = 64, max_stops: int = 4, replica_retry_s: float = 5.0) -> None:
+        urls = [url] if isinstance(url, str) else list(url)
+        if not urls:
+            raise PolicyError(f"policy {name}: no url")
+        for one in urls:
+            if not one.startswith(("http://", "https://")):
+                raise PolicyError(f"policy {name}: url must start with http:// or https://, got {one!r}")
         headers = {}
         if api_key_env:
             key = os.environ.get(api_key_env)
@@ -47,7 +59,8 @@ class OpenAIPolicy:
                 raise PolicyError(f"policy {name}: the environment variable {api_key_env} (api_key_env) is not set")
             headers["Authorization"] = f"Bearer {key}"
         self.name = name
-        self.url = url.rstrip("/")
+        self.replicas = ReplicaPool([one.rstrip("/") for one in urls], retry_s=replica_retry_s)
+        self.url = self.replicas.replicas[0].url
         self.model = model
         self.api = api
         self.temperature = temperature
@@ -123,16 +136,20 @@ class OpenAIPolicy:
 
     async def _request(self, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
         last = ""
-        for attempt in range(self.retries + 1):
+        attempt = 0
+        moves = 4 * len(self.replicas.replicas)  # bounds the free moves to another replica within one request
+        while True:
             if self._unavailable is not None:
                 raise PolicyUnavailable(self._unavailable)
-            if attempt:
-                await asyncio.sleep(self._delay(attempt, last))
+            replica = self.replicas.pick() or self.replicas.soonest()
             try:
                 async with asyncio.timeout(self.timeout_s):
                     self.requests_sent += 1
-                    response = await self._http().request(method, self.url + path, json=body)
-                    return self._accept(response)
+                    with self.replicas.sending(replica):
+                        response = await self._http().request(method, replica.url + path, json=body)
+                        data = self._accept(response)
+                self.replicas.answered(replica)
+                return data
             except TimeoutError:
                 last = f"no answer within {self.timeout_s:g} s"
             except httpx.TimeoutException as exc:
@@ -141,8 +158,17 @@ class OpenAIPolicy:
                 last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             except _Retryable as exc:
                 last = str(exc)
-        self._unavailable = (f"policy {self.name}: {self.url}{path} failed {self.retries + 1} times; last: "
-                             f"{last}")
+            self.replicas.failed(replica, last)
+            if moves > 0 and self.replicas.pick() is not None:  # another replica answers: no retry spent
+                moves -= 1
+                continue
+            attempt += 1
+            if attempt > self.retries:
+                break
+            await asyncio.sleep(self._delay(attempt, last))
+        where = (f"{self.url}{path}" if len(self.replicas.replicas) == 1
+                 else f"{path} on all {len(self.replicas.replicas)} replicas")
+        self._unavailable = f"policy {self.name}: {where} failed {self.retries + 1} times; last: {last}"
         raise PolicyUnavailable(self._unavailable)
 
     def _accept(self, response: httpx.Response) -> dict[str, Any]:
