@@ -70,12 +70,12 @@ def serve(settings: ServeSettings, say: Callable[[str], None]) -> None:
     token, generated = resolve_token(settings.host, settings.token)
     sock = bind(settings.host, settings.port)
     port = sock.getsockname()[1]
-    say(f"evolve serve: {settings.db} (read-only) at {address(settings.host, port, token)}")
+    if not is_loopback(settings.host):
+        say(f"listening on {settings.host}: reachable from other machines, so every request needs the token")
     if token and generated:
         say(f"the token was generated for this start (set --token or ${TOKEN_ENV} to choose one); "
-            "opening the address once keeps it as a cookie")
-    if not is_loopback(settings.host):
-        say(f"listening on {settings.host}: reachable from other machines, every request needs the token")
+            "opening the address below once keeps it as a cookie")
+    say(f"evolve serve: {settings.db} (read-only) at {address(settings.host, port, token)}")
     say("Ctrl-C stops it")
     config = uvicorn.Config(create_app(store, token), log_level="warning", lifespan="off")
     try:

@@ -11,7 +11,7 @@ const evolve = (() => {
       else if (key === "onclick") node.addEventListener("click", value);
       else node.setAttribute(key, String(value));
     }
-    for (const child of children.flat()) {
+    for (const child of children.flat(Infinity)) {
       if (child === null || child === undefined) continue;
       node.append(child instanceof Node ? child : document.createTextNode(String(child)));
     }

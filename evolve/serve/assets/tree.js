@@ -8,7 +8,7 @@
   const SVG = "http://www.w3.org/2000/svg";
   const POLL_MS = 1500;
   const SLOT = 14; // vertical distance between programs of one island and iteration
-  const LEFT = 64, TOP = 8, BOTTOM = 26, RIGHT = 16;
+  const LEFT = 80, TOP = 8, BOTTOM = 26, RIGHT = 16;
   const runId = Number(location.pathname.split("/")[2]);
 
   const nodes = new Map(); // id -> {id, parent, island, iteration, scalar, solved, number, slot, dot, edge}
@@ -54,7 +54,7 @@
   function layout() {
     const islands = Math.max(run ? run.islands : 1, ...[...nodes.values()].map((n) => n.island + 1));
     const iterations = Math.max(run ? run.iterations_target : 1, ...[...nodes.values()].map((n) => n.iteration));
-    const depth = Math.max(2, ...slots.values());
+    const depth = Math.max(3, ...slots.values());
     const laneHeight = 12 + depth * SLOT;
     const width = Math.max(document.getElementById("tree-box").clientWidth - 4, 480);
     const step = Math.max(10, (width - LEFT - RIGHT) / Math.max(1, iterations));
@@ -77,7 +77,7 @@
       tick.textContent = t;
       lanes.append(tick);
     }
-    const axis = svgEl("text", { class: "tick", x: fullWidth - RIGHT, y: height - 8, "text-anchor": "end" });
+    const axis = svgEl("text", { class: "tick", x: 6, y: height - 8 });
     axis.textContent = "iteration →";
     lanes.append(axis);
     const span = hi - lo;
