@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from evolve.engine.offspring import ChildScorer
+from evolve.problems.evaluation import resolve_objectives
 from evolve.problems.evaluator_pool import EvaluatorPool
 from evolve.problems.problem import load_problem
 from evolve.rl.checkpoints import load_state, save_checkpoint, save_state
@@ -172,7 +173,7 @@ def step_stats(config: TrainConfig, groups: list[Group], advantages: list[np.nda
 async def training_tasks(config: TrainConfig, tokenizer: Any, options: PromptOptions,
                          template: PromptTemplate) -> list[Task]:
     """Each problem's seed prompt, then (with `parents_db`) prompts for its best evolved programs in that store."""
-    problems = [load_problem(name, Path(config.programs_dir)) for name in config.problems]
+    problems = [await resolve_objectives(load_problem(name, Path(config.programs_dir))) for name in config.problems]
     tasks = [await make_task(problem, tokenizer, options, template) for problem in problems]
     if config.parents_db:
         store = parents_store(config.parents_db)
