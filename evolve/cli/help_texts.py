@@ -57,13 +57,16 @@ COMMAND_HELP: dict[str, CommandHelp] = {
         ("evolve problems", "evolve problems --programs-dir programs/humaneval | cat")),
     "check": CommandHelp(
         "Validate a problem folder (problem.toml, initial.py, evaluator.py) and score its initial program; with "
-        "--solution, score that file instead (exit code 1 unless it is solved).",
-        ("evolve check fizzbuzz", "evolve check programs/my_problem",
+        "--solution, score that file instead (exit code 1 unless it is solved); with --prompt, also print the "
+        "prompt the policy gets for the initial program.",
+        ("evolve check fizzbuzz", "evolve check programs/my_problem", "evolve check fizzbuzz --prompt",
          "evolve check fizzbuzz --solution tests/solutions/fizzbuzz.py")),
     "new-problem": CommandHelp(
         "Scaffold a working problem folder whose comments teach the contract: problem.toml, initial.py, "
-        "evaluator.py, driver.py.",
-        ("evolve new-problem my_problem", "evolve new-problem my_problem --programs-dir ~/problems")),
+        "evaluator.py, driver.py; --template io-tests writes tests as data instead (tests.toml: input/expected "
+        "pairs, one objective per test).",
+        ("evolve new-problem my_problem", "evolve new-problem my_problem --template io-tests",
+         "evolve new-problem my_problem --programs-dir ~/problems")),
     "import": CommandHelp(
         "Turn a benchmark into problem folders (humaneval: 164 problems, one objective per test).",
         ("evolve import humaneval", "evolve import humaneval --ids 0-19,32 --out programs/he20")),
