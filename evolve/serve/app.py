@@ -94,6 +94,7 @@ def create_app(store: ProgramStore, token: str | None = None) -> Starlette:
 
     routes = [
         Route("/", _page("index.html")),
+        Route("/favicon.ico", lambda request: FileResponse(ASSETS / "favicon.svg", media_type="image/svg+xml")),
         Route("/runs/{run_id:int}", _page("run.html")),
         Route("/runs/{run_id:int}/programs/{program_id:int}", _page("program.html")),
         Route("/runs/{run_id:int}/lineage/{program_id:int}", lineage_page),

@@ -32,14 +32,16 @@ const programView = (() => {
     return el("details", { open: open ? "" : null }, el("summary", { text: title }), body);
   }
 
-  // options: select(id) to move the selection (the run page), run: the run's header (for the report link)
+  // options: select(id) to move the selection (the run page), run: the run's header (for the report link),
+  // page: shown on the program's own page (code and completion open)
   function render(program, options = {}) {
     const who = program.policy ? `by ${program.policy}` : "seed program";
     const title = el("h2", {}, `#${program.id}`, el("span", { class: "muted", text:
       ` (program ${program.number} of run ${program.run}) · iteration ${program.iteration} · island ${program.island} · ${who}` }),
     program.solved ? [" ", el("span", { class: "badge solved-badge", text: "solved" })] : null);
     const links = el("div", { class: "links" },
-      el("a", { href: `/runs/${program.run}/programs/${program.id}`, id: "program-page-link", text: "program page" }),
+      options.page ? null : el("a", { href: `/runs/${program.run}/programs/${program.id}`, id: "program-page-link",
+        text: "program page" }),
       el("a", { href: `/runs/${program.run}/lineage/${program.id}`, id: "lineage-link", text: "lineage from the seed" }));
     if (program.parent !== null) {
       links.append(options.select
@@ -64,13 +66,14 @@ const programView = (() => {
       parts.push(el("h3", { text: `diff against parent #${program.parent}` }),
         program.diff ? diffBlock(program.diff) : el("p", { class: "empty", text: "no change in the code" }));
     }
-    parts.push(section("code", el("pre", { id: "program-code", text: program.code }), program.parent === null));
+    parts.push(section("code", el("pre", { id: "program-code", text: program.code }),
+      program.parent === null || options.page));
     if (program.edit) parts.push(section("the answer that made it", el("pre", { text: program.edit })));
     if (program.prompt !== null) {
       const call = program.call;
       parts.push(section(`prompt (${call.prompt_tokens} tokens)`, el("pre", { id: "program-prompt", text: program.prompt })),
         section(`completion (${call.completion_tokens} tokens, ${num(call.latency_s, 3)} s)`,
-          el("pre", { id: "program-completion", text: program.completion || "" })));
+          el("pre", { id: "program-completion", text: program.completion || "" }), options.page));
     } else if (program.parent !== null) {
       parts.push(el("p", { class: "empty", text: "no policy call stored for this program" }));
     }

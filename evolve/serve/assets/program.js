@@ -11,7 +11,7 @@
     const [run, program] = await Promise.all([getJSON(`/api/runs/${runId}`),
       getJSON(`/api/runs/${runId}/programs/${programId}`)]);
     document.title = `evolve: run ${runId}, program #${programId}`;
-    box.replaceChildren(programView.render(program, { run }));
+    box.replaceChildren(programView.render(program, { run, page: true }));
   } catch (error) {
     box.replaceChildren(el("p", { class: "error", text: error.message }));
   }
