@@ -81,7 +81,7 @@ def policy_sections(spec: StudySpec, folder: Path, source: str = "study") -> lis
             sections.append(adapter.validate_python(data))
         except ValidationError as exc:
             error = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
-            line = describe_error({**error, "loc": ("policy", *error["loc"][1:])}, source)
+            line = describe_error({**error, "loc": ("policy", *error["loc"])}, source)  # RunConfig.policy's wording
             raise ConfigError(line) from None
     return sections
 

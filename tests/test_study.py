@@ -1,0 +1,202 @@
+"""`evolve study FILE`: the study file's checks (held-out test problems, equal training budgets counted in answers,
+one line per mistake), the training section of its report, and a tiny real study with SmolLM2 stopped after its
+training stage and resumed without redoing or doubling anything."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from evolve.config import ConfigError
+from evolve.engine.study_config import load_study
+
+ROOT = Path(__file__).resolve().parents[1]
+
+STUDY = f"""
+description = "tiny"
+programs_dir = "{ROOT / 'programs'}"
+test_problems = ["run_length"]
+
+[training]
+algorithms = ["vpo", "grpo", "multi-rlvr"]
+problems = ["fizzbuzz"]
+steps = 1
+answers_per_prompt = 6
+answers = 3
+
+[training.settings]
+max_new_tokens = 32
+lr = 1e-4
+threads = 1
+
+[sampling]
+answers = 2
+
+[evolution]
+iterations = 1
+seeds = [0]
+answers_per_iteration = 3
+parallel_cells = 1
+
+[evolution.run]
+concurrency = 2
+eval_workers = 2
+
+[policy]
+backend = "hf"
+max_new_tokens = 32
+threads = 1
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "tiny.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_equal_budgets_give_each_algorithm_answers_per_prompt_over_m_completions(tmp_path: Path) -> None:
+    from evolve.engine.study_plan import train_configs
+
+    spec = load_study(write(tmp_path, STUDY))
+    budgets = {b.algo: b for b in spec.budgets()}
+    assert {algo: (b.m, b.group_size) for algo, b in budgets.items()} == {"vpo": (3, 2), "grpo": (1, 6),
+                                                                           "multi-rlvr": (3, 2)}
+    assert {b.total_answers for b in budgets.values()} == {6}
+    configs = train_configs(spec, tmp_path / "study")
+    for algo, config in configs.items():
+        assert config.group_size * config.m == 6 and config.steps == 1 and config.prompts_per_step == 1
+        assert config.out == str(tmp_path / "study" / "checkpoints" / algo)
+        assert config.lr == 1e-4 and config.max_new_tokens == 32  # [training.settings] passed through
+    assert spec.policy_answers() == {"base": 1, "vpo": 3, "grpo": 1, "multi-rlvr": 3}
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    (("test_problems = [\"run_length\"]", "test_problems = [\"run_length\", \"fizzbuzz\"]"),
+     "training.problems and test_problems must not overlap (the test problems are held out); in both: fizzbuzz"),
+    (("test_problems = [\"run_length\"]", f"test_problems = [\"{ROOT / 'programs' / 'fizzbuzz'}\"]"),
+     "must not overlap"),
+    (("answers_per_prompt = 6", "answers_per_prompt = 4"),
+     "training.answers_per_prompt = 4 must be a multiple of m = 3 (vpo)"),
+    (("answers_per_prompt = 6", "answers_per_prompt = 3"), "at least 2 * m"),
+    (("steps = 1", "stepz = 1"), "unknown key 'training.stepz'"),
+    (("lr = 1e-4", "group_size = 4"), "training.settings may not set group_size"),
+    (("lr = 1e-4", "lr = -1.0"), "training.settings (vpo): invalid value for 'lr'"),
+    (("lr = 1e-4", "lorra = 1"), "training.settings (vpo): unknown key 'lorra'"),
+    (("backend = \"hf\"", "backend = \"hf\"\nmodel = \"x\""), "[policy] may not set model"),
+    (("backend = \"hf\"", "backend = \"gpu\""), "policy.backend 'gpu' is none of hf, vllm, openai"),
+    (("backend = \"hf\"", "backend = \"vllm\""), "policy.threads is an hf setting; this policy's backend is vllm"),
+    (("answers_per_iteration = 3", "answers_per_iteration = 2"),
+     "evolution.answers_per_iteration = 2 is not a multiple of policy 'vpo''s m = 3"),
+    (("algorithms = [\"vpo\", \"grpo\", \"multi-rlvr\"]", "algorithms = [\"vpo\", \"ppo\"]"),
+     "invalid value for 'training.algorithms.1'"),
+])
+def test_each_mistake_in_a_study_file_is_one_line(tmp_path: Path, change: tuple[str, str], expected: str) -> None:
+    old, new = change
+    assert old in STUDY
+    path = write(tmp_path, STUDY.replace(old, new, 1))
+    with pytest.raises(ConfigError) as caught:
+        load_study(path)
+    message = str(caught.value)
+    assert expected in message and "\n" not in message and message.startswith(str(path))
+
+
+def test_the_command_prints_a_bad_study_file_as_one_line_and_exits_2(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from evolve.cli.main import main
+
+    path = write(tmp_path, STUDY.replace("iterations = 1", "iterations = 0"))
+    assert main(["study", str(path), "--out", str(tmp_path / "s")]) == 2
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("config error:") and "evolution.iterations" in out and len(out.splitlines()) == 1
+    assert main(["study", str(tmp_path / "missing.toml")]) == 2
+    assert "file not found" in capsys.readouterr().out
+
+
+def test_a_fresh_study_has_every_stage_to_do_and_keeps_to_its_store(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from evolve.cli.main import main
+
+    path = write(tmp_path, STUDY)
+    folder = tmp_path / "study"
+    assert main(["study", str(path), "--out", str(folder), "--status"]) == 0
+    out = capsys.readouterr().out
+    for line in ("1. train   to do    vpo 0/1 steps, grpo 0/1 steps, multi-rlvr 0/1 steps",
+                 "2. sample  to do    0/4 (policy, problem) runs of 2 answers",
+                 "3. evolve  to do    0/4 cells finished (0 started)", "4. report  to do"):
+        assert line in out
+    assert (folder / "study.db").is_file()
+    assert main(["study", str(path), "--out", str(folder), "--db", str(tmp_path / "other.db"), "--status"]) == 1
+    assert f"this study's store is {folder / 'study.db'}" in capsys.readouterr().out
+
+
+def test_training_curves_and_their_section_come_from_the_step_records() -> None:
+    from evolve.report.study_report import training_curves, training_section_html, with_training_section
+
+    records = [{"step": 1, "reward": 0.2, "kl": 0.0, "diversity": 1.0, "entropy": 1.5, "scored_answers": 0.5,
+                "tokens": 90, "seconds": 3.0, "reward_objectives": {"fizzbuzz": [0.0, 1.0]}},
+               {"step": 2, "reward": 0.6, "kl": 0.01, "diversity": 0.5, "entropy": 1.2, "scored_answers": 1.0,
+                "tokens": 80, "seconds": 2.0, "reward_objectives": {"lis": [0.5]}}]
+    curves = training_curves("vpo", records, {"fizzbuzz": ("t0", "t1"), "lis": ("a",)})
+    assert curves.steps == (1, 2) and curves.reward == (0.2, 0.6) and curves.kl == (0.0, 0.01)
+    assert curves.reward_objectives["fizzbuzz"]["t1"][0] == 1.0 and math.isnan(curves.reward_objectives["fizzbuzz"]
+                                                                               ["t1"][1])
+    budget = {"algo": "vpo", "m": 3, "group_size": 2, "answers_per_prompt": 6, "prompts_per_step": 1, "steps": 2,
+              "total_answers": 12}
+    section = training_section_html([curves], [budget])
+    for name in ("reward", "kl", "diversity", "entropy"):
+        assert f'data-training="{name}"' in section
+    assert "<td>fizzbuzz</td><td>t1</td>" in section and "1.000 &rarr; &ndash;" not in section
+    page = with_training_section("<main><h1>x</h1><footer>f</footer></main>", section)
+    assert page.index('id="training"') < page.index("<footer>")
+
+
+@pytest.mark.slow
+def test_a_tiny_real_study_stopped_after_training_resumes_without_redoing_anything(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from evolve.cli.main import main
+    from evolve.store.program_store import ProgramStore
+
+    text = STUDY.replace('algorithms = ["vpo", "grpo", "multi-rlvr"]', 'algorithms = ["vpo", "grpo"]')
+    text = text.replace("answers_per_prompt = 6", "answers_per_prompt = 4").replace("answers = 3\n", "answers = 2\n")
+    text = text.replace("answers_per_iteration = 3", "answers_per_iteration = 2")
+    path = write(tmp_path, text)
+    folder = tmp_path / "study"
+    command = ["study", str(path), "--out", str(folder)]
+    assert main([*command, "--until", "train"]) == 0
+    out = capsys.readouterr().out
+    assert "2 completions x m = 2 = 4 answers per prompt" in out and "4 completions x m = 1 = 4 answers" in out
+    finals = {algo: folder / "checkpoints" / algo / "final" / "model.safetensors" for algo in ("vpo", "grpo")}
+    stamps = {algo: final.stat().st_mtime_ns for algo, final in finals.items()}
+    assert main([*command, "--status"]) == 0
+    out = capsys.readouterr().out
+    assert "1. train   done     vpo 1/1 steps, grpo 1/1 steps" in out and "2. sample  to do" in out
+
+    assert main(command) == 0
+    out = capsys.readouterr().out
+    assert "train: done, skipped" in out and "train vpo" not in out
+    assert {algo: final.stat().st_mtime_ns for algo, final in finals.items()} == stamps
+    report = json.loads((folder / "report" / "study_report.json").read_text())
+    assert set(report["evolution"]["cracked"]) == {"base", "vpo", "grpo"}
+    for policy in ("base", "vpo", "grpo"):
+        cracked = report["evolution"]["cracked"][policy]
+        assert cracked["problems"] == 1 and cracked["per_problem"]["run_length"]["seeds_run"] == 1
+        assert report["sampling"][policy]["run_length"]["n"] == 2
+    for algo in ("vpo", "grpo"):
+        curve = report["training_curves"][algo]
+        assert curve["steps"] == [1] and 0.0 <= curve["reward"][0] <= 1.0
+        assert len(curve["reward_objectives"]["fizzbuzz"]) == 20
+    assert [b["total_answers"] for b in report["training_budgets"]] == [4, 4]
+    assert 'id="training"' in (folder / "report" / "report.html").read_text()
+
+    store = ProgramStore(str(folder / "study.db"), mode="read")
+    before = [(run.id, run.name, store.count_programs(run.id), run.status) for run in store.list_runs()]
+    assert len(before) == 6 and all(status == "finished" for *_, status in before)  # 3 sampled + 3 evolved
+    assert main(command) == 0
+    out = capsys.readouterr().out
+    assert all(f"{stage}: done, skipped" in out for stage in ("train", "sample", "evolve", "report"))
+    after = ProgramStore(str(folder / "study.db"), mode="read")
+    assert [(run.id, run.name, after.count_programs(run.id), run.status) for run in after.list_runs()] == before
