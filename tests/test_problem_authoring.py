@@ -363,3 +363,40 @@ def test_check_prompt_prints_what_the_policy_sees(tmp_path: Path, capsys: pytest
     assert "def solve(a: int, b: int) -> int:\n    return min(a, b)" in out
     assert "--- assistant (prefilled; the policy continues it) ---\ndef solve(a: int, b: int) -> int:" in out
     assert "The greatest common divisor of a and b." not in out  # docstrings hidden by default
+
+
+# ---------------------------------------------------------------- the experiment report on a pattern problem
+
+
+def test_the_report_judges_a_pattern_problem_by_its_current_rule_in_natural_order(tmp_path: Path) -> None:
+    from evolve.engine.experiment import ExperimentSpec
+    from evolve.report.results import collect
+    from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore
+
+    new_problem("gcd", tmp_path / "programs", "io-tests")
+    spec = ExperimentSpec.model_validate({
+        "name": "pattern", "db": str(tmp_path / "report.db"), "problems": ["gcd"], "seeds": [0, 1], "iterations": 1,
+        "run": {"programs_dir": str(tmp_path / "programs")}, "policies": [{"name": "A"}]})
+    store = ProgramStore(spec.db)
+    store.save_experiment(spec.name, spec.model_dump_json())
+    for seed, passed in ((0, 12), (1, 11)):
+        config = spec.cell_config("gcd", "A", seed)
+        run_id = store.create_run(name=config.run.name, problem="gcd", policy="A", seed=seed,
+                                  config_json=config.model_dump_json(), iterations_target=1, experiment=spec.name)
+        vectors = [{f"test_{i}": float(i < tests) for i in range(12)} for tests in (4, passed)]
+        # the stored flags say neither is solved; the problem's rule (every test passes) says seed 0 is
+        records = [ChildRecord(code=f"x = {tests}\n", parent_id=None, island=0, policy="A" if n else "", edit="",
+                               scores=vector, scalar=tests / 12, solved=False)
+                   for n, (tests, vector) in enumerate(zip((4, passed), vectors, strict=True))]
+        (seed_program,) = store.record_iteration(run_id, 0, [records[0]], run_elapsed_s=0.1)
+        call = AttemptRecord("policy_call", "stop", prompt="p", completion="c", latency_s=0.1, prompt_tokens=1,
+                             completion_tokens=1)
+        child = ChildRecord(**{**asdict(records[1]), "parent_id": seed_program.id})
+        store.record_iteration(run_id, 1, [call, child], policy="A", run_elapsed_s=0.2)
+        store.set_run_status(run_id, "finished")
+    results = collect(store, spec)
+    assert results.row("gcd", "A").cracked == 1 and {cell.rule for cell in results.cells} == {"current"}
+    reach = [o.objective for o in results.objectives if o.problem == "gcd"]
+    assert reach == [f"test_{i}" for i in range(12)]  # natural order: test_2 before test_10
+    last = next(o for o in results.objectives if o.objective == "test_11")
+    assert (last.threshold, last.seeds, last.reached) == (1.0, 2, 1)
