@@ -124,3 +124,77 @@ def test_piped_tables_are_not_cut_mid_word(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "…" not in result.stdout
     assert "symbolic_regression" in result.stdout
+
+
+def test_eta_comes_from_this_process_iteration_rate_and_leaves_resumed_iterations_out() -> None:
+    from evolve.cli.pace import clock, pace
+    from evolve.engine.controller import RunStats
+
+    stats = RunStats(iterations_target=40, started_at=100.0)
+    stats.iterations_done = stats.iterations_at_start = 10  # a resumed run: 10 done by an earlier process
+    assert pace(stats, now=160.0).eta_s is None  # no iteration in this process yet: no rate, no guess
+    stats.iterations_done = 15  # 5 iterations in 60 s here: 25 left take 300 s
+    now = pace(stats, now=160.0)
+    assert now.elapsed_s == 60.0 and now.eta_s == 300.0 and now.waiting_on == ""
+    assert (clock(now.eta_s), clock(59), clock(3720), clock(None)) == ("5m 00s", "59s", "1h 02m", "-")
+
+
+def test_a_run_at_zero_says_what_it_waits_on() -> None:
+    from evolve.cli.pace import waiting_on
+    from evolve.engine.controller import RunStats
+
+    stats = RunStats(iterations_target=8)
+    assert waiting_on(stats) == "starting"
+    stats.evaluating = 1
+    assert waiting_on(stats) == "evaluating the seed program"
+    stats.evaluating, stats.in_flight = 0, 3
+    assert waiting_on(stats) == "waiting for the first completion (3 requests in flight)"
+    stats.iterations_done = 1
+    assert waiting_on(stats) == ""
+
+
+def test_plain_progress_prints_the_panel_facts_and_a_heartbeat_while_quiet() -> None:
+    import io
+    import time
+
+    from rich.console import Console
+
+    from evolve.cli.progress import ProgressView
+    from evolve.engine.controller import RunStats
+
+    out = io.StringIO()
+    stats = RunStats(iterations_target=8)
+    with ProgressView("run 1", Console(file=out, width=200), live=False, heartbeat_s=0.2) as view:
+        stats.in_flight = 2
+        view.update(stats)
+        deadline = time.monotonic() + 30
+        while "waiting for the first completion" not in out.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stats.iterations_done = 1
+        stats.note("it    1 island 0: child #2 scalar 0.5000")
+        view.update(stats)
+    text = out.getvalue()
+    assert "[0/8] ... waiting for the first completion (2 requests in flight)" in text
+    assert "[1/8] it    1 island 0: child #2 scalar 0.5000  (best -; elapsed" in text
+    assert "ETA" in text and "2 requests in flight" in text
+
+
+def test_the_live_panel_shows_elapsed_eta_in_flight_and_a_spinner_at_zero() -> None:
+    import io
+
+    from rich.console import Console
+
+    from evolve.cli.progress import ExperimentView, ProgressView
+    from evolve.engine.controller import RunStats
+    from evolve.engine.experiment import CellProgress
+
+    console = Console(file=io.StringIO(), width=160)
+    stats = RunStats(iterations_target=8, in_flight=3)
+    console.print(ProgressView("run 1", console).render(stats))
+    cells = [CellProgress(("fizzbuzz", "m1", 0), 1, "running", stats),
+             CellProgress(("lis", "m1", 0), None, "waiting", None, "loading m1")]
+    console.print(ExperimentView("experiment", cells, console).render())
+    text = console.file.getvalue()
+    assert "elapsed" in text and "ETA" in text and "3 policy requests" in text
+    assert text.count("waiting for the first completion (3 requests in flight)") == 2
+    assert "loading m1" in text and "in flight" in text

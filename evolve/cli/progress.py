@@ -5,13 +5,15 @@ from __future__ import annotations
 import time
 from types import TracebackType
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.panel import Panel
 from rich.progress_bar import ProgressBar
+from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
+from evolve.cli.pace import Heartbeat, clock, pace, pace_text
 from evolve.engine.controller import RunStats
 from evolve.engine.experiment import CellKey, CellProgress
 
@@ -28,8 +30,12 @@ def summary_rows(stats: RunStats) -> list[tuple[str, str]]:
     best_text = f"{best.scalar:.4f} (program #{best.id}, iteration {best.iteration})" if best else "-"
     solved = stats.first_solved
     solved_text = f"yes, at iteration {solved.iteration} (program #{solved.id})" if solved else "not yet"
+    now = pace(stats)
     return [
-        ("iterations", f"{stats.iterations_done}/{stats.iterations_target}"),
+        ("iterations", f"{stats.iterations_done}/{stats.iterations_target}"
+                       + (f", stopped early: {stats.stopped}" if stats.stopped else "")),
+        ("time", f"elapsed {clock(now.elapsed_s)}, ETA {clock(now.eta_s)}"),
+        ("in flight", f"{stats.in_flight} policy requests, {stats.evaluating} evaluations"),
         ("iterations with a valid child", _rate(stats.iterations_with_child, stats.iterations_done)),
         ("children evaluated", str(stats.children)),
         ("other outcomes", failures),
@@ -40,109 +46,202 @@ def summary_rows(stats: RunStats) -> list[tuple[str, str]]:
 
 
 class ProgressView:
-    """Context manager that renders RunStats; call update() whenever the stats change."""
+    """Context manager that renders RunStats; call update() whenever the stats change. On a terminal a live panel
+    (redrawn 4 times a second, so elapsed time and the spinner move between updates); elsewhere one line per
+    iteration with the same facts, and a heartbeat line when nothing was printed for `heartbeat_s` seconds."""
 
-    def __init__(self, title: str, console: Console | None = None, live: bool | None = None) -> None:
+    def __init__(self, title: str, console: Console | None = None, live: bool | None = None,
+                 heartbeat_s: float = 30.0) -> None:
         self.title = title
         self.console = console or Console()
         self.live_mode = self.console.is_terminal if live is None else live
+        self.heartbeat_s = heartbeat_s
         self._live: Live | None = None
+        self._heartbeat: Heartbeat | None = None
+        self._stats: RunStats | None = None
         self._printed = 0
 
     def __enter__(self) -> ProgressView:
         if self.live_mode:
-            self._live = Live(console=self.console, refresh_per_second=4, transient=False)
+            self._live = Live(console=self.console, refresh_per_second=4, transient=False,
+                              get_renderable=self._current)
             self._live.__enter__()
         else:
-            self.console.print(self.title)
+            self.console.print(self.title, highlight=False)
+            self._heartbeat = Heartbeat(self._heartbeat_line, self._emit, self.heartbeat_s).__enter__()
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.__exit__(exc_type, exc, tb)
         if self._live is not None:
             self._live.__exit__(exc_type, exc, tb)
 
+    def _current(self) -> RenderableType:
+        if self._stats is None:
+            return Panel(Spinner("dots", "starting: loading the problem and scoring the seed program"),
+                         title=self.title, border_style="green")
+        return self.render(self._stats)
+
+    def _emit(self, line: str) -> None:
+        self.console.print(line, highlight=False, soft_wrap=True)
+
+    def _heartbeat_line(self) -> str:
+        stats = self._stats
+        if stats is None:
+            return "... starting: loading the problem and scoring the seed program"
+        doing = pace(stats).waiting_on or "working"
+        return f"[{stats.iterations_done}/{stats.iterations_target}] ... {doing}; {pace_text(stats)}"
+
     def update(self, stats: RunStats) -> None:
+        self._stats = stats
         if self._live is not None:
-            self._live.update(self.render(stats))
+            self._live.refresh()
             return
         if stats.iterations_done > self._printed and stats.recent:
             self._printed = stats.iterations_done
             best = f"{stats.best.scalar:.4f}" if stats.best else "-"
-            self.console.print(
-                f"[{stats.iterations_done}/{stats.iterations_target}] {stats.recent[-1]}  (best {best})",
-                highlight=False,
-            )
+            self._emit(f"[{stats.iterations_done}/{stats.iterations_target}] {stats.recent[-1]}  (best {best}; "
+                       f"{pace_text(stats)})")
+            if self._heartbeat is not None:
+                self._heartbeat.printed()
+        if stats.stopped and self._printed != -1:
+            self._printed = -1
+            self._emit(f"stopping early: {stats.stopped}")
 
     def render(self, stats: RunStats) -> Panel:
         table = Table.grid(padding=(0, 2))
         table.add_column(style="bold cyan")
         table.add_column()
+        table.add_row("progress", ProgressBar(total=stats.iterations_target, completed=stats.iterations_done,
+                                              width=60))
         for key, value in summary_rows(stats):
             table.add_row(key, value)
-        bar = ProgressBar(total=stats.iterations_target, completed=stats.iterations_done, width=60)
-        recent = Text("\n".join(stats.recent) or "waiting for the first completion...", style="dim")
-        return Panel(Group(bar, table, Text(""), recent), title=self.title, border_style="green")
+        waiting = pace(stats).waiting_on
+        recent: RenderableType = Text("\n".join(stats.recent), style="dim")
+        if waiting:
+            recent = Spinner("dots", Text(waiting, style="dim"))
+        return Panel(Group(table, Text(""), recent), title=self.title, border_style="green")
 
 
 class ExperimentView:
-    """Live table of an experiment's cells on a terminal; elsewhere one line per cell event and per iteration."""
+    """Live table of an experiment's cells on a terminal; elsewhere one line per cell event and per iteration, with
+    the same facts (elapsed, ETA, requests in flight, what a cell at 0/N waits on) and a heartbeat when quiet."""
 
     def __init__(self, title: str, cells: list[CellProgress], console: Console | None = None,
-                 live: bool | None = None) -> None:
+                 live: bool | None = None, heartbeat_s: float = 30.0) -> None:
         self.title = title
         self.cells = cells
         self.console = console or Console()
         self.live_mode = self.console.is_terminal if live is None else live
+        self.heartbeat_s = heartbeat_s
         self._live: Live | None = None
-        self._shown: dict[CellKey, tuple[str, int]] = {}
+        self._heartbeat: Heartbeat | None = None
+        self._shown: dict[CellKey, tuple[str, int, str]] = {}
+        self._started = time.monotonic()
 
     def __enter__(self) -> ExperimentView:
+        self._started = time.monotonic()
         if self.live_mode:
-            self._live = Live(self.render(), console=self.console, refresh_per_second=2, transient=False)
+            self._live = Live(console=self.console, refresh_per_second=4, transient=False, get_renderable=self.render)
             self._live.__enter__()
         else:
             self.console.print(self.title, highlight=False)
+            self._heartbeat = Heartbeat(self._heartbeat_line, self._emit, self.heartbeat_s).__enter__()
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.__exit__(exc_type, exc, tb)
         if self._live is not None:
-            self._live.update(self.render())
+            self._live.refresh()
             self._live.__exit__(exc_type, exc, tb)
+
+    def _emit(self, line: str) -> None:
+        self.console.print(line, highlight=False, soft_wrap=True)
 
     def update(self, cell: CellProgress) -> None:
         if self._live is not None:
-            self._live.update(self.render())
+            self._live.refresh()
             return
         done = cell.stats.iterations_done if cell.stats else 0
-        if self._shown.get(cell.key) == (cell.status, done):
+        waiting = _waiting(cell)
+        if self._shown.get(cell.key) == (cell.status, done, waiting):
             return
-        self._shown[cell.key] = (cell.status, done)
+        self._shown[cell.key] = (cell.status, done, waiting)
         problem, policy, seed = cell.key
         line = f"{policy} x {problem} seed {seed}: {cell.status}"
         if cell.stats is not None:
-            line += f", {done}/{cell.stats.iterations_target}, best {_best(cell.stats)}, solved {_solved(cell.stats)}"
-        self.console.print(line + (f" ({cell.detail})" if cell.detail else ""), highlight=False)
+            line += (f", {done}/{cell.stats.iterations_target}, best {_best(cell.stats)}, solved {_solved(cell.stats)}"
+                     f"; {pace_text(cell.stats)}")
+        note = waiting or cell.detail
+        self._emit(line + (f" ({note})" if note else ""))
+        if self._heartbeat is not None:
+            self._heartbeat.printed()
+
+    def _heartbeat_line(self) -> str:
+        running = [cell for cell in self.cells if cell.status == "running"]
+        waiting = [f"{'/'.join(map(str, cell.key))}: {_waiting(cell)}" for cell in running if _waiting(cell)]
+        finished = sum(cell.status == "finished" for cell in self.cells)
+        return (f"... elapsed {clock(time.monotonic() - self._started)}, ETA {clock(self._eta())}: "
+                f"{finished}/{len(self.cells)} cells finished, {len(running)} running, "
+                f"{sum(cell.stats.in_flight for cell in running if cell.stats)} requests in flight"
+                + (f"; {'; '.join(waiting)}" if waiting else ""))
+
+    def _eta(self) -> float | None:
+        """Iterations left in unfinished cells at the rate the cells of this process have gone so far."""
+        unfinished = [cell for cell in self.cells if cell.status not in ("finished", "failed")]
+        if not unfinished:
+            return 0.0
+        done_here = sum(c.stats.iterations_done - c.stats.iterations_at_start for c in self.cells if c.stats)
+        target = _target(self.cells)
+        if done_here <= 0 or not target:
+            return None
+        left = sum(max(0, c.stats.iterations_target - c.stats.iterations_done) if c.stats else target
+                   for c in unfinished)
+        return left * (time.monotonic() - self._started) / done_here
 
     def render(self) -> Panel:
         table = Table(expand=False, box=None, padding=(0, 1))
-        for column in ("policy", "problem", "seed", "run", "state", "iterations", "best", "solved at"):
+        for column in ("policy", "problem", "seed", "run", "state", "iterations", "best", "solved at", "elapsed",
+                       "ETA", "in flight"):
             table.add_column(column, no_wrap=True)
+        table.add_column("", overflow="fold")  # what a cell waits on, or why it stopped: wraps before cells are cut
         styles = {"finished": "green", "running": "cyan", "failed": "red", "interrupted": "yellow"}
         for cell in self.cells:
             problem, policy, seed = cell.key
             stats = cell.stats
             done = f"{stats.iterations_done}/{stats.iterations_target}" if stats else "-"
+            running = cell.status == "running" and stats is not None
+            now = pace(stats) if stats is not None else None
+            waiting = _waiting(cell)
+            note: RenderableType = Text(cell.detail, style="dim")
+            if waiting or (cell.status == "running" and stats is None):
+                note = Spinner("dots", Text(waiting or "starting", style="dim"))
             table.add_row(policy, problem, str(seed), str(cell.run_id or "-"),
                           Text(cell.status, style=styles.get(cell.status, "dim")), done,
-                          _best(stats) if stats else "-", _solved(stats) if stats else "-")
-        running = sum(cell.status == "running" for cell in self.cells)
+                          _best(stats) if stats else "-", _solved(stats) if stats else "-",
+                          clock(now.elapsed_s) if running and now else "-",
+                          clock(now.eta_s) if running and now else "-",
+                          str(stats.in_flight) if running and stats else "-", note)
+        running_cells = sum(cell.status == "running" for cell in self.cells)
         finished = sum(cell.status == "finished" for cell in self.cells)
-        footer = Text(f"{finished}/{len(self.cells)} cells finished, {running} running", style="dim")
+        footer = Text(f"{finished}/{len(self.cells)} cells finished, {running_cells} running; elapsed "
+                      f"{clock(time.monotonic() - self._started)}, ETA {clock(self._eta())}", style="dim")
         return Panel(Group(table, footer), title=self.title, border_style="green")
+
+
+def _waiting(cell: CellProgress) -> str:
+    return pace(cell.stats).waiting_on if cell.status == "running" and cell.stats is not None else ""
+
+
+def _target(cells: list[CellProgress]) -> int:
+    """A cell's budget where a cell that has not started has no stats yet: the others' (cells share it)."""
+    return next((cell.stats.iterations_target for cell in cells if cell.stats), 0)
 
 
 def _best(stats: RunStats) -> str:

@@ -169,4 +169,7 @@ def print_summary(console: Console, store: ProgramStore, run_id: int) -> None:
         program = best[0]
         vector = ", ".join(f"{k}={v:.3g}" for k, v in program.scores.items())
         console.print(f"\nbest program #{program.id} (iteration {program.iteration}): {vector}", highlight=False)
-        console.print(Syntax(program.code, "python", line_numbers=False))
+        if console.is_terminal:
+            console.print(Syntax(program.code, "python", line_numbers=False))
+        else:  # a log or a pipe: the code as it is, not padded with spaces to the console's width
+            console.print(program.code, markup=False, highlight=False, soft_wrap=True)

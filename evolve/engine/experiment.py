@@ -238,6 +238,9 @@ class ExperimentRunner:
 
     def run_policy_cells(self, policy: PolicySection, todo: list[CellProgress], outcome: ExperimentOutcome) -> bool:
         """Run `todo` (cells of `policy`) in this process sharing one backend; False when interrupted."""
+        for cell in todo:  # a sign of life while the model loads (minutes for a large one)
+            cell.detail = f"loading {policy.name}"
+            self.on_change(cell)
         try:
             with open_policy(policy, self.spec.seeds[0], self.spec.run.concurrency * self.spec.parallel_cells) \
                     as backend:
@@ -263,6 +266,8 @@ class ExperimentRunner:
 
     async def _run_cell(self, backend: Policy, cell: CellProgress, cell_slots: asyncio.Semaphore,
                         eval_slots: asyncio.Semaphore, eval_pool: EvaluatorPool) -> None:
+        cell.detail = "waiting for a cell slot (parallel_cells)" if cell_slots.locked() else "starting"
+        self.on_change(cell)
         async with cell_slots:
             problem_name, policy_name, seed = cell.key
             if cell.run_id is None:
@@ -286,7 +291,7 @@ class ExperimentRunner:
                           problem: Problem, eval_slots: asyncio.Semaphore, eval_pool: EvaluatorPool) -> None:
         """Drive a cell whose lease this process holds and write its final status."""
         self.store.set_run_status(run_id, "running")
-        cell.status = "running"
+        cell.status, cell.detail = "running", ""
 
         def moved(stats: RunStats) -> None:
             cell.stats = stats
