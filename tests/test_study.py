@@ -200,3 +200,23 @@ def test_a_tiny_real_study_stopped_after_training_resumes_without_redoing_anythi
     assert all(f"{stage}: done, skipped" in out for stage in ("train", "sample", "evolve", "report"))
     after = ProgramStore(str(folder / "study.db"), mode="read")
     assert [(run.id, run.name, after.count_programs(run.id), run.status) for run in after.list_runs()] == before
+
+
+def test_a_partly_trained_algorithm_is_partial_and_resumes_only_with_its_own_settings(tmp_path: Path) -> None:
+    from evolve.engine.study import StudyError, _refuse_changed_training, training_status
+    from evolve.engine.study_plan import train_configs
+    from evolve.rl.checkpoints import STATE_FILE, TRAIN_CONFIG_FILE
+
+    spec = load_study(write(tmp_path, STUDY.replace("steps = 1", "steps = 4")))
+    config = train_configs(spec, tmp_path / "study")["vpo"]
+    out = Path(config.out)
+    assert training_status(config) == ("to do", "0/4 steps")
+    (out / STATE_FILE).parent.mkdir(parents=True)
+    (out / STATE_FILE).write_bytes(b"")  # what a run killed after step 2 leaves: its state and 2 log lines
+    (out / "train_log.jsonl").write_text('{"step": 1}\n{"step": 2}\n')
+    (out / TRAIN_CONFIG_FILE).write_text(config.model_copy(update={"threads": 7}).model_dump_json())
+    assert training_status(config) == ("partial", "2/4 steps")
+    _refuse_changed_training(config)  # threads may change between pieces
+    (out / TRAIN_CONFIG_FILE).write_text(config.model_copy(update={"lr": 0.5}).model_dump_json())
+    with pytest.raises(StudyError, match=r"other settings \(lr 0.5 -> 0.0001\); restore the study file"):
+        _refuse_changed_training(config)
