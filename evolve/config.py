@@ -223,12 +223,12 @@ class NoveltySection(StrictModel):
 class RunConfig(StrictModel):
     run: RunSection = RunSection()
     policy: PolicySection = HFPolicySection()
-    novelty: NoveltySection = NoveltySection()
     selection: SelectionConfig = SelectionConfig()
     policies: tuple[PolicySection, ...] = Field((), max_length=16, description="an ensemble: several policies in "
                                                 "one run; replaces [policy], which becomes the first of them")
     ensemble: EnsembleSection = EnsembleSection()
     prompt_evolution: PromptEvolutionSection = PromptEvolutionSection()
+    novelty: NoveltySection = NoveltySection()
 
     @model_validator(mode="before")
     @classmethod
