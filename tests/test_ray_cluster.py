@@ -1,0 +1,161 @@
+"""`evolve experiment --cluster ray`: cells as Ray tasks on a real two-node cluster (a head and a second worker node,
+separate `ray start` processes on loopback) writing a real PostgreSQL store; the second node is SIGKILLed
+mid-experiment and every cell still ends with its exact budget. The policy is tests/fake_policy_server.py (a fixed
+latency), so the cluster's start, not the model, sets the pace. Without --cluster, Ray is never imported.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from fake_policy_server import FakePolicyServer
+from sqlalchemy import create_engine, text
+
+from evolve.cluster import ClusterError
+from evolve.cluster.placement import CellResources, cell_resources, refuse_sqlite_across_hosts
+from evolve.engine.experiment import load_experiment
+from evolve.store.program_store import ProgramStore
+
+ROOT = Path(__file__).resolve().parents[1]
+ITERATIONS = 10
+SEEDS = (0, 1, 2, 3)
+LEASE_S = "2"  # a killed cell's lease lapses this soon, so its re-run starts quickly
+
+
+def experiment_file(folder: Path, policy_url: str, db: str, seeds: tuple[int, ...] = SEEDS,
+                    iterations: int = ITERATIONS, extra_policy: str = "") -> Path:
+    path = folder / "cluster.toml"
+    path.write_text(textwrap.dedent(f"""\
+        problems = ["fizzbuzz"]
+        seeds = {list(seeds)}
+        iterations = {iterations}
+        db = "{db}"
+        [run]
+        programs_dir = "{ROOT / 'programs'}"
+        concurrency = 1
+        eval_workers = 1
+        [[policies]]
+        name = "fake"
+        backend = "openai"
+        url = "{policy_url}"
+        model = "fake"
+        """) + extra_policy)
+    return path
+
+
+# ---------------------------------------------------------------- what a cell asks of the cluster
+
+
+def test_a_cell_asks_for_its_evaluation_cpus_and_the_gpus_of_a_model_it_hosts(tmp_path: Path) -> None:
+    path = experiment_file(tmp_path, "http://127.0.0.1:9/v1", str(tmp_path / "s.db"))
+    path.write_text(path.read_text().replace("eval_workers = 1", "eval_workers = 3")
+                    + '[[policies]]\nname = "local"\nbackend = "hf"\ndevice = "cuda:0"\n'
+                    + '[[policies]]\nname = "cpu"\nbackend = "hf"\n')
+    spec = load_experiment(path)
+    assert cell_resources(spec, "fake") == CellResources(cpus=3.0, gpus=0.0)
+    assert cell_resources(spec, "local") == CellResources(cpus=3.0, gpus=1.0)
+    assert cell_resources(spec, "cpu") == CellResources(cpus=3.0, gpus=0.0)
+
+
+def test_a_sqlite_store_is_refused_only_when_the_cluster_spans_machines(tmp_path: Path) -> None:
+    sqlite = str(tmp_path / "s.db")
+    refuse_sqlite_across_hosts(sqlite, ["127.0.0.1", "127.0.0.1"])  # two raylets on one machine share the file
+    refuse_sqlite_across_hosts("postgresql+psycopg://evolve@db:5432/x", ["10.0.0.1", "10.0.0.2"])
+    with pytest.raises(ClusterError) as error:
+        refuse_sqlite_across_hosts(sqlite, ["10.0.0.1", "10.0.0.2"])
+    assert "spans 2 machines" in str(error.value) and "\n" not in str(error.value)
+    with pytest.raises(ClusterError):
+        refuse_sqlite_across_hosts(f"sqlite:///{sqlite}", ["10.0.0.1", "10.0.0.2"])
+
+
+# ---------------------------------------------------------------- Ray stays out of the one-process path
+
+
+def test_an_experiment_without_cluster_never_imports_ray(tmp_path: Path) -> None:
+    script = textwrap.dedent(f"""\
+        import sys
+        from pathlib import Path
+        sys.path.insert(0, {str(ROOT / 'tests')!r})
+        from fake_policy_server import FakePolicyServer
+        from test_ray_cluster import experiment_file
+        from evolve.cli.main import main
+        with FakePolicyServer(latency_s=0.01) as server:
+            path = experiment_file(Path.cwd(), server.url, "one.db", seeds=(0,), iterations=2)
+            code = main(["experiment", str(path), "--plain"])
+        print("exit", code, "ray imported:", "ray" in sys.modules)
+        """)
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=120)
+    assert "exit 0 ray imported: False" in result.stdout, result.stdout + result.stderr
+
+
+# ---------------------------------------------------------------- a two-node cluster, one node killed
+
+
+def run_rows(url: str, run_id: int) -> tuple[list[int], list[int]]:
+    """(iteration of every terminal attempt, iteration of every program) of a run, sorted."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            attempts = [row[0] for row in connection.execute(text(
+                "SELECT iteration FROM attempts WHERE run_id = :run AND kind != 'policy_call' ORDER BY iteration"),
+                {"run": run_id})]
+            programs = [row[0] for row in connection.execute(text(
+                "SELECT iteration FROM programs WHERE run_id = :run ORDER BY iteration"), {"run": run_id})]
+    finally:
+        engine.dispose()
+    return attempts, programs
+
+
+def test_a_killed_worker_node_loses_no_cell_and_doubles_no_iteration(tmp_path: Path, postgresql_url: str) -> None:
+    pytest.importorskip("ray")
+    from ray_local_cluster import LOOPBACK, LocalRayCluster
+
+    with FakePolicyServer(latency_s=0.1) as server, \
+            LocalRayCluster(head_cpus=1, env={"EVOLVE_LEASE_S": LEASE_S}) as cluster:
+        second = cluster.add_node(cpus=1)
+        path = experiment_file(tmp_path, server.url, postgresql_url)
+        spec = load_experiment(path)
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "evolve.cli.main", "experiment", str(path), "--cluster", "ray", "--plain"],
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, **LOOPBACK, "RAY_ADDRESS": cluster.address, "EVOLVE_LEASE_S": LEASE_S,
+                 "COLUMNS": "300"})
+        store = ProgramStore(postgresql_url)
+        killed: tuple[int, int] | None = None  # (run id, iterations it had committed)
+        deadline = time.monotonic() + 120
+        while killed is None and driver.poll() is None and time.monotonic() < deadline:
+            pids = second.pids()
+            for cell in store.experiment_cells(spec.name):
+                lease = store.lease(cell.run_id)
+                done = len(store.completed_iterations(cell.run_id) - {0})
+                if lease is not None and int(lease.process.rsplit(":", 1)[1]) in pids and 2 <= done < ITERATIONS:
+                    cluster.kill(second)
+                    killed = (cell.run_id, done)
+                    break
+            time.sleep(0.1)
+        out, _ = driver.communicate(timeout=180)
+    assert killed is not None, f"no cell ran on the second node before the experiment ended:\n{out}"
+    assert driver.returncode == 0 and f"{len(SEEDS)}/{len(SEEDS)} cells finished" in out, out
+
+    cells = store.experiment_cells(spec.name)
+    assert sorted(cell.seed for cell in cells) == list(SEEDS)  # one run per cell: the re-run made none
+    assert len(store.list_runs()) == len(SEEDS)
+    for cell in cells:
+        run = store.get_run(cell.run_id)
+        attempts, programs = run_rows(postgresql_url, cell.run_id)
+        assert run.status == "finished", (cell, run.status, out)
+        assert store.completed_iterations(cell.run_id) == set(range(ITERATIONS + 1))
+        assert attempts == list(range(ITERATIONS + 1)), (cell, attempts)  # the seed, then one answer per iteration
+        assert programs[0] == 0 and programs.count(0) == 1 and len(set(programs)) == len(programs), (cell, programs)
+    killed_run, done_before = killed
+    assert done_before >= 2 and store.get_run(killed_run).status == "finished"
+    print(f"killed run {killed_run} after {done_before} iterations; driver said:\n{out}")
+    assert server.requests >= len(SEEDS) * ITERATIONS  # the killed iteration's request is made again
+    store.close()
