@@ -81,6 +81,11 @@ def test_tree_returns_only_programs_after_since_and_grows_while_the_run_writes(s
     later = httpx.get(f"{served.base}/api/runs/2/tree", params={"since": 3}).json()
     assert [(n["id"], n["parent"], n["scalar"]) for n in later["nodes"]] == [(child.id, 3, 0.25)]
     assert later["last"] == child.id and later["run"]["programs"] == 2 and later["run"]["iterations_done"] == 1
+    store = ProgramStore(str(db), mode="existing")  # an iteration that stores no program still counts
+    store.record_iteration(2, 2, [_call(), AttemptRecord("edit_failed", "no answer")], policy="p", parent_id=3)
+    store.close()
+    idle = httpx.get(f"{served.base}/api/runs/2/tree", params={"since": child.id}).json()
+    assert idle["nodes"] == [] and idle["run"]["iterations_done"] == 2
 
 
 def test_tree_pages_a_long_run_and_says_more(db: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import threading
 from typing import Any
 
 from sqlalchemy import case, func, select
@@ -24,6 +25,8 @@ class StoreView:
     def __init__(self, store: ProgramStore) -> None:
         self.store = store
         self._sessions = GuardedSessions(sessionmaker(store.engine), store.url)
+        self._lock = threading.Lock()  # requests are served from a thread pool
+        self._counts: dict[int, tuple[tuple[object, ...], dict[str, Any]]] = {}  # run id -> (its state, counts)
 
     def run_status(self, run: RunInfo) -> str:
         """A "running" run whose lease has lapsed (its driver died) reads "killed", as `evolve runs` lists it."""
@@ -35,16 +38,28 @@ class StoreView:
             return run.status
         return "running" if lease is not None and lease.live(utc_now()) else "killed"
 
-    def _run_counts(self, run_id: int) -> dict[str, Any]:
-        """Iterations done (>= 1, with an outcome), programs, best scalar and solved programs of the run."""
+    def _run_counts(self, run: RunInfo) -> dict[str, Any]:
+        """Iterations done (>= 1, with an outcome), programs, best scalar and solved programs of the run. Kept until
+        the run changes (its updated_at, which every commit moves, or a newer program): a poll of a finished run or
+        a run between commits costs one indexed lookup, not a scan of its attempts."""
+        with self._sessions() as session:
+            newest = session.scalar(select(func.max(ProgramRow.id)).where(ProgramRow.run_id == run.id))
+        key = (run.updated_at, run.status, newest)
+        with self._lock:
+            cached = self._counts.get(run.id)
+        if cached is not None and cached[0] == key:
+            return cached[1]
         with self._sessions() as session:
             done = session.scalar(select(func.count(func.distinct(AttemptRow.iteration))).where(
-                AttemptRow.run_id == run_id, AttemptRow.iteration >= 1, AttemptRow.kind.in_(TERMINAL_KINDS)))
+                AttemptRow.run_id == run.id, AttemptRow.iteration >= 1, AttemptRow.kind.in_(TERMINAL_KINDS)))
             programs, best, solved = session.execute(
                 select(func.count(), func.max(ScoreRow.scalar), func.sum(case((ScoreRow.solved.is_(True), 1), else_=0)))
-                .where(ScoreRow.run_id == run_id)).one()
-        return {"iterations_done": int(done or 0), "programs": int(programs or 0),
-                "best": float(best) if best is not None else None, "solved_programs": int(solved or 0)}
+                .where(ScoreRow.run_id == run.id)).one()
+        counts = {"iterations_done": int(done or 0), "programs": int(programs or 0),
+                  "best": float(best) if best is not None else None, "solved_programs": int(solved or 0)}
+        with self._lock:
+            self._counts[run.id] = (key, counts)
+        return counts
 
     def _experiment_of(self, run_id: int) -> str | None:
         with self._sessions() as session:
@@ -55,7 +70,7 @@ class StoreView:
                 "status": self.run_status(run), "iterations_target": run.iterations_target,
                 "created_at": run.created_at.replace(microsecond=0).isoformat(),
                 "updated_at": run.updated_at.replace(microsecond=0).isoformat(),
-                "experiment": self._experiment_of(run.id), **self._run_counts(run.id)}
+                "experiment": self._experiment_of(run.id), **self._run_counts(run)}
 
     def runs(self) -> list[dict[str, Any]]:
         """Every run of the store, newest first."""
