@@ -19,6 +19,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     study.add_argument("--until", choices=STAGE_NAMES, default="report",
                        help="stop after this stage (default: report, the whole study)")
     study.add_argument("--status", action="store_true", help="only print where each stage stands")
+    study.add_argument("--cluster", choices=("ray",), help="evolve stage: each cell a Ray task on the cluster at "
+                       "RAY_ADDRESS, or on a local one (needs: pip install -e '.[ray]')")
     study.set_defaults(handler=cmd_study)
 
 
@@ -28,7 +30,7 @@ def cmd_study(args: argparse.Namespace, console: Console) -> int:
     from evolve.engine.study_plan import StudyPaths
 
     spec = load_study(args.file)
-    study = Study(spec, StudyPaths.of(spec, args.out, args.db), console, source=args.file)
+    study = Study(spec, StudyPaths.of(spec, args.out, args.db), console, source=args.file, cluster=args.cluster)
     if args.status:
         study.print_statuses(study.statuses())
         return 0

@@ -183,10 +183,11 @@ class Study:
     the stages still to do, up to `until`."""
 
     def __init__(self, spec: StudySpec, paths: StudyPaths, console: Console | None = None,
-                 source: str = "study") -> None:
+                 source: str = "study", cluster: str | None = None) -> None:
         from evolve.store.program_store import ProgramStore
 
         self.spec, self.paths = spec, paths
+        self.cluster = cluster  # "ray": the evolve stage's cells run as Ray tasks (evolve/cluster/)
         self.console = console or Console()
         self.state = StudyState(paths)
         self.train_configs = train_configs(spec, paths.folder, source)
@@ -275,7 +276,7 @@ class Study:
     def _evolve(self, outcome: StudyOutcome) -> None:
         from evolve.api import run_experiment
 
-        result = run_experiment(experiment_spec(self.spec, self.paths), console=self.console)
+        result = run_experiment(experiment_spec(self.spec, self.paths), console=self.console, cluster=self.cluster)
         outcome.errors += [f"evolve: {error}" for error in result.errors]
         outcome.interrupted = result.interrupted
 
