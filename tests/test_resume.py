@@ -1,18 +1,20 @@
 """Resume after a real kill -9 of a real run: nothing committed is lost and the budget is honoured; a resume's
-selection state, rebuilt from the store without reading every program's code, is the uninterrupted process's."""
+selection state, rebuilt from the store without reading every program's code, is the uninterrupted process's.
+Every test runs on a SQLite file and on a PostgreSQL database (store_url, tests/conftest.py)."""
 
 from __future__ import annotations
 
 import os
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from sqlalchemy.exc import SQLAlchemyError
+from store_backends import fetch, is_sqlite
 
 from evolve.config import RunConfig
 from evolve.engine.controller import Controller
@@ -38,12 +40,12 @@ def selection_state(selector: Selector) -> tuple[object, ...]:
 
 @pytest.mark.parametrize("strategy", ["islands", "lexicase"])
 def test_a_resumed_selection_state_equals_the_uninterrupted_process_at_the_same_iteration(
-        tmp_path: Path, strategy: str) -> None:
+        store_url: str, strategy: str) -> None:
     config = RunConfig.model_validate({"run": {"iterations": 80}, "selection": {
         "strategy": strategy, "islands": 3, "population_size": 6, "archive_size": 5, "migration_interval": 7,
         "map_elites": {"bins": 4}}})
     problem = load_problem(config.run.problem, ROOT / "programs")
-    store = ProgramStore(str(tmp_path / "run.db"))
+    store = ProgramStore(store_url)
     run_id = store.create_run("r", problem.name, "p", 0, config.model_dump_json(), 80)
     uninterrupted = Controller(config, problem, store, policy=None, run_id=run_id)  # type: ignore[arg-type]
     rng = random.Random(5)
@@ -61,7 +63,7 @@ def test_a_resumed_selection_state_equals_the_uninterrupted_process_at_the_same_
                                 artifacts={"feedback": f"run {iteration}.{k}"})
                     for k in range(rng.randint(0, 2))]
         uninterrupted._commit(iteration, [AttemptRecord("policy_call", prompt="p"), *children], island, parent.id)
-    resumed = Controller(config, problem, ProgramStore(str(tmp_path / "run.db"), mode="existing"),
+    resumed = Controller(config, problem, ProgramStore(store_url, mode="existing"),
                          policy=None, run_id=run_id)  # type: ignore[arg-type]
     assert resumed.restore()
     assert selection_state(resumed.selector) == selection_state(uninterrupted.selector)
@@ -75,23 +77,18 @@ def evolve(*args: str) -> list[str]:
     return [sys.executable, "-m", "evolve.cli.main", *args]
 
 
-def snapshot(db: Path) -> tuple[dict[int, str], set[int]]:
-    """Programs (id -> code) and completed iterations, read straight from the SQLite file."""
-    with sqlite3.connect(db) as connection:
-        programs = dict(connection.execute("SELECT id, code FROM programs").fetchall())
-        iterations = {
-            row[0]
-            for row in connection.execute(
-                "SELECT DISTINCT iteration FROM attempts WHERE kind != 'policy_call' AND iteration > 0"
-            )
-        }
-    return programs, iterations
+def snapshot(db: str) -> tuple[dict[int, str], set[int]]:
+    """Programs (id -> code) and completed iterations, read straight from the database."""
+    programs = dict(fetch(db, "SELECT id, code FROM programs"))
+    iterations = {row[0] for row in fetch(
+        db, "SELECT DISTINCT iteration FROM attempts WHERE kind != 'policy_call' AND iteration > 0")}
+    return programs, iterations  # type: ignore[return-value]
 
 
 @pytest.mark.slow
-def test_kill_9_mid_run_then_resume_loses_nothing_and_honours_budget(tmp_path: Path) -> None:
-    db = tmp_path / "run.db"
-    args = ["run", "--plain", "--config", str(ROOT / "evolve.toml"), "--db", str(db),
+def test_kill_9_mid_run_then_resume_loses_nothing_and_honours_budget(store_url: str) -> None:
+    db = store_url
+    args = ["run", "--plain", "--config", str(ROOT / "evolve.toml"), "--db", db,
             "--iterations", str(ITERATIONS), "--seed", "3"]
     environment = {**os.environ, "EVOLVE_LEASE_S": str(LEASE_S)}
     process = subprocess.Popen(evolve(*args), cwd=ROOT, env=environment, stdout=subprocess.DEVNULL,
@@ -100,10 +97,10 @@ def test_kill_9_mid_run_then_resume_loses_nothing_and_honours_budget(tmp_path: P
     committed: set[int] = set()
     while time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.5)
-        if db.exists():
+        if not is_sqlite(db) or Path(db).exists():
             try:
                 _, committed = snapshot(db)
-            except sqlite3.OperationalError:
+            except SQLAlchemyError:
                 continue  # tables not created yet
             if len(committed) >= 3:
                 break
@@ -114,18 +111,16 @@ def test_kill_9_mid_run_then_resume_loses_nothing_and_honours_budget(tmp_path: P
     assert 3 <= len(before_iterations) < ITERATIONS
     time.sleep(LEASE_S)  # until then the killed process's lease refuses a resume (tests/test_lease.py)
 
-    resumed = subprocess.run(evolve("run", "--plain", "--resume", "1", "--db", str(db)), cwd=ROOT, env=environment,
+    resumed = subprocess.run(evolve("run", "--plain", "--resume", "1", "--db", db), cwd=ROOT, env=environment,
                              capture_output=True, text=True, timeout=900)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     after_programs, after_iterations = snapshot(db)
     assert after_iterations == set(range(1, ITERATIONS + 1))
     assert all(after_programs.get(pid) == code for pid, code in before_programs.items())
-    with sqlite3.connect(db) as connection:
-        orphans = connection.execute(
-            "SELECT COUNT(*) FROM programs p LEFT JOIN scores s ON s.program_id = p.id WHERE s.program_id IS NULL"
-        ).fetchone()[0]
-        policy_calls = connection.execute("SELECT COUNT(*) FROM attempts WHERE kind = 'policy_call'").fetchone()[0]
-        status = connection.execute("SELECT status FROM runs WHERE id = 1").fetchone()[0]
+    ((orphans,),) = fetch(
+        db, "SELECT COUNT(*) FROM programs p LEFT JOIN scores s ON s.program_id = p.id WHERE s.program_id IS NULL")
+    ((policy_calls,),) = fetch(db, "SELECT COUNT(*) FROM attempts WHERE kind = 'policy_call'")
+    ((status,),) = fetch(db, "SELECT status FROM runs WHERE id = 1")
     assert orphans == 0
     assert policy_calls <= ITERATIONS  # every iteration's terminal records commit together
     assert status == "finished"
