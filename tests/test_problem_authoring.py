@@ -400,3 +400,15 @@ def test_the_report_judges_a_pattern_problem_by_its_current_rule_in_natural_orde
     assert reach == [f"test_{i}" for i in range(12)]  # natural order: test_2 before test_10
     last = next(o for o in results.objectives if o.objective == "test_11")
     assert (last.threshold, last.seeds, last.reached) == (1.0, 2, 1)
+
+
+def test_the_verl_reward_resolves_a_pattern_problem_inside_an_event_loop(tmp_path: Path) -> None:
+    from evolve.rl.verl_reward import compute_score_async, decode_vectors
+
+    new_problem("gcd", tmp_path, "io-tests")
+    text = "<response_1>\ndef solve(a: int, b: int) -> int:\n    return a + b\n</response_1>\n" \
+           f"<response_2>\ndef solve(a: int, b: int) -> int:\n    {GCD}\n</response_2>\n"
+    result = asyncio.run(compute_score_async("evolve", text, "gcd", {"answers": 2}, programs_dir=str(tmp_path)))
+    matrix = decode_vectors(result["reward_vectors"])
+    assert matrix.shape == (2, 12) and matrix[1].tolist() == [1.0] * 12 and 0 < matrix[0].sum() < 12
+    assert result["score"] == 1.0

@@ -39,6 +39,7 @@ import asyncio
 import json
 import os
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from evolve.engine.offspring import ChildScorer
+from evolve.problems.evaluation import resolve_objectives
 from evolve.problems.problem import Problem, load_problem
 from evolve.rl.advantages import answer_key, duplicate_mask, reward_array
 from evolve.rl.estimators import objective_weights
@@ -75,7 +77,13 @@ def programs_dir(given: str | os.PathLike[str] | None = None) -> Path:
 
 @lru_cache(maxsize=64)
 def _problem(name: str, folder: str) -> Problem:
-    return load_problem(name, Path(folder))
+    """The problem, loaded once; a pattern problem's objectives resolved from its seed's evaluation (once, in a
+    thread of its own, since the caller may be inside an event loop)."""
+    problem = load_problem(name, Path(folder))
+    if problem.objectives_known:
+        return problem
+    with ThreadPoolExecutor(max_workers=1) as thread:
+        return thread.submit(lambda: asyncio.run(resolve_objectives(problem))).result()
 
 
 def _settings(ground_truth: Any, extra_info: Mapping[str, Any] | None, defaults: Mapping[str, Any]) -> dict[str, Any]:
