@@ -220,3 +220,11 @@ def test_a_partly_trained_algorithm_is_partial_and_resumes_only_with_its_own_set
     (out / TRAIN_CONFIG_FILE).write_text(config.model_copy(update={"lr": 0.5}).model_dump_json())
     with pytest.raises(StudyError, match=r"other settings \(lr 0.5 -> 0.0001\); restore the study file"):
         _refuse_changed_training(config)
+
+
+def test_long_training_curves_are_drawn_as_moving_means_with_their_range() -> None:
+    from evolve.report.study_report import moving, smoothing_window
+
+    assert smoothing_window(10) == 1 and smoothing_window(300) == 15
+    mean, low, high = moving((0.0, 1.0, float("nan"), 0.5), 2)
+    assert mean == [0.0, 0.5, 1.0, 0.5] and low == [0.0, 0.0, 1.0, 0.5] and high == [0.0, 1.0, 1.0, 0.5]

@@ -72,9 +72,33 @@ def _num(value: float | None) -> str:
     return "&ndash;" if value is None else f"{value:.3f}"
 
 
+def smoothing_window(steps: int) -> int:
+    """Steps per moving window: 1 (the raw values) up to 20 steps, then a twentieth of the run."""
+    return max(1, steps // 20)
+
+
+def moving(values: tuple[float, ...], window: int) -> tuple[list[float], list[float], list[float]]:
+    """The trailing moving mean of `values` over `window` steps, with the window's min and max (NaN skipped)."""
+    means, lows, highs = [], [], []
+    for index in range(len(values)):
+        chunk = [v for v in values[max(0, index - window + 1):index + 1] if v == v]
+        means.append(sum(chunk) / len(chunk) if chunk else float("nan"))
+        lows.append(min(chunk) if chunk else float("nan"))
+        highs.append(max(chunk) if chunk else float("nan"))
+    return means, lows, highs
+
+
 def _chart(curves: list[TrainingCurves], colours: dict[str, str], name: str, title: str) -> str:
-    series = [Series(c.algo, colours[c.algo], [float(s) for s in c.steps], list(getattr(c, name)))
-              for c in curves if c.steps]
+    window = smoothing_window(max((len(c.steps) for c in curves), default=0))
+    series = []
+    for c in curves:
+        if not c.steps:
+            continue
+        mean, low, high = moving(getattr(c, name), window)
+        band = (low, high) if window > 1 else (None, None)
+        series.append(Series(c.algo, colours[c.algo], [float(s) for s in c.steps], mean, *band))
+    if window > 1:
+        title += f" ({window}-step moving mean)"
     if not series:
         return ""
     return f'<figure class="chart" data-training="{name}">{line_chart(series, title, "step", name, None, 540, 260)}' \
@@ -113,7 +137,8 @@ def training_section_html(curves: list[TrainingCurves], budgets: list[dict[str, 
     return ('<section id="training"><h2>Training</h2><p class="hint">Every algorithm trained from the same base '
             "with the same budget counted in answers: an algorithm writing m answers per completion samples "
             "answers_per_prompt / m completions per prompt. The curves are each step's values as train_log.jsonl "
-            "recorded them (one run per algorithm: no interval).</p>"
+            "recorded them (one run per algorithm: no interval); past 40 steps each line is a trailing moving mean "
+            "over a twentieth of the steps, its band the smallest and largest value in that window.</p>"
             '<table class="budgets"><thead><tr><th>algorithm</th><th>m</th><th>completions per prompt</th>'
             "<th>answers per prompt</th><th>prompts per step</th><th>steps</th><th>answers in all</th></tr></thead>"
             f"<tbody>{budget_rows}</tbody></table>"
