@@ -198,3 +198,59 @@ def test_the_live_panel_shows_elapsed_eta_in_flight_and_a_spinner_at_zero() -> N
     assert "elapsed" in text and "ETA" in text and "3 policy requests" in text
     assert text.count("waiting for the first completion (3 requests in flight)") == 2
     assert "loading m1" in text and "in flight" in text
+
+
+def interleaved_store(path: Path) -> tuple[str, list[int], list[int]]:
+    """Two runs whose programs were stored in turn, so store ids and numbers within a run differ: ids per run."""
+    from evolve.store.program_store import ProgramStore
+
+    store = ProgramStore(str(path))
+    runs = [store.create_run(name=f"r{i}", problem="fizzbuzz", policy="p", seed=i, config_json="{}",
+                             iterations_target=3) for i in (1, 2)]
+    ids: dict[int, list[int]] = {run: [] for run in runs}
+    for step in range(3):
+        for run in runs:
+            parent = ids[run][-1] if ids[run] else None
+            program = store.add_program(run, f"x = {run * 10 + step}\n", parent, 0, step, "p" if step else "",
+                                        "", {"a": step / 2}, step / 2, step == 2)
+            ids[run].append(program.id)
+    return str(path), ids[runs[0]], ids[runs[1]]
+
+
+@pytest.mark.parametrize("argv", [["2:3"], ["2", "3"], ["--run", "2", "3"], ["3", "--run", "2"]])
+def test_show_numbers_programs_within_their_run(
+        argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    db, _, second = interleaved_store(tmp_path / "two.db")
+    assert second == [2, 4, 6]  # store-wide ids: not what `show 2:3` means
+    assert main(["show", *argv, "--db", db, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["run_id"], shown["number"], shown["id"], shown["parent_number"]) == (2, 3, 6, 2)
+    assert shown["code"] == "x = 22\n"
+
+
+def test_show_keeps_store_ids_reachable_and_prints_run_numbers(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    db, first, _ = interleaved_store(tmp_path / "two.db")
+    assert main(["show", "--id", str(first[2]), "--db", db, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["number"] == 3
+    assert main(["show", "2", "--db", db]) == 0
+    summary = capsys.readouterr().out
+    assert "first solved  2:3 (store id 6)" in summary and "code of the best program 2:3" in summary
+    assert main(["show", "2:4", "--db", db]) == 1
+    missing = " ".join(capsys.readouterr().out.split())
+    assert "no program 2:4" in missing and "run 2 has programs 1..3" in missing
+    assert main(["show", "two", "--db", db]) == 2
+    assert "write RUN, RUN:N" in capsys.readouterr().out
+
+
+def test_lineage_takes_the_program_number_within_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db, _, second = interleaved_store(tmp_path / "two.db")
+    assert main(["lineage", "2", "2", "--db", db]) == 0
+    by_number = capsys.readouterr().out
+    assert main(["lineage", "2", "--id", str(second[1]), "--db", db]) == 0
+    assert capsys.readouterr().out == by_number
+    assert f"#{second[1]}" in by_number and f"#{second[2]}" not in by_number

@@ -82,7 +82,7 @@ def test_summary_header_best_programs_and_first_solve(store: ProgramStore, db: P
     assert (summary["created_at"], summary["updated_at"]) == ("2025-01-01T00:00:00+00:00", "2025-01-01T00:12:00+00:00")
     assert [b["id"] for b in summary["best"]] == [four, five, three, two, seed]  # a tie goes to the older program
     assert summary["best"][0] == {"id": four, "iteration": 4, "scalar": 1.0, "solved": True,
-                                  "scores": {"t1": 1.0, "t2": 1.0, "t3": 1.0}}
+                                  "scores": {"t1": 1.0, "t2": 1.0, "t3": 1.0}, "number": 4}  # 1 is the seed
     assert (summary["first_solved"]["id"], summary["first_solved"]["iteration"]) == (four, 4)
     assert summary["best_code"] == code(4)
 
@@ -128,15 +128,15 @@ def test_terminal_view_shows_the_same_numbers_and_the_best_code(store: ProgramSt
     render_run(store, run, console)
     text = console.export_text()
     for expected in (f"run {run}: show-run", f"policy        {POLICY}", "iterations    6/10",
-                     f"first solved  #{four} at iteration 4",
+                     f"first solved  {run}:4 (store id {four}) at iteration 4",
                      "outcomes      child 4, policy_error 1, edit_failed 1, duplicate 1, eval_failed 1",
                      "5 (1 failed), mean latency 2.00 s",
                      "200 completion, 500 prompt; 0.3 tokens/s over the active wall time, 20.0 tokens/s per request",
                      "(10.0 s of summed", "0.50 iterations/min over the active wall time", "(active 12m 00s)",
                      "eval_failed: crash",
-                     "3/3 111", f"code of the best program #{four}", "return 4"):
+                     "3/3 111", f"code of the best program {run}:4", "return 4"):
         assert expected in text, expected
-    assert text.index(f"#{four} ") < text.index("3/3 111")
+    assert text.index(f"{run}:4 ") < text.index("3/3 111")
 
 
 def test_an_unsolved_run_without_calls_says_so_and_has_no_rates(store: ProgramStore) -> None:

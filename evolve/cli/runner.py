@@ -153,8 +153,10 @@ def summary_lines(summary: RunSummary) -> list[tuple[str, str]]:
         ("iterations with a valid child", share),
         ("children evaluated", str(summary.outcomes.get("child", 0))),
         ("other outcomes", failures),
-        ("best scalar", f"{best.scalar:.4f} (program #{best.id}, iteration {best.iteration})" if best else "-"),
-        ("solved", f"yes, at iteration {solved.iteration} (program #{solved.id})" if solved else "not yet"),
+        ("best scalar", f"{best.scalar:.4f} (program {summary.run_id}:{best.number}, iteration {best.iteration})"
+         if best else "-"),
+        ("solved", f"yes, at iteration {solved.iteration} (program {summary.run_id}:{solved.number})" if solved
+         else "not yet"),
         ("generation", f"{t.completion_tokens} tokens, {rate} over {t.wall_s:.0f}s of the run's active wall time"),
     ]
 
@@ -168,7 +170,8 @@ def print_summary(console: Console, store: ProgramStore, run_id: int) -> None:
     if best:
         program = best[0]
         vector = ", ".join(f"{k}={v:.3g}" for k, v in program.scores.items())
-        console.print(f"\nbest program #{program.id} (iteration {program.iteration}): {vector}", highlight=False)
+        console.print(f"\nbest program {run_id}:{store.program_number(run_id, program.id)} (store id {program.id}, "
+                      f"iteration {program.iteration}): {vector}", highlight=False)
         if console.is_terminal:
             console.print(Syntax(program.code, "python", line_numbers=False))
         else:  # a log or a pipe: the code as it is, not padded with spaces to the console's width

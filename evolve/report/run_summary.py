@@ -34,11 +34,12 @@ VECTOR_WIDTH = 40  # objectives shown in a compact vector before "..."
 
 @dataclass(frozen=True)
 class ProgramBrief:
-    id: int
+    id: int  # store-wide
     iteration: int
     scalar: float
     solved: bool
     scores: dict[str, float]
+    number: int = 0  # within its run, 1..N in store order (1: the seed); the CLI shows RUN:N
 
 
 @dataclass(frozen=True)
@@ -81,8 +82,9 @@ class RunSummary:
     by_instruction: tuple[ChoiceRow, ...] = ()  # one row per evolved instruction ([prompt_evolution]), if any
 
 
-def _brief(program: Program) -> ProgramBrief:
-    return ProgramBrief(program.id, program.iteration, program.scalar, program.solved, dict(program.scores))
+def _brief(program: Program, store: ProgramStore) -> ProgramBrief:
+    return ProgramBrief(program.id, program.iteration, program.scalar, program.solved, dict(program.scores),
+                        store.program_number(program.run_id, program.id))
 
 
 def _iso(moment: datetime) -> str:
@@ -116,7 +118,8 @@ def summarize(store: ProgramStore, run_id: int) -> RunSummary:
         iterations_done=done, iterations_target=run.iterations_target,
         iterations_with_child=totals.iterations_with_child, created_at=_iso(run.created_at),
         updated_at=_iso(run.updated_at), programs=store.count_programs(run_id),
-        best=tuple(_brief(program) for program in best), first_solved=_brief(solved) if solved else None,
+        best=tuple(_brief(program, store) for program in best),
+        first_solved=_brief(solved, store) if solved else None,
         outcomes=outcomes, failures=failures, throughput=throughput,
         novelty_rejected=novelty_rejections(failures), cascade=cascade_savings(store, run_id),
         best_code=best[0].code if best else None, by_policy=by_policy, by_instruction=by_instruction)
@@ -159,8 +162,8 @@ def render_run(store: ProgramStore, run_id: int, console: Console) -> None:
         ("problem", s.problem), ("policy", s.policy), ("seed", str(s.seed)), ("status", s.status),
         ("iterations", f"{s.iterations_done}/{s.iterations_target}"), ("programs", str(s.programs)),
         ("created", s.created_at), ("updated", f"{s.updated_at} (active {_duration(t.wall_s)})"),
-        ("first solved", f"#{s.first_solved.id} at iteration {s.first_solved.iteration}" if s.first_solved
-         else "not solved"),
+        ("first solved", f"{s.run_id}:{s.first_solved.number} (store id {s.first_solved.id}) at iteration "
+                         f"{s.first_solved.iteration}" if s.first_solved else "not solved"),
         ("outcomes", ", ".join(f"{kind} {count}" for kind, count in s.outcomes.items())),
         ("policy calls", f"{t.policy_calls} ({t.policy_errors} failed), mean latency "
                          f"{_number(t.mean_latency_s, ' s', 2)}"),
@@ -193,7 +196,7 @@ def render_run(store: ProgramStore, run_id: int, console: Console) -> None:
     else:
         console.print(Text("failed answers: none", style="dim"))
     if s.best_code is not None:
-        console.print(Text(f"code of the best program #{s.best[0].id}", style="bold"))
+        console.print(Text(f"code of the best program {s.run_id}:{s.best[0].number}", style="bold"))
         console.print(Syntax(s.best_code.rstrip("\n"), "python", theme="ansi_dark", line_numbers=True, word_wrap=True))
 
 
@@ -210,11 +213,11 @@ def _best_table(s: RunSummary) -> Table | Text:
     if not s.best:
         return Text("no programs stored (the seed program was never scored)", style="yellow")
     table = Table(title=f"best programs (top {TOP_K} by scalar)", title_justify="left")
-    for column in ("program", "iteration", "scalar", "solved"):
+    for column in ("program", "store id", "iteration", "scalar", "solved"):
         table.add_column(column, justify="right", no_wrap=True)
     table.add_column("score vector", overflow="fold")
     for brief in s.best:
-        table.add_row(f"#{brief.id}", str(brief.iteration), f"{brief.scalar:.4f}",
+        table.add_row(f"{s.run_id}:{brief.number}", str(brief.id), str(brief.iteration), f"{brief.scalar:.4f}",
                       Text("yes", style="green") if brief.solved else Text("no", style="dim"),
                       Text(compact_vector(brief.scores)))
     return table

@@ -382,6 +382,25 @@ class ProgramStore(StreamedReads):
             query = select(func.count()).select_from(ProgramRow).where(ProgramRow.run_id == run_id)
             return session.scalar(query) or 0
 
+    def program_number(self, run_id: int, program_id: int) -> int:
+        """The program's number within its run, 1..N in the order the run stored them (1: the seed); what the CLI
+        shows as RUN:N instead of the store-wide id."""
+        with self._sessions() as session:
+            query = select(func.count()).select_from(ProgramRow).where(ProgramRow.run_id == run_id,
+                                                                      ProgramRow.id <= program_id)
+            return session.scalar(query) or 0
+
+    def program_by_number(self, run_id: int, number: int) -> Program:
+        """Program `number` (1..N, see program_number) of the run; UnknownIdError naming the run's range."""
+        with self._sessions() as session:
+            found = session.execute(with_scores().where(ProgramRow.run_id == run_id).order_by(ProgramRow.id)
+                                    .offset(number - 1).limit(1)).first() if number >= 1 else None
+        if found is None:
+            count = self.count_programs(run_id)
+            raise UnknownIdError(f"no program {run_id}:{number} in {self._where}: run {run_id} has "
+                                 + (f"programs 1..{count}" if count else "no programs"))
+        return program_of(*found)
+
     def completed_iterations(self, run_id: int) -> set[int]:
         """Iterations with at least one terminal attempt (TERMINAL_KINDS)."""
         with self._sessions() as session:
