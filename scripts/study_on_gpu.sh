@@ -34,7 +34,7 @@ done
 (cd "$CARRY" && sha256sum --quiet -c SHA256SUMS) || { echo "checksums differ: a part is missing or damaged"; exit 2; }
 
 echo "== 2. install the carried wheels offline"
-if ! $PY -c "import vllm, evolve" 2>/dev/null; then
+if ! $PY -c "import vllm, importlib.metadata as m; m.version('evolve')" 2>/dev/null; then  # installed, not the checkout
   $PY -m pip install --no-index --find-links "$CARRY/wheels" "$CARRY"/wheels/vllm-*.whl "$CARRY"/wheels/evolve-*.whl \
     || { echo "offline install failed: see pip's message (torch pin? a wheel for another Python?)"; exit 2; }
 fi
