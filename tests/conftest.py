@@ -14,10 +14,12 @@ STORE_BACKENDS = ["sqlite", "postgresql"]
 
 
 @pytest.fixture(scope="session")
-def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
-    """One PostgreSQL server for the whole session; skipped where none can run (failed if EVOLVE_REQUIRE_POSTGRES=1)."""
+def postgres() -> Iterator[PostgresServer]:
+    """One PostgreSQL server for the whole session; skipped where none can run (failed if EVOLVE_REQUIRE_POSTGRES=1).
+    Its folder is its own under the system's temporary folder, not under pytest's: as root the server runs as
+    `nobody`, and every pytest session (another one on this machine too) takes o+x off pytest's base folder."""
     try:
-        with postgres_server(tmp_path_factory.mktemp("postgres")) as server:
+        with postgres_server() as server:
             yield server
     except PostgresUnavailable as exc:
         if postgres_required():

@@ -1,4 +1,5 @@
-"""One writer per run: the run lease in the store, against real `evolve run` processes and a real SQLite store.
+"""One writer per run: the run lease in the store, against real `evolve run` processes and a real store: a SQLite
+file, and a PostgreSQL database (store_url in tests/conftest.py), where two processes stand for two machines.
 
 The policy is a tiny OpenAI-compatible server on loopback (a thread of this test process) that answers every
 request after a short delay with a completion holding no code; each iteration is then a policy call and an
@@ -11,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -21,6 +21,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from sqlalchemy import inspect
+from sqlalchemy.exc import SQLAlchemyError
+from store_backends import execute, fetch
 
 from evolve.cli.main import main
 from evolve.store.program_store import ChildRecord, LeaseHeldError, LeaseLostError, ProgramStore
@@ -60,7 +63,7 @@ def policy_url() -> Iterator[str]:
     server.server_close()
 
 
-def evolve_run(db: Path, url: str, *extra: str) -> list[str]:
+def evolve_run(db: str, url: str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "evolve.cli.main", "run", "--plain", "--db", str(db), "--problem", "fizzbuzz",
             "--iterations", str(ITERATIONS), "--set", "policy.backend='openai'", "--set", f"policy.url='{url}'",
             "--set", "policy.model='fake'", "--set", "run.concurrency=1", *extra]
@@ -70,16 +73,15 @@ def lease_env() -> dict[str, str]:
     return {**os.environ, "EVOLVE_LEASE_S": str(LEASE_S), "COLUMNS": "500"}  # no wrapping of the one line
 
 
-def committed_iterations(db: Path) -> list[int]:
+def committed_iterations(db: str) -> list[int]:
     """The iteration of every terminal attempt >= 1 (one per answer; here one answer per iteration)."""
-    with sqlite3.connect(db) as connection:
-        return [row[0] for row in connection.execute(
-            "SELECT iteration FROM attempts WHERE kind != 'policy_call' AND iteration > 0 ORDER BY iteration")]
+    return [row[0] for row in fetch(
+        db, "SELECT iteration FROM attempts WHERE kind != 'policy_call' AND iteration > 0 ORDER BY iteration")]
 
 
 def test_two_resumes_racing_for_a_killed_run_one_drives_it_the_other_is_refused_in_one_line(
-        tmp_path: Path, policy_url: str) -> None:
-    db = tmp_path / "race.db"
+        store_url: str, policy_url: str) -> None:
+    db = store_url
     first = subprocess.Popen(evolve_run(db, policy_url), cwd=ROOT, env=lease_env(), stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 60
@@ -88,7 +90,7 @@ def test_two_resumes_racing_for_a_killed_run_one_drives_it_the_other_is_refused_
         try:
             if len(committed_iterations(db)) >= 3:
                 break
-        except sqlite3.OperationalError:
+        except SQLAlchemyError:
             continue  # the tables are not there yet
     assert first.poll() is None, "the first run ended before it could be killed"
     os.killpg(first.pid, signal.SIGKILL)
@@ -96,8 +98,8 @@ def test_two_resumes_racing_for_a_killed_run_one_drives_it_the_other_is_refused_
     before = committed_iterations(db)
     assert 3 <= len(before) < ITERATIONS
 
-    with sqlite3.connect(db) as connection:  # the dead holder's lease is still there, live for up to LEASE_S
-        (holder,) = connection.execute("SELECT holder FROM run_leases WHERE run_id = 1").fetchone()
+    # the dead holder's lease is still there, live for up to LEASE_S
+    ((holder,),) = fetch(db, "SELECT holder FROM run_leases WHERE run_id = 1")
     assert holder.split(":")[1] == str(first.pid)
     time.sleep(LEASE_S)  # now it has lapsed: the race below is between the two resumes only
 
@@ -118,10 +120,9 @@ def test_two_resumes_racing_for_a_killed_run_one_drives_it_the_other_is_refused_
 
     after = committed_iterations(db)
     assert after == list(range(1, ITERATIONS + 1))  # the budget exactly, no iteration twice
-    with sqlite3.connect(db) as connection:
-        calls = connection.execute("SELECT COUNT(*) FROM attempts WHERE kind = 'policy_call'").fetchone()[0]
-        status = connection.execute("SELECT status FROM runs WHERE id = 1").fetchone()[0]
-        lease = connection.execute("SELECT holder FROM run_leases WHERE run_id = 1").fetchone()
+    ((calls,),) = fetch(db, "SELECT COUNT(*) FROM attempts WHERE kind = 'policy_call'")
+    ((status,),) = fetch(db, "SELECT status FROM runs WHERE id = 1")
+    (lease,) = fetch(db, "SELECT holder FROM run_leases WHERE run_id = 1")
     assert calls == ITERATIONS and status == "finished"
     assert lease == (None,)  # released at the end
 
@@ -132,8 +133,8 @@ def seed(store: ProgramStore, run_id: int, iteration: int = 0) -> list[int]:
     return [program.id for program in store.record_iteration(run_id, iteration, [child])]
 
 
-def test_a_second_writer_is_refused_while_the_lease_lives_and_takes_it_once_it_lapses(tmp_path: Path) -> None:
-    db = str(tmp_path / "lease.db")
+def test_a_second_writer_is_refused_while_the_lease_lives_and_takes_it_once_it_lapses(store_url: str) -> None:
+    db = store_url
     first, second = ProgramStore(db), ProgramStore(db)
     run_id = first.create_run("r", "p", "pol", 0, "{}", 5)
     first.take_lease(run_id, lease_s=0.6)
@@ -157,8 +158,8 @@ def test_a_second_writer_is_refused_while_the_lease_lives_and_takes_it_once_it_l
     first.take_lease(run_id, lease_s=0.6)  # a released lease is free at once
 
 
-def test_the_heartbeat_keeps_a_lease_alive_past_its_length_while_nothing_is_committed(tmp_path: Path) -> None:
-    db = str(tmp_path / "beat.db")
+def test_the_heartbeat_keeps_a_lease_alive_past_its_length_while_nothing_is_committed(store_url: str) -> None:
+    db = store_url
     driver, other = ProgramStore(db), ProgramStore(db)
     run_id = driver.create_run("r", "p", "pol", 0, "{}", 5)
     with driver.driving(run_id, lease_s=0.6):
@@ -170,8 +171,8 @@ def test_the_heartbeat_keeps_a_lease_alive_past_its_length_while_nothing_is_comm
 
 
 def test_runs_lists_a_running_run_as_killed_once_no_process_holds_its_lease(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    db = str(tmp_path / "listed.db")
+        store_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    db = store_url
     store = ProgramStore(db)
     run_id = store.create_run("r", "p", "pol", 0, "{}", 5)
 
@@ -188,15 +189,14 @@ def test_runs_lists_a_running_run_as_killed_once_no_process_holds_its_lease(
     assert listed_status() == "finished"
 
 
-def test_an_old_store_without_the_lease_table_gets_it_on_a_writable_open(tmp_path: Path) -> None:
-    db = tmp_path / "old.db"
-    run_id = ProgramStore(str(db)).create_run("r", "p", "pol", 0, "{}", 5)
-    with sqlite3.connect(db) as connection:
-        connection.execute("DROP TABLE run_leases")
-    assert ProgramStore(str(db), mode="read").get_run(run_id).name == "r"  # read-only: opens, adds nothing
-    with sqlite3.connect(db) as connection:
-        assert not connection.execute("SELECT name FROM sqlite_master WHERE name = 'run_leases'").fetchall()
-    store = ProgramStore(str(db), mode="existing")
+def test_an_old_store_without_the_lease_table_gets_it_on_a_writable_open(store_url: str) -> None:
+    db = store_url
+    run_id = ProgramStore(db).create_run("r", "p", "pol", 0, "{}", 5)
+    execute(db, "DROP TABLE run_leases")
+    reader = ProgramStore(db, mode="read")
+    assert reader.get_run(run_id).name == "r"  # read-only: opens, adds nothing
+    assert not inspect(reader.engine).has_table("run_leases")
+    store = ProgramStore(db, mode="existing")
     with store.driving(run_id):
         assert store.lease(run_id) is not None
 
