@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from evolve.config import RunConfig
 from evolve.engine.controller import Controller
@@ -18,7 +19,7 @@ from evolve.problems.evaluation import evaluate_program
 from evolve.problems.evaluator_pool import EvaluatorPool
 from evolve.problems.problem import Problem, ProblemError, load_problem
 from evolve.records import Completion, Evaluation
-from evolve.report.run_summary import summarize
+from evolve.report.run_summary import render_run, summarize
 from evolve.search.prompts import Prompt
 from evolve.store.program_store import ProgramStore
 
@@ -182,3 +183,6 @@ def test_a_run_stores_stopped_children_with_their_stage_and_the_summary_reports_
     assert (cascade.scored, cascade.stopped, cascade.stopped_by_stage) == (4, 1, {"cheap": 1})
     assert cascade.saved_s is not None and cascade.saved_s >= 0.3  # the full stage sleeps 0.3 s
     assert cascade.spent_s > cascade.saved_s
+    console = Console(record=True, width=200)
+    render_run(store, run_id, console)
+    assert "1 of 4 programs stopped before the full evaluation (1 at cheap)" in console.export_text()

@@ -12,6 +12,7 @@ from evolve.config import RunConfig
 from evolve.engine.controller import Controller
 from evolve.problems.problem import Problem, load_problem
 from evolve.records import Completion
+from evolve.report.run_summary import summarize
 from evolve.search.novelty import NoveltyIndex, NoveltySettings, normalised_code
 from evolve.search.prompts import Prompt
 from evolve.store.program_store import ProgramStore
@@ -140,6 +141,7 @@ def test_near_duplicates_are_recorded_without_being_evaluated(add_one: Problem, 
     counts = store.attempt_counts(run_id)
     assert counts.get("child", 0) == 3 and counts.get("eval_failed", 0) == 0  # the seed and two new programs
     assert sum(cost.evaluations for cost in store.iteration_costs(run_id)) == 2
+    assert summarize(store, run_id).novelty_rejected == 3
 
     plain, plain_run = run_scripted(add_one, tmp_path / "off.db", novelty=False)
     assert plain.attempt_counts(plain_run).get("child", 0) == 1 + len(ANSWERS)  # every answer evaluated
