@@ -44,8 +44,11 @@ def test_a_run_that_solves_its_problem_stops_early_and_a_resume_does_not_continu
                              live=False)
         assert resumed.status == "finished" and resumed.stats.stopped == outcome.stats.stopped
         assert resumed.stats.iterations_done == used and server.requests == requests  # not one more request
+    from evolve.report.run_summary import run_summary_dict
+
     store = ProgramStore(str(db), mode="read")
     assert store.get_run(outcome.run_id).status == "finished"
+    assert run_summary_dict(store, outcome.run_id)["stopped"] == outcome.stats.stopped  # `evolve show` reads it back
     console.file.close()
     assert "stopped early: solved at iteration" in (tmp_path / "out.txt").read_text()
 

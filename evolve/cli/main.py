@@ -105,7 +105,9 @@ def _cmd_runs(args: argparse.Namespace, console: Console) -> int:
         best = store.best_programs(run.id, 1)
         done = sum(1 for iteration in store.completed_iterations(run.id) if iteration >= 1)  # 0 is the seed
         table.add_row(
-            str(run.id), run.problem, run.policy, str(run.seed), _status(store, run), f"{done}/{run.iterations_target}",
+            str(run.id), run.problem, run.policy, str(run.seed),
+            _status(store, run) + (" (stopped early)" if run.status == "finished" and done < run.iterations_target
+                                   else ""), f"{done}/{run.iterations_target}",
             str(store.count_programs(run.id)), f"{best[0].scalar:.4f}" if best else "-", run.name,
         )
     console.print(table)

@@ -33,3 +33,15 @@ class StopRule:
             return (f"target score {self.target_score:g} reached (scalar {best.scalar:.4g} at iteration "
                     f"{best.iteration})")
         return ""
+
+
+def stored_stop_reason(config_json: str, best: Program | None, first_solved: Program | None) -> str:
+    """Why a stored run stopped before its budget, read from its stored config and programs ("" for none, or for a
+    config this version cannot read)."""
+    from evolve.config import stored_config
+
+    try:
+        rule = StopRule.of(stored_config(config_json).run)
+    except ValueError:  # not JSON, or a config of another version: no rule to read
+        return ""
+    return rule.reason(best, first_solved)

@@ -23,6 +23,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from evolve.engine.stop_rules import stored_stop_reason
 from evolve.records import Program
 from evolve.report.by_choice import ChoiceRow, split_run
 from evolve.report.cascade_savings import CascadeSavings, cascade_savings, novelty_rejections
@@ -80,6 +81,7 @@ class RunSummary:
     cascade: CascadeSavings | None = None  # what cascade evaluation stopped and saved; None without a cascade
     by_policy: tuple[ChoiceRow, ...] = ()  # one row per policy the iterations used (an ensemble has several)
     by_instruction: tuple[ChoiceRow, ...] = ()  # one row per evolved instruction ([prompt_evolution]), if any
+    stopped: str = ""  # why a finished run stopped before its budget (run.stop_when_solved, run.target_score)
 
 
 def _brief(program: Program, store: ProgramStore) -> ProgramBrief:
@@ -113,6 +115,8 @@ def summarize(store: ProgramStore, run_id: int) -> RunSummary:
         iterations_per_min=_ratio(done, wall_s / 60), mean_latency_s=_ratio(generation_s, calls))
     by_policy, by_instruction = split_run(store.iteration_choices(run_id))
     failures = store.failure_counts(run_id)
+    stopped = stored_stop_reason(run.config_json, best[0] if best else None, solved) \
+        if run.status == "finished" and done < run.iterations_target else ""
     return RunSummary(
         run_id=run.id, name=run.name, problem=run.problem, policy=run.policy, seed=run.seed, status=run.status,
         iterations_done=done, iterations_target=run.iterations_target,
@@ -122,7 +126,8 @@ def summarize(store: ProgramStore, run_id: int) -> RunSummary:
         first_solved=_brief(solved, store) if solved else None,
         outcomes=outcomes, failures=failures, throughput=throughput,
         novelty_rejected=novelty_rejections(failures), cascade=cascade_savings(store, run_id),
-        best_code=best[0].code if best else None, by_policy=by_policy, by_instruction=by_instruction)
+        best_code=best[0].code if best else None, by_policy=by_policy, by_instruction=by_instruction,
+        stopped=stopped)
 
 
 def run_summary_dict(store: ProgramStore, run_id: int) -> dict[str, Any]:
@@ -159,7 +164,8 @@ def render_run(store: ProgramStore, run_id: int, console: Console) -> None:
     facts.add_column(style="bold cyan")
     facts.add_column()
     rows = [
-        ("problem", s.problem), ("policy", s.policy), ("seed", str(s.seed)), ("status", s.status),
+        ("problem", s.problem), ("policy", s.policy), ("seed", str(s.seed)),
+        ("status", s.status + (f", stopped early: {s.stopped}" if s.stopped else "")),
         ("iterations", f"{s.iterations_done}/{s.iterations_target}"), ("programs", str(s.programs)),
         ("created", s.created_at), ("updated", f"{s.updated_at} (active {_duration(t.wall_s)})"),
         ("first solved", f"{s.run_id}:{s.first_solved.number} (store id {s.first_solved.id}) at iteration "
