@@ -24,12 +24,12 @@ def fetch(url_or_path: str, sql: str, **params: Any) -> list[tuple[Any, ...]]:
         engine.dispose()
 
 
-def execute(url_or_path: str, *statements: str) -> None:
-    """Run statements in one committed transaction."""
+def execute(url_or_path: str, *statements: str, **params: Any) -> None:
+    """Run statements (each with the named `params` it uses) in one committed transaction."""
     engine = create_engine(database_url(url_or_path))
     try:
         with engine.begin() as connection:
             for statement in statements:
-                connection.execute(text(statement))
+                connection.execute(text(statement), params)
     finally:
         engine.dispose()

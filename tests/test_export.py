@@ -1,4 +1,4 @@
-"""The JSONL export on a real SQLite store written as evolve/engine/controller.py writes it: one record per outcome, linked.
+"""The JSONL export on a real store (SQLite, then PostgreSQL) written as evolve/engine/controller.py writes it: one record per outcome, linked.
 
 The run: seed #1; iteration 1 a child #2; iteration 2 one call with four answers (an edit failure, a duplicate of
 #2's code, a child #3 of #2, an eval failure); iteration 3 a policy error; iteration 4 a call whose completion
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -62,8 +61,9 @@ def build_run(store: ProgramStore, name: str = "export-run") -> tuple[int, dict[
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> ProgramStore:
-    return ProgramStore(str(tmp_path / "export.db"))
+def store(store_url: str) -> ProgramStore:
+    """On a SQLite file, then on a PostgreSQL database (tests/conftest.py)."""
+    return ProgramStore(store_url)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Lineage replay on a real SQLite store written as evolve/engine/controller.py writes it: chain, targets, diffs, views.
+"""Lineage replay on a real store (SQLite, then PostgreSQL) written as evolve/engine/controller.py writes it: chain, targets, diffs, views.
 
 The run: objectives t1..t3 (0/1 tests) and speed; the scalar is their mean; solved means every objective >= 0.5.
 Seed #1 -> #2 gains t1 -> #3 gains t2, t3 and loses speed (its code holds `</script><b>`) -> #4 (a call with
@@ -9,7 +9,6 @@ three answers: a child, an eval failure, a duplicate) gains speed and loses t1 -
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -63,8 +62,9 @@ def build_run(store: ProgramStore) -> tuple[int, dict[str, int]]:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> ProgramStore:
-    return ProgramStore(str(tmp_path / "lineage.db"))
+def store(store_url: str) -> ProgramStore:
+    """On a SQLite file, then on a PostgreSQL database (tests/conftest.py)."""
+    return ProgramStore(store_url)
 
 
 @pytest.fixture

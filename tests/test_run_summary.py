@@ -1,4 +1,4 @@
-"""`evolve show RUN`: the summary's numbers from a real SQLite store written as evolve/engine/controller.py writes it.
+"""`evolve show RUN`: the summary's numbers from a real store (SQLite, then PostgreSQL) written as evolve/engine/controller.py writes it.
 
 The run (three 0/1 tests, scalar = their mean): seed #1; iteration 1 child #2; iteration 2 one call with an eval
 failure, a duplicate and child #3; iteration 3 a policy error; iteration 4 child #4 solves; iteration 5 no
@@ -9,11 +9,10 @@ timestamps are set to 12 minutes apart so that the rates are exact.
 from __future__ import annotations
 
 import json
-import sqlite3
-from pathlib import Path
 
 import pytest
 from rich.console import Console
+from store_backends import execute
 
 from evolve.report.run_summary import compact_vector, render_run, run_summary_dict
 from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore, StoreError
@@ -37,7 +36,7 @@ def call(latency_s: float, tokens: int) -> AttemptRecord:
                          prompt_tokens=100, completion_tokens=tokens)
 
 
-def build_run(store: ProgramStore, db: Path) -> tuple[int, list[int]]:
+def build_run(store: ProgramStore, db: str) -> tuple[int, list[int]]:
     run = store.create_run("show-run", "tests3", POLICY, 4, "{}", 10)
 
     def commit(iteration: int, records: list[AttemptRecord | ChildRecord]) -> list[int]:
@@ -55,23 +54,23 @@ def build_run(store: ProgramStore, db: Path) -> tuple[int, list[int]]:
     commit(5, [call(2.0, 40), AttemptRecord("edit_failed", "no answer in the completion", completion="...")])
     (five,) = commit(6, [call(2.0, 40), child(5, three, (1, 1, 1))])
     store.set_run_status(run, "finished")
-    with sqlite3.connect(db) as connection:
-        connection.execute("UPDATE runs SET created_at = '2025-01-01 00:00:00.000000', "
-                           "updated_at = '2025-01-01 00:12:00.000000' WHERE id = ?", (run,))
+    execute(db, "UPDATE runs SET created_at = '2025-01-01 00:00:00.000000', "
+                "updated_at = '2025-01-01 00:12:00.000000' WHERE id = :run", run=run)
     return run, [seed, two, three, four, five]
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "show.db"
+def db(store_url: str) -> str:
+    """A SQLite file, then a PostgreSQL database (tests/conftest.py)."""
+    return store_url
 
 
 @pytest.fixture
-def store(db: Path) -> ProgramStore:
-    return ProgramStore(str(db))
+def store(db: str) -> ProgramStore:
+    return ProgramStore(db)
 
 
-def test_summary_header_best_programs_and_first_solve(store: ProgramStore, db: Path) -> None:
+def test_summary_header_best_programs_and_first_solve(store: ProgramStore, db: str) -> None:
     run, (seed, two, three, four, five) = build_run(store, db)
     summary = run_summary_dict(store, run)
     assert json.loads(json.dumps(summary)) == summary  # JSON-ready as it is
@@ -87,7 +86,7 @@ def test_summary_header_best_programs_and_first_solve(store: ProgramStore, db: P
     assert summary["best_code"] == code(4)
 
 
-def test_summary_counts_outcomes_without_the_seed_and_failures_by_reason(store: ProgramStore, db: Path) -> None:
+def test_summary_counts_outcomes_without_the_seed_and_failures_by_reason(store: ProgramStore, db: str) -> None:
     run, _ = build_run(store, db)
     summary = run_summary_dict(store, run)
     assert summary["outcomes"] == {"child": 4, "policy_error": 1, "edit_failed": 1, "duplicate": 1, "eval_failed": 1}
@@ -96,7 +95,7 @@ def test_summary_counts_outcomes_without_the_seed_and_failures_by_reason(store: 
 
 
 def test_throughput_is_tokens_over_wall_time_and_per_request_over_summed_latency(store: ProgramStore,
-                                                                                   db: Path) -> None:
+                                                                                   db: str) -> None:
     run, _ = build_run(store, db)  # stored without the active clock: the wall time is created -> updated
     summary = run_summary_dict(store, run)
     t = summary["throughput"]
@@ -107,22 +106,21 @@ def test_throughput_is_tokens_over_wall_time_and_per_request_over_summed_latency
     assert summary["iterations_with_child"] == 4  # iterations 1, 2, 4, 6
 
 
-def test_wall_time_is_the_active_clock_without_the_time_the_run_lay_killed(store: ProgramStore, db: Path) -> None:
+def test_wall_time_is_the_active_clock_without_the_time_the_run_lay_killed(store: ProgramStore, db: str) -> None:
     run = store.create_run("killed-once", "tests3", POLICY, 0, "{}", 4)
     store.record_iteration(run, 0, [child(0, None, (0, 0, 0))], run_elapsed_s=1.0)
     empty = AttemptRecord("edit_failed", "no answer in the completion", completion="...")
     store.record_iteration(run, 1, [call(4.0, 30), empty], policy=POLICY, run_elapsed_s=10.0)
     # killed here for an hour; the resumed process's clock goes on from 10 s
     store.record_iteration(run, 2, [call(4.0, 30), empty], policy=POLICY, run_elapsed_s=15.0)
-    with sqlite3.connect(db) as connection:
-        connection.execute("UPDATE runs SET created_at = '2025-01-01 00:00:00.000000', "
-                           "updated_at = '2025-01-01 01:00:15.000000' WHERE id = ?", (run,))
+    execute(db, "UPDATE runs SET created_at = '2025-01-01 00:00:00.000000', "
+                "updated_at = '2025-01-01 01:00:15.000000' WHERE id = :run", run=run)
     t = run_summary_dict(store, run)["throughput"]
     assert t["wall_s"] == 15.0 and t["tokens_per_s"] == pytest.approx(60 / 15)
     assert t["iterations_per_min"] == pytest.approx(2 / 0.25)
 
 
-def test_terminal_view_shows_the_same_numbers_and_the_best_code(store: ProgramStore, db: Path) -> None:
+def test_terminal_view_shows_the_same_numbers_and_the_best_code(store: ProgramStore, db: str) -> None:
     run, (_, _, _, four, _) = build_run(store, db)
     console = Console(record=True, width=140, color_system=None)
     render_run(store, run, console)
