@@ -254,3 +254,14 @@ def test_lineage_takes_the_program_number_within_the_run(tmp_path: Path, capsys:
     assert main(["lineage", "2", "--id", str(second[1]), "--db", db]) == 0
     assert capsys.readouterr().out == by_number
     assert f"#{second[1]}" in by_number and f"#{second[2]}" not in by_number
+
+
+def test_every_output_path_flag_is_out_with_o_and_old_spellings_are_hidden() -> None:
+    parser = _parser()
+    action = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    for name, sub in action.choices.items():
+        shown = [a for a in sub._actions if a.help != "==SUPPRESS=="]
+        for option in shown:
+            assert not set(option.option_strings) & {"--output", "--html"}, f"{name}: {option.option_strings}"
+            if option.dest == "out":
+                assert set(option.option_strings) == {"--out", "-o"}, f"{name}: {option.option_strings}"

@@ -7,6 +7,8 @@ import argparse
 
 from rich.console import Console
 
+from evolve.cli.conventions import add_out_flag
+
 STAGE_NAMES = ("train", "sample", "evolve", "report")
 
 
@@ -15,7 +17,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                                 "it again after a kill)")
     study.add_argument("file", help="study TOML, e.g. experiments/study_small.toml")
     study.add_argument("--db", help="store for the sampling and evolution runs (default: STUDY_DIR/study.db)")
-    study.add_argument("--out", help="the study folder: checkpoints, store, report (default: studies/NAME/)")
+    add_out_flag(study, "the study folder: checkpoints, store, report (default: studies/NAME/)", metavar="FOLDER")
     study.add_argument("--until", choices=STAGE_NAMES, default="report",
                        help="stop after this stage (default: report, the whole study)")
     study.add_argument("--status", action="store_true", help="only print where each stage stands")
