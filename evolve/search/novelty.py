@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import io
-import tokenize
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -129,13 +128,21 @@ def _bound_names(node: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
     return bound - declared
 
 
-def _strip_docstrings(tree: ast.AST) -> None:
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
-                    and isinstance(first.value.value, str):
-                node.body = node.body[1:] or [ast.Pass()]
+def _strip_docstrings(node: ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+    """Drop the docstrings of the module and of every class and function in it (found through statements only:
+    a docstring is the first statement of one of those bodies)."""
+    first = node.body[0] if node.body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        node.body = node.body[1:] or [ast.Pass()]
+    statements: list[ast.stmt] = list(node.body)
+    while statements:
+        statement = statements.pop()
+        if isinstance(statement, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            _strip_docstrings(statement)
+            continue
+        for name in ("body", "orelse", "finalbody", "handlers", "cases"):  # compound statements' blocks
+            for child in getattr(statement, name, ()):
+                statements.extend(child.body if isinstance(child, (ast.ExceptHandler, ast.match_case)) else [child])
 
 
 def normalised_code(code: str) -> str:
@@ -152,18 +159,13 @@ def normalised_code(code: str) -> str:
         return code
 
 
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+
+
 def code_tokens(code: str) -> list[str]:
-    """The code's tokens (names, operators, numbers, strings), without layout tokens; whitespace-split when the
-    tokenizer gives up."""
-    kept: list[str] = []
-    skip = {tokenize.NEWLINE, tokenize.NL, tokenize.INDENT, tokenize.DEDENT, tokenize.COMMENT, tokenize.ENDMARKER}
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(code).readline):
-            if token.type not in skip:
-                kept.append(token.string)
-    except (tokenize.TokenError, SyntaxError):
-        return code.split()
-    return kept
+    """The code's tokens: runs of word characters (names, numbers, words inside strings) and single other
+    characters (operators, brackets, quotes); layout is dropped (normalised_code already laid it out)."""
+    return _TOKEN.findall(code)
 
 
 def shingle_hashes(tokens: list[str], size: int) -> np.ndarray:
