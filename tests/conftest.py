@@ -39,3 +39,12 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return str(tmp_path / "store.db")
     return str(request.getfixturevalue("postgresql_url"))
+
+
+@pytest.fixture(scope="module", params=STORE_BACKENDS)
+def module_store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """store_url for a module-scoped fixture (a store built once and read by many tests), once per backend."""
+    if request.param == "sqlite":
+        return str(tmp_path_factory.mktemp("store") / "store.db")
+    server: PostgresServer = request.getfixturevalue("postgres")
+    return server.create_database(f"m_{uuid.uuid4().hex[:20]}")

@@ -70,15 +70,16 @@ def _write_cell(store: ProgramStore, spec: ExperimentSpec, key: tuple[str, str, 
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory) -> ExperimentResults:
-    db = tmp_path_factory.mktemp("report") / "cmp.db"
+def results(module_store_url: str) -> ExperimentResults:
+    """On a SQLite file, then on a PostgreSQL database (tests/conftest.py)."""
+    db = module_store_url
     spec = ExperimentSpec.model_validate({
         "name": "cmp", "description": "VPO vs GRPO <on two problems> & a broken endpoint", "db": str(db),
         "problems": list(PROBLEMS), "seeds": list(SEEDS), "iterations": ITERATIONS,
         "policies": [{"name": VPO, "answers": 3}, {"name": GRPO},
                      {"name": BROKEN, "backend": "openai", "url": "http://127.0.0.1:9/v1", "model": "x"}],
     })
-    store = ProgramStore(str(db))
+    store = ProgramStore(db)
     store.save_experiment(spec.name, spec.model_dump_json())
     for key, script in SCRIPTS.items():
         _write_cell(store, spec, key, script)

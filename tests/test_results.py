@@ -71,13 +71,14 @@ def _write_cell(store: ProgramStore, spec: ExperimentSpec, key: tuple[str, str, 
 
 
 @pytest.fixture(scope="module")
-def experiment(tmp_path_factory: pytest.TempPathFactory) -> tuple[ProgramStore, ExperimentSpec, Path]:
+def experiment(tmp_path_factory: pytest.TempPathFactory,
+               module_store_url: str) -> tuple[ProgramStore, ExperimentSpec, Path]:
     root = tmp_path_factory.mktemp("results")
     programs = root / "programs"
     for name in ("alpha", "beta"):
         new_problem(name, programs)
     spec = ExperimentSpec.model_validate({
-        "name": "ab", "db": str(root / "ab.db"), "problems": ["alpha", "beta", "gone"], "seeds": list(SEEDS),
+        "name": "ab", "db": module_store_url, "problems": ["alpha", "beta", "gone"], "seeds": list(SEEDS),
         "iterations": ITERATIONS, "run": {"programs_dir": str(programs)},
         "policies": [{"name": "A", "answers": 3}, {"name": "B"}]})
     store = ProgramStore(spec.db)
