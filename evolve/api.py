@@ -108,7 +108,7 @@ def experiment_report(experiment: str | Path | ExperimentSpec, *, db: str | None
     if stored is None:
         named = experiment if isinstance(experiment, str | Path) else spec.name
         raise StoreError(f"no experiment '{spec.name}' in {spec.db}; run `evolve experiment {named}` first")
-    if json.loads(stored) | {"db": spec.db} != json.loads(spec.model_dump_json()):
+    if not _same_spec(stored, spec):
         source = experiment_file(experiment) if isinstance(experiment, str | Path) else f"experiment {spec.name}"
         console.print(f"[yellow]warning:[/] {source} changed since the experiment last ran; the report follows the "
                       "file (cells it no longer names are left out, new ones show as not run)", highlight=False)
@@ -121,3 +121,15 @@ def experiment_report(experiment: str | Path | ExperimentSpec, *, db: str | None
     files = (folder / "report.html", folder / "report.json", *write_csvs(results, folder))
     console.print("wrote " + ", ".join(str(path) for path in files), highlight=False)
     return Report(results, files)
+
+
+def _same_spec(stored: str, spec: ExperimentSpec) -> bool:
+    """Whether the spec an experiment last ran with (as stored) is `spec`: read with today's defaults, so a key added
+    to the experiment file since (with its default) is no change."""
+    from evolve.engine.experiment import ExperimentSpec
+
+    try:
+        then = ExperimentSpec.model_validate(json.loads(stored) | {"db": spec.db})
+    except ValueError:  # a key this version no longer has, or one it refuses: the file changed
+        return False
+    return json.loads(then.model_dump_json()) == json.loads(spec.model_dump_json())

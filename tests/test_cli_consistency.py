@@ -265,3 +265,17 @@ def test_every_output_path_flag_is_out_with_o_and_old_spellings_are_hidden() -> 
             assert not set(option.option_strings) & {"--output", "--html"}, f"{name}: {option.option_strings}"
             if option.dest == "out":
                 assert set(option.option_strings) == {"--out", "-o"}, f"{name}: {option.option_strings}"
+
+
+def test_an_experiment_stored_before_a_new_key_with_its_default_is_not_reported_as_changed() -> None:
+    import json
+
+    from evolve.api import _same_spec
+    from evolve.engine.experiment import load_experiment
+
+    spec = load_experiment(ROOT / "experiments/default.toml")
+    older = json.loads(spec.model_dump_json())
+    del older["run"]["stop_when_solved"], older["run"]["target_score"]  # as a store written before these keys
+    assert _same_spec(json.dumps(older), spec)
+    assert not _same_spec(json.dumps(older | {"iterations": spec.iterations + 1}), spec)
+    assert not _same_spec(json.dumps(older | {"retired_key": 1}), spec)
