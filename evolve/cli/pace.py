@@ -33,10 +33,10 @@ def waiting_on(stats: RunStats) -> str:
     if stats.iterations_done > stats.iterations_at_start or stats.stopped:
         return ""
     if stats.in_flight:
-        return f"waiting for the first completion ({stats.in_flight} requests in flight)"
+        return f"waiting for the first completion ({requests(stats.in_flight)} in flight)"
     if stats.evaluating:
         return "evaluating the seed program" if stats.best is None else f"evaluating {stats.evaluating} children"
-    return "starting" if stats.best is None else "waiting for a request slot"
+    return "starting" if stats.best is None else "starting the first iterations"
 
 
 def clock(seconds: float | None) -> str:
@@ -54,8 +54,12 @@ def clock(seconds: float | None) -> str:
 def pace_text(stats: RunStats) -> str:
     """One line of the same facts the live panel shows: elapsed, ETA, requests in flight, evaluations running."""
     now = pace(stats)
-    return (f"elapsed {clock(now.elapsed_s)}, ETA {clock(now.eta_s)}, {stats.in_flight} requests in flight, "
+    return (f"elapsed {clock(now.elapsed_s)}, ETA {clock(now.eta_s)}, {requests(stats.in_flight)} in flight, "
             f"{stats.evaluating} evaluating")
+
+
+def requests(count: int) -> str:
+    return f"{count} request{'s' * (count != 1)}"
 
 
 class Heartbeat:
