@@ -101,8 +101,10 @@ def test_an_unresolved_pattern_reduces_and_judges_the_matching_scores_in_natural
     assert not problem.is_solved(scores) and problem.is_solved({**scores, "test_2": 1.0})
     resolved = problem.resolved(scores)
     assert resolved.objectives == ("test_1", "test_2", "test_10") and resolved.resolved(["x"]) is resolved
-    with pytest.raises(ProblemError, match="matches none"):
-        problem.resolved(["other_1"])
+    with pytest.raises(ProblemError, match="does not match names evaluate\\(\\) returned \\(other_1\\)"):
+        problem.resolved(["test_1", "other_1"])
+    with pytest.raises(ProblemError, match="matched no name"):
+        problem.resolved([])
 
 
 def test_a_pattern_refuses_weights_and_features_it_cannot_name(tmp_path: Path) -> None:

@@ -176,8 +176,8 @@ class Problem:
         unmatched = [name for name in ordered if not self.matches_pattern(name)]
         if not ordered or unmatched:
             raise ProblemError(f"{self.path / 'problem.toml'}: objectives = {{pattern = {self.objective_pattern!r}}} "
-                               f"matches none of the names evaluate() returned"
-                               + (f" ({', '.join(unmatched[:5])})" if unmatched else ""))
+                               + (f"does not match names evaluate() returned ({', '.join(unmatched[:5])})"
+                                  if unmatched else "matched no name: evaluate() returned none"))
         return replace(self, objectives=ordered)
 
     def _vector(self, scores: dict[str, float]) -> list[float]:
