@@ -13,7 +13,11 @@
 
   const nodes = new Map(); // id -> {id, parent, island, iteration, scalar, solved, number, slot, dot, edge}
   const slots = new Map(); // "island:iteration" -> programs there so far
-  let last = 0, run = null, selected = null, lo = Infinity, hi = -Infinity, timer = null;
+  let last = 0, run = null, selected = null, lo = Infinity, hi = -Infinity;
+  let topIsland = 0, topIteration = 0, depth = 3; // running maxima (no Math.max over 100,000 arguments)
+  let pending = false; // programs added since the last layout
+  const chain = []; // the edges from the selected program up to the seed, highlighted
+  let loaded = false; // the stored backlog is drawn: later programs are arrivals
 
   const svg = document.createElementNS(SVG, "svg");
   const lanes = document.createElementNS(SVG, "g");
@@ -29,22 +33,20 @@
     return node;
   }
 
-  function add(node) {
+  function add(node, fresh, dotsOut, edgesOut) {
     const key = `${node.island}:${node.iteration}`;
     node.slot = slots.get(key) || 0;
     slots.set(key, node.slot + 1);
+    depth = Math.max(depth, node.slot + 1);
+    topIsland = Math.max(topIsland, node.island);
+    topIteration = Math.max(topIteration, node.iteration);
     node.number = nodes.size + 1;
-    node.dot = svgEl("circle", { class: "node fresh" + (node.solved ? " solved" : ""), r: node.solved ? 6 : 4.5,
+    node.dot = svgEl("circle", { class: "node" + (fresh ? " fresh" : "") + (node.solved ? " solved" : ""),
       "data-id": node.id, "data-island": node.island });
-    const label = `#${node.id} · iteration ${node.iteration} · island ${node.island} · scalar ${num(node.scalar)}` +
-      (node.solved ? " · solved" : "");
-    node.dot.append(svgEl("title", {}));
-    node.dot.firstChild.textContent = label;
-    node.dot.addEventListener("click", () => select(node.id));
-    dots.append(node.dot);
+    dotsOut.append(node.dot);
     if (node.parent !== null) {
       node.edge = svgEl("path", { class: "edge", "data-child": node.id });
-      edges.append(node.edge);
+      edgesOut.append(node.edge);
     }
     nodes.set(node.id, node);
     lo = Math.min(lo, node.scalar);
@@ -52,12 +54,14 @@
   }
 
   function layout() {
-    const islands = Math.max(run ? run.islands : 1, ...[...nodes.values()].map((n) => n.island + 1));
-    const iterations = Math.max(run ? run.iterations_target : 1, ...[...nodes.values()].map((n) => n.iteration));
-    const depth = Math.max(3, ...slots.values());
-    const laneHeight = 12 + depth * SLOT;
+    const islands = Math.max(run ? run.islands : 1, topIsland + 1);
+    const iterations = Math.max(run ? run.iterations_target : 1, topIteration);
     const width = Math.max(document.getElementById("tree-box").clientWidth - 4, 480);
-    const step = Math.max(10, (width - LEFT - RIGHT) / Math.max(1, iterations));
+    // long runs are drawn denser (down to 2 px per iteration, smaller dots), then scroll sideways
+    const step = Math.max(2, (width - LEFT - RIGHT) / Math.max(1, iterations));
+    const radius = Math.min(4.5, Math.max(1.5, step * 0.4));
+    const slot = Math.min(SLOT, Math.max(4, radius * 3));
+    const laneHeight = 12 + depth * slot;
     const fullWidth = LEFT + RIGHT + step * Math.max(1, iterations);
     const height = TOP + islands * laneHeight + BOTTOM;
     svg.setAttribute("width", fullWidth);
@@ -83,7 +87,8 @@
     const span = hi - lo;
     for (const node of nodes.values()) {
       node.x = LEFT + node.iteration * step;
-      node.y = TOP + node.island * laneHeight + 12 + node.slot * SLOT;
+      node.y = TOP + node.island * laneHeight + 12 + node.slot * slot;
+      node.dot.setAttribute("r", node.solved ? radius + 1.5 : radius);
       node.dot.setAttribute("cx", node.x);
       node.dot.setAttribute("cy", node.y);
       node.dot.setAttribute("fill", colour(span > 0 ? (node.scalar - lo) / span : 1));
@@ -102,13 +107,14 @@
     box.replaceChildren(el("span", { text: `scalar ${num(lo === Infinity ? null : lo)}` }),
       el("span", { class: "ramp" }), el("span", { text: num(hi === -Infinity ? null : hi) }),
       el("span", { class: "ring" }), el("span", { text: "solved" }),
-      el("span", { text: "· lanes: islands · edges: parent → child · click a dot" }));
+      el("span", { text: "· lanes: islands · edges: parent → child · click a dot" }),
+      el("span", { id: "hover", class: "hover" }));
   }
 
   function header() {
     const head = document.getElementById("run-head");
     const live = run.status === "running";
-    head.replaceChildren(
+    head.replaceChildren(...[ // replaceChildren would write a null as the text "null"
       el("h1", { id: "run-title", text: `run ${run.id}: ${run.problem}` }),
       statusBadge(run.status),
       el("span", { class: "fact" }, "policy ", el("b", { text: run.policy }), ` · seed ${run.seed}`),
@@ -119,15 +125,18 @@
       run.solved_programs ? el("span", { class: "fact" }, "solved ", el("b", { text: run.solved_programs })) : null,
       run.experiment ? el("a", { href: `/experiments/${encodeURIComponent(run.experiment)}/report`, id: "run-report-link",
         text: `experiment report (${run.experiment})` }) : null,
-      el("span", { id: "live", class: live ? "on muted" : "muted", text: live
-        ? `live, updated ${new Date().toLocaleTimeString()}` : `not running (${run.status})` }));
+      el("span", { id: "live", class: live ? "on muted" : "muted", text: !loaded
+        ? `loading the stored programs: ${nodes.size} so far…` : live
+          ? `live, updated ${new Date().toLocaleTimeString()}` : `not running (${run.status})` })].filter(Boolean));
   }
 
   function highlightChain(id) {
-    for (const node of nodes.values()) if (node.edge) node.edge.classList.remove("chain");
+    for (const edge of chain) edge.classList.remove("chain");
+    chain.length = 0;
     let node = nodes.get(id), guard = 0;
     while (node && node.edge && guard++ < nodes.size) {
       node.edge.classList.add("chain");
+      chain.push(node.edge);
       edges.append(node.edge); // drawn last: on top
       node = nodes.get(node.parent);
     }
@@ -153,20 +162,43 @@
     try {
       const page = await getJSON(`/api/runs/${runId}/tree?since=${last}`);
       run = page.run;
-      for (const node of page.nodes) if (!nodes.has(node.id)) add(node);
+      const fresh = loaded, dotsOut = document.createDocumentFragment(); // animate live arrivals only
+      const edgesOut = document.createDocumentFragment(); // one insertion per page, not one per program
+      for (const node of page.nodes) if (!nodes.has(node.id)) add(node, fresh, dotsOut, edgesOut);
+      dots.append(dotsOut);
+      edges.append(edgesOut);
+      pending = pending || page.nodes.length > 0;
       last = page.last;
       more = page.more;
-      if (page.nodes.length || !svg.getAttribute("width")) layout();
+      loaded = loaded || !more;
+      // a long backlog is kept out of rendering (display: none) and laid out once, at its end
+      svg.style.display = more ? "none" : "";
+      if ((pending && !more) || !svg.getAttribute("width")) {
+        layout();
+        pending = false;
+      }
       header();
       document.title = `evolve: run ${run.id} (${run.status})`;
     } catch (error) {
       document.getElementById("run-head").replaceChildren(el("p", { class: "error", text: error.message }));
       return; // an unknown run: nothing to poll
     }
-    if (more) timer = setTimeout(poll, 0);
-    else if (run.status === "running") timer = setTimeout(poll, POLL_MS);
-    else timer = null; // ended: what it stored is all drawn
+    if (more) setTimeout(poll, 0);
+    else if (run.status === "running") setTimeout(poll, POLL_MS);
+    // else the run ended: what it stored is all drawn
   }
+
+  // one listener for every dot: a click selects it, hovering names it (no title element per program)
+  dots.addEventListener("click", (event) => {
+    const id = Number(event.target.getAttribute("data-id"));
+    if (nodes.has(id)) select(id);
+  });
+  dots.addEventListener("mouseover", (event) => {
+    const node = nodes.get(Number(event.target.getAttribute("data-id")));
+    if (!node) return;
+    document.getElementById("hover").textContent = `#${node.id} (program ${node.number}) · iteration ` +
+      `${node.iteration} · island ${node.island} · scalar ${num(node.scalar)}` + (node.solved ? " · solved" : "");
+  });
 
   document.getElementById("bar").replaceWith(topBar([["runs", "/"], [`run ${runId}`, null]]));
   window.addEventListener("resize", () => { if (nodes.size) layout(); });
