@@ -462,3 +462,20 @@ def test_a_63_bit_seed_round_trips_in_runs_and_experiment_cells(store: ProgramSt
     run = store.create_run("big", "prob", "p", MAX_SEED, "{}", 3, experiment="e")
     assert store.get_run(run).seed == MAX_SEED
     assert [cell.seed for cell in store.experiment_cells("e")] == [MAX_SEED]
+
+
+def test_text_with_nul_characters_is_stored_on_both_backends(store: ProgramStore, db: str) -> None:
+    """An LLM's completion or an evaluator's stderr may hold NUL, which PostgreSQL's text type refuses: there it is
+    written as U+FFFD; SQLite keeps it."""
+    run = new_run(store)
+    text = "before\x00after"
+    kept = text if is_sqlite(db) else "before\ufffdafter"
+    (program,) = store.record_iteration(run, 0, [
+        AttemptRecord("policy_call", prompt=text, completion=text),
+        ChildRecord(code=f"# {text}\nx = 1\n", parent_id=None, island=0, policy="p", edit=text, scores={"a": 1.0},
+                    scalar=1.0, solved=False, artifacts={"stderr": text}),
+        AttemptRecord("eval_failed", f"crash: {text}", child_code=text)])
+    stored = store.get_program(program.id)
+    assert (stored.code, stored.edit, stored.artifacts) == (f"# {kept}\nx = 1\n", kept, {"stderr": text})
+    call, _, failed = store.attempts(run)
+    assert (call.prompt, call.completion, failed.reason, failed.child_code) == (kept, kept, f"crash: {kept}", kept)

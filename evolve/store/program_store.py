@@ -412,7 +412,7 @@ class ProgramStore(StreamedReads):
         """Failed answers by 'kind: reason head' (the reason up to its first ':'), or 'kind' alone, most first."""
         with self._sessions() as session:
             rows = session.execute(select(AttemptRow.kind, AttemptRow.reason).where(
-                AttemptRow.run_id == run_id, AttemptRow.kind.in_(FAILURE_KINDS)))
+                AttemptRow.run_id == run_id, AttemptRow.kind.in_(FAILURE_KINDS)).order_by(AttemptRow.id))
             counts = Counter(f"{kind}: {reason.split(':')[0].strip()}" if reason else kind for kind, reason in rows)
             return dict(counts.most_common())
 

@@ -38,12 +38,25 @@ class _UtcDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
 
 
+class _StoreText(TypeDecorator[str]):
+    """Text. PostgreSQL's text cannot hold a NUL character (SQLite's can), and a completion or an evaluator's stderr
+    may carry one: there it is written as U+FFFD instead of failing the iteration's write."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
+        if value is not None and dialect.name == "postgresql" and "\x00" in value:
+            return value.replace("\x00", "\ufffd")
+        return value
+
+
 def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
 class Base(DeclarativeBase):
-    type_annotation_map = {datetime: _UtcDateTime, str: Text}
+    type_annotation_map = {datetime: _UtcDateTime, str: _StoreText}
 
 
 class RunRow(Base):
