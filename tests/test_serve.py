@@ -13,6 +13,7 @@ import httpx
 import pytest
 from serve_run import EVOLVE, ROOT, Served, start_serve
 
+from evolve.engine.experiment import ExperimentSpec
 from evolve.serve.data import StoreView
 from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore
 
@@ -35,8 +36,8 @@ def _call() -> AttemptRecord:
 
 @pytest.fixture(scope="module")
 def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Two runs: run 1 (seed, a child that solves it on island 1, an edit failure), run 2 (its own seed, program 3),
-    which one test extends while the server runs."""
+    """Three runs: run 1 (seed, a child that solves it on island 1, an edit failure), run 2 (its own seed, program 3),
+    which one test extends while the server runs, and run 3, the one cell of experiment "exp-1.a"."""
     path = tmp_path_factory.mktemp("serve") / "serve.db"
     store = ProgramStore(str(path))
     run = store.create_run("r1", "toy", "p", 0, json.dumps({"selection": {"islands": 2}}), 4)
@@ -47,6 +48,11 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
                            parent_id=seed.id)
     other = store.create_run("r2", "toy", "p", 1, "{}", 1)
     store.record_iteration(other, 0, [_child(SEED_CODE, {"a": 0.5}, None)])
+    spec = ExperimentSpec.model_validate({"name": "exp-1.a", "description": "<b>a</b> & b", "db": str(path),
+                                          "problems": ["toy"], "iterations": 1, "policies": [{"name": "p"}]})
+    store.save_experiment(spec.name, spec.model_dump_json())
+    cell = store.create_run("exp/toy/p/s0", "toy", "p", 0, "{}", 1, experiment=spec.name)
+    store.record_iteration(cell, 0, [_child(SEED_CODE, {"a": 1.0}, None)])
     store.close()
     return path
 
@@ -60,8 +66,9 @@ def served(db: Path) -> Iterator[Served]:
 
 def test_runs_endpoint_lists_every_run_with_its_counts(served: Served) -> None:
     runs = httpx.get(f"{served.base}/api/runs").json()["runs"]
-    assert [run["id"] for run in runs] == [2, 1]  # newest first
-    first = runs[1]
+    assert [run["id"] for run in runs] == [3, 2, 1]  # newest first
+    assert runs[0]["experiment"] == "exp-1.a"
+    first = runs[2]
     assert (first["problem"], first["programs"], first["iterations_done"], first["iterations_target"]) == \
         ("toy", 2, 2, 4)
     assert first["best"] == 1.0 and first["solved_programs"] == 1 and first["experiment"] is None
@@ -126,6 +133,15 @@ def test_bad_ids_and_paths_get_one_json_error_line(served: Served, path: str, st
     assert response.status_code == status
     body = response.json()
     assert list(body) == ["error"] and message in body["error"] and "\n" not in body["error"]
+
+
+def test_experiments_are_listed_and_their_report_is_rendered_on_demand(served: Served) -> None:
+    (experiment,) = httpx.get(f"{served.base}/api/experiments").json()["experiments"]
+    assert experiment["name"] == "exp-1.a" and experiment["cells"] == [{"run": 3, "problem": "toy", "policy": "p",
+                                                                         "seed": 0}]
+    report = httpx.get(f"{served.base}/experiments/exp-1.a/report")
+    assert report.status_code == 200 and "<title>evolve report: exp-1.a</title>" in report.text
+    assert "&lt;b&gt;a&lt;/b&gt; &amp; b" in report.text and 'href="/"' in report.text and "<script" not in report.text
 
 
 def test_the_server_is_read_only_and_its_pages_load_scripts_only_from_itself(served: Served) -> None:

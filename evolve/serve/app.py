@@ -8,6 +8,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -30,6 +31,10 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline';
 
 class BadRequest(UserError):
     """A query parameter the endpoint cannot read."""
+
+
+class StoredSpecError(UserError):
+    """An experiment's stored spec that this version cannot read."""
 
 
 def _page(name: str) -> Any:
@@ -87,7 +92,11 @@ def create_app(store: ProgramStore, token: str | None = None) -> Starlette:
         from evolve.report.results import collect
 
         name = request.path_params["name"]
-        spec = ExperimentSpec.model_validate_json(view.experiment_spec(name)).model_copy(update={"db": store.url})
+        try:
+            spec = ExperimentSpec.model_validate_json(view.experiment_spec(name)).model_copy(update={"db": store.url})
+        except ValidationError as exc:
+            raise StoredSpecError(f"experiment '{name}' was stored by another version of evolve and does not read "
+                                  f"now ({exc.error_count()} errors); `evolve report FILE` reports it") from exc
         html = report_html(collect(store, spec))
         return HTMLResponse(_nav(html, f'<a style="color:#93c5fd" href="/">all runs</a> &middot; experiment '
                                        f'{escape(name)}'))
