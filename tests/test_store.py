@@ -479,3 +479,8 @@ def test_text_with_nul_characters_is_stored_on_both_backends(store: ProgramStore
     assert (stored.code, stored.edit, stored.artifacts) == (f"# {kept}\nx = 1\n", kept, {"stderr": text})
     call, _, failed = store.attempts(run)
     assert (call.prompt, call.completion, failed.reason, failed.child_code) == (kept, kept, f"crash: {kept}", kept)
+
+
+def test_a_database_url_whose_driver_is_missing_is_one_store_error_line() -> None:
+    with pytest.raises(StoreError, match=r"^cannot open the store mysql://u@h/db: No module named 'MySQLdb'$"):
+        ProgramStore("mysql://u@h/db")  # SQLAlchemy's default MySQL driver, which evolve does not install

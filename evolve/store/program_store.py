@@ -117,6 +117,9 @@ class ProgramStore(StreamedReads):
                 stale = prepare_schema(self.engine)
         except (SQLAlchemyError, ValueError) as exc:
             raise StoreError(f"cannot open the store {url_or_path}: {first_line(exc)}") from exc
+        except ImportError as exc:  # the URL's database driver is not installed
+            hint = " (pip install 'evolve[postgres]')" if self.url.startswith("postgres") else ""
+            raise StoreError(f"cannot open the store {url_or_path}: {first_line(exc)}{hint}") from exc
         if stale:
             raise StoreError(f"the store {url_or_path} was written by another version of evolve "
                              f"(missing {', '.join(stale)}); use a new database file")
