@@ -171,11 +171,11 @@ def test_plain_progress_prints_the_panel_facts_and_a_heartbeat_while_quiet() -> 
         while "waiting for the first completion" not in out.getvalue() and time.monotonic() < deadline:
             time.sleep(0.05)
         stats.iterations_done = 1
-        stats.note("it    1 island 0: child #2 scalar 0.5000")
+        stats.note("it    1 island 0: child 1:2 scalar 0.5000")
         view.update(stats)
     text = out.getvalue()
     assert "[0/8] ... waiting for the first completion (2 requests in flight)" in text
-    assert "[1/8] it    1 island 0: child #2 scalar 0.5000  (best -; elapsed" in text
+    assert "[1/8] it    1 island 0: child 1:2 scalar 0.5000  (best -; elapsed" in text
     assert "ETA" in text and "2 requests in flight" in text
 
 

@@ -49,8 +49,13 @@ def test_a_run_that_solves_its_problem_stops_early_and_a_resume_does_not_continu
     store = ProgramStore(str(db), mode="read")
     assert store.get_run(outcome.run_id).status == "finished"
     assert run_summary_dict(store, outcome.run_id)["stopped"] == outcome.stats.stopped  # `evolve show` reads it back
+    solved = outcome.stats.first_solved
+    number = store.program_number(outcome.run_id, solved.id)  # the live lines number programs as `show RUN:N` does
+    assert outcome.stats.solved_number == resumed.stats.solved_number == number
     console.file.close()
-    assert "stopped early: solved at iteration" in (tmp_path / "out.txt").read_text()
+    printed = (tmp_path / "out.txt").read_text()
+    assert "stopped early: solved at iteration" in printed
+    assert f"child {outcome.run_id}:{number} scalar 1.0000 SOLVED" in printed
 
 
 def test_without_the_rule_the_same_run_spends_its_budget(tmp_path: Path) -> None:

@@ -27,9 +27,11 @@ def summary_rows(stats: RunStats) -> list[tuple[str, str]]:
     tokens_per_s = stats.completion_tokens / elapsed if elapsed > 0 else 0.0
     failures = ", ".join(f"{k} {v}" for k, v in sorted(stats.outcomes.items()) if k != "child") or "none"
     best = stats.best
-    best_text = f"{best.scalar:.4f} (iteration {best.iteration}, store id {best.id})" if best else "-"
+    best_text = f"{best.scalar:.4f} (program {stats.run_id}:{stats.best_number}, iteration {best.iteration})" \
+        if best else "-"
     solved = stats.first_solved
-    solved_text = f"yes, at iteration {solved.iteration} (store id {solved.id})" if solved else "not yet"
+    solved_text = f"yes, at iteration {solved.iteration} (program {stats.run_id}:{stats.solved_number})" \
+        if solved else "not yet"
     now = pace(stats)
     return [
         ("iterations", f"{stats.iterations_done}/{stats.iterations_target}"

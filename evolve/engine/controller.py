@@ -46,16 +46,23 @@ class RunStats:
     evaluating: int = 0  # programs being scored now (the seed, children)
     iterations_at_start: int = 0  # iterations a resumed run had done before this process: the rate leaves them out
     stopped: str = ""  # why the run stopped before its budget (StopRule.reason), "" when it did not
+    run_id: int = 0
+    programs: int = 0  # the run's stored programs so far
+    best_number: int = 0  # the best program's number in the run (1..programs), as `evolve show RUN:N` takes it
+    solved_number: int = 0  # the first solved program's number
 
     def note(self, line: str) -> None:
         self.recent.append(line)
         del self.recent[:-8]
 
     def consider(self, program: Program) -> None:
+        """Count a stored program (called once per program, in store order, so `programs` is its number in the
+        run, as `evolve show RUN:N` numbers it) and keep the best and the first solved."""
+        self.programs += 1
         if self.best is None or program.scalar > self.best.scalar:
-            self.best = program
+            self.best, self.best_number = program, self.programs
         if program.solved and self.first_solved is None:
-            self.first_solved = program
+            self.first_solved, self.solved_number = program, self.programs
 
 
 class Controller:
@@ -82,7 +89,7 @@ class Controller:
         self.run_id = run_id
         self.on_update = on_update or (lambda stats: None)
         self.selector = Selector(selection_for(config, problem), problem.objectives, config.run.seed)
-        self.stats = RunStats(iterations_target=config.run.iterations)
+        self.stats = RunStats(iterations_target=config.run.iterations, run_id=run_id)
         self.prompt_options = PromptOptions.from_policy(config.policy)
         self.template = load_template(config.policy.template)
         self._seen_code: set[str] = set()
@@ -346,7 +353,8 @@ class Controller:
         self.stats.children += len(programs)
         self.stats.iterations_with_child += bool(programs)
         self.stats.iterations_done += 1
-        self.stats.note(describe_iteration(iteration, island, programs, records))
+        self.stats.note(describe_iteration(iteration, island, programs, records,
+                                           f"{self.run_id}:{self.stats.programs - len(programs) + 1}"))
         self._check_stop()
         self.on_update(self.stats)
 
@@ -371,12 +379,16 @@ def render_prompt_text(messages: list[dict[str, str]], prefill: str) -> str:
 
 
 def describe_iteration(
-    iteration: int, island: int, programs: list[Program], records: list[AttemptRecord | ChildRecord]
+    iteration: int, island: int, programs: list[Program], records: list[AttemptRecord | ChildRecord],
+    first_label: str = "",
 ) -> str:
+    """One line for an iteration; `first_label` is RUN:N of its first child (the others follow it), else store ids."""
     if programs:
-        best = max(programs, key=lambda p: p.scalar)
+        index, best = max(enumerate(programs), key=lambda pair: pair[1].scalar)
+        run, _, number = first_label.partition(":")
+        label = f"{run}:{int(number) + index}" if number.isdigit() else f"#{best.id}"
         solved = " SOLVED" if best.solved else ""
-        return f"it {iteration:>4} island {island}: child #{best.id} scalar {best.scalar:.4f}{solved}"
+        return f"it {iteration:>4} island {island}: child {label} scalar {best.scalar:.4f}{solved}"
     failures = [r for r in records if isinstance(r, AttemptRecord) and r.kind != "policy_call"]
     if failures:
         return f"it {iteration:>4} island {island}: {failures[0].kind}: {failures[0].reason or ''}"[:120]
