@@ -134,7 +134,8 @@ def evaluate(program_path, sandbox: Sandbox):
     return {"small": small, "big": min(right(program_path, sandbox, x) for x in (2, 3, 4))}
 """
 
-ANSWERS = ["def f(x):\n    return x + 1", "def f(x):\n    return x * 2", "def f(x):\n    return 2 * x + 0"]
+ANSWERS = ["def f(x):\n    return x + 1", "def f(x):\n    return x * 2", "def f(x):\n    return 2 * x + 0",
+           "def f(x):\n    raise ValueError(x)"]
 
 
 class ScriptedPolicy:
@@ -181,6 +182,8 @@ def test_a_run_stores_stopped_children_with_their_stage_and_the_summary_reports_
     cascade = summarize(store, run_id).cascade
     assert cascade is not None
     assert (cascade.scored, cascade.stopped, cascade.stopped_by_stage) == (4, 1, {"cheap": 1})
+    (crashed,) = [a.reason or "" for a in store.attempts(run_id) if a.kind == "eval_failed"]
+    assert crashed.startswith("crash: cascade stage 1 (cheap): ") and cascade.stage_failures == 1
     assert cascade.saved_s is not None and cascade.saved_s >= 0.3  # the full stage sleeps 0.3 s
     assert cascade.spent_s > cascade.saved_s
     console = Console(record=True, width=200)

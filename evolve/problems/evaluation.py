@@ -308,7 +308,8 @@ class EvaluatorRunner:
             except CandidateFailure as failure:
                 if stage is None:
                     raise
-                raise CandidateFailure(failure.kind, f"{failure.detail} (cascade stage {number}, {function})") \
+                # the stage first: a stored reason is cut to a few hundred characters
+                raise CandidateFailure(failure.kind, f"cascade stage {number} ({function}): {failure.detail}") \
                     from None
             finally:
                 seconds.append(time.monotonic() - started)

@@ -73,7 +73,7 @@ def _notes(store: ProgramStore, ids: list[int]) -> list[CascadeNote]:
 
 def _stage_failures(store: ProgramStore, run_id: int) -> int:
     return sum(1 for batch in store.outcome_batches(run_id) for attempt in batch
-               if attempt.kind == "eval_failed" and "(cascade stage " in (attempt.reason or ""))
+               if attempt.kind == "eval_failed" and ": cascade stage " in (attempt.reason or ""))
 
 
 def _savings(notes: list[CascadeNote], stage_failures: int) -> CascadeSavings:
