@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from evolve.config import RunConfig
+from evolve.config import ConfigError, RunConfig, load_config
 from evolve.engine.controller import Controller
 from evolve.problems.problem import Problem, load_problem
 from evolve.records import Completion
@@ -162,3 +162,11 @@ def test_a_resume_rebuilds_the_index_the_live_run_held(add_one: Problem, tmp_pat
         code = INITIAL.replace(INITIAL.split("\n", 1)[1].rsplit("# EVOLVE", 1)[0], answer + "\n")
         assert resumed.novelty.near_duplicate(code) == live.novelty.near_duplicate(code)
     assert resumed.novelty.near_duplicate(INITIAL.replace("x + 2", "x * 3")) is None
+
+
+@pytest.mark.parametrize(("key", "value"), [("threshold", 1.5), ("threshold", 0.0), ("shingle_size", 0),
+                                            ("num_perm", 8), ("enabld", True)])
+def test_a_bad_novelty_setting_is_one_config_line(key: str, value: object) -> None:
+    with pytest.raises(ConfigError) as error:
+        load_config(None, {f"novelty.{key}": value})
+    assert f"novelty.{key}" in str(error.value) and "\n" not in str(error.value)
