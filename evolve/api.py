@@ -46,18 +46,23 @@ def experiment_file(name_or_path: str | Path) -> Path:
     return path
 
 
-def load_experiment_file(experiment: str | Path | ExperimentSpec, db: str | None = None) -> ExperimentSpec:
-    """An ExperimentSpec as given, or read from a file (see experiment_file) with its store replaced by db."""
+def load_experiment_file(experiment: str | Path | ExperimentSpec, db: str | None = None,
+                         overrides: Mapping[str, Any] | None = None) -> ExperimentSpec:
+    """An ExperimentSpec as given, or read from a file (see experiment_file) with its store replaced by db and
+    `overrides` applied to the file's keys ({"iterations": 4, "policies.*.temperature": 1.0}, as --set does)."""
+    from evolve.config import ConfigError
     from evolve.engine.experiment import ExperimentSpec, load_experiment
 
     if isinstance(experiment, ExperimentSpec):
+        if overrides:
+            raise ConfigError("overrides apply to an experiment file's keys: pass the file, not an ExperimentSpec")
         return experiment if db is None else experiment.model_copy(update={"db": db})
-    return load_experiment(experiment_file(experiment), db)
+    return load_experiment(experiment_file(experiment), db, overrides)
 
 
 def run_experiment(experiment: str | Path | ExperimentSpec, *, db: str | None = None,
                    console: Console | None = None, live: bool | None = None,
-                   cluster: str | None = None) -> ExperimentOutcome:
+                   cluster: str | None = None, overrides: Mapping[str, Any] | None = None) -> ExperimentOutcome:
     """Run (or resume: finished cells are kept) every cell of an experiment: policies x problems x seeds.
     The outcome holds each cell's status, the errors met, and whether it finished or was interrupted.
     cluster="ray": each cell is a Ray task on the cluster at RAY_ADDRESS, or a local one (evolve/cluster/)."""
@@ -65,7 +70,7 @@ def run_experiment(experiment: str | Path | ExperimentSpec, *, db: str | None = 
     from evolve.engine.experiment import ExperimentRunner
 
     console = console or Console()
-    spec = load_experiment_file(experiment, db)
+    spec = load_experiment_file(experiment, db, overrides)
     cells = len(spec.cells())
     console.print(f"experiment [bold]{spec.name}[/]: {len(spec.policies)} policies x {len(spec.problems)} problems "
                   f"x {len(spec.seeds)} seeds = {cells} cells of {spec.iterations} iterations, store {spec.db}",

@@ -279,3 +279,13 @@ def test_an_experiment_stored_before_a_new_key_with_its_default_is_not_reported_
     assert _same_spec(json.dumps(older), spec)
     assert not _same_spec(json.dumps(older | {"iterations": spec.iterations + 1}), spec)
     assert not _same_spec(json.dumps(older | {"retired_key": 1}), spec)
+
+
+def test_the_python_api_takes_the_same_experiment_overrides() -> None:
+    from evolve.api import load_experiment_file
+    from evolve.config import ConfigError
+
+    spec = load_experiment_file(ROOT / "experiments/default.toml", overrides={"iterations": 2})
+    assert spec.iterations == 2
+    with pytest.raises(ConfigError, match="pass the file"):
+        load_experiment_file(spec, overrides={"iterations": 3})
