@@ -53,15 +53,20 @@ class TokenGate(BaseHTTPMiddleware):
             kept = [(key, value) for key, value in request.query_params.multi_items() if key != "token"]
             target = request.url.path + (f"?{urlencode(kept)}" if kept else "")
             response: Response = RedirectResponse(target, status_code=303)
-            response.set_cookie(COOKIE, self.token, httponly=True, samesite="strict")
+            response.set_cookie(_cookie(request), self.token, httponly=True, samesite="strict")
             return response
         bearer = request.headers.get("authorization", "")
-        sent = (request.cookies.get(COOKIE) or request.headers.get(HEADER)
+        sent = (request.cookies.get(_cookie(request)) or request.headers.get(HEADER)
                 or (bearer[7:] if bearer.lower().startswith("bearer ") else None))
         if not _matches(sent, self.token):
             return _refused("this server needs its token: open the address `evolve serve` printed (…?token=...), "
                             "or send the header X-Evolve-Token")
         return await call_next(request)
+
+
+def _cookie(request: Request) -> str:
+    """The cookie's name carries the port: cookies ignore ports, and two servers on one host have two tokens."""
+    return f"{COOKIE}_{request.url.port or 0}"
 
 
 def _refused(reason: str) -> Response:
