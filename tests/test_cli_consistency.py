@@ -116,14 +116,25 @@ def test_experiment_set_reaches_top_level_tables_and_policies_by_index_name_or_s
     assert [policy.top_p for policy in named.policies][1] == 0.5
 
 
-def test_piped_tables_are_not_cut_mid_word(tmp_path: Path) -> None:
-    """`evolve problems | cat`: a real pipe, no COLUMNS; rich's default 80 columns would cut cells with an ellipsis."""
+@pytest.mark.parametrize(("columns", "cut"), [(None, False), ("80", True)])
+def test_piped_tables_are_not_cut_mid_word(tmp_path: Path, columns: str | None, cut: bool) -> None:
+    """`evolve runs | cat`: a real pipe; without COLUMNS rich's default 80 columns cut cells (`fizz…`): the table is
+    printed whole. A COLUMNS the user set is honoured (and then cells are cut, as asked)."""
+    from evolve.store.program_store import ProgramStore
+
+    store = ProgramStore(str(tmp_path / "wide.db"))
+    for seed in range(2):
+        store.create_run(name=f"an-experiment-with-a-long-name/symbolic_regression_long/policy-{seed}",
+                         problem="symbolic_regression_long", policy="a-policy-with-a-rather-long-name", seed=seed,
+                         config_json="{}", iterations_target=40)
     env = {key: value for key, value in __import__("os").environ.items() if key != "COLUMNS"}
-    result = subprocess.run([sys.executable, "-m", "evolve.cli.main", "problems", "--programs-dir",
-                             str(ROOT / "programs")], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    env.update({"COLUMNS": columns} if columns else {})
+    result = subprocess.run([sys.executable, "-m", "evolve.cli.main", "runs", "--db", str(tmp_path / "wide.db")],
+                            capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert "…" not in result.stdout
-    assert "symbolic_regression" in result.stdout
+    assert ("…" in result.stdout) == cut
+    if not cut:
+        assert result.stdout.count("a-policy-with-a-rather-long-name") == 2
 
 
 def test_eta_comes_from_this_process_iteration_rate_and_leaves_resumed_iterations_out() -> None:
