@@ -71,7 +71,8 @@ def test_runs_endpoint_lists_every_run_with_its_counts(served: Served) -> None:
     first = runs[2]
     assert (first["problem"], first["programs"], first["iterations_done"], first["iterations_target"]) == \
         ("toy", 2, 2, 4)
-    assert first["best"] == 1.0 and first["solved_programs"] == 1 and first["experiment"] is None
+    assert first["best"] == 1.0 and first["best_id"] == 2 and first["solved_programs"] == 1
+    assert first["experiment"] is None
 
 
 def test_tree_returns_only_programs_after_since_and_grows_while_the_run_writes(served: Served, db: Path) -> None:

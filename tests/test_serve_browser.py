@@ -97,6 +97,9 @@ def test_the_tree_grows_live_and_a_click_shows_code_diff_and_the_report(browser:
             assert page.locator("circle.node").count() == stored  # every program drawn once
             assert page.locator("circle.node.solved").count() >= 1
 
+            page.click("#best-link")  # the header's best score selects the best program
+            page.wait_for_selector(".detail .solved-badge")
+
             child = page.locator("circle.node.solved").first
             program_id = child.get_attribute("data-id")
             child.click()

@@ -55,8 +55,11 @@ class StoreView:
             programs, best, solved = session.execute(
                 select(func.count(), func.max(ScoreRow.scalar), func.sum(case((ScoreRow.solved.is_(True), 1), else_=0)))
                 .where(ScoreRow.run_id == run.id)).one()
+            best_id = session.scalar(select(ScoreRow.program_id).where(ScoreRow.run_id == run.id)
+                                     .order_by(ScoreRow.scalar.desc(), ScoreRow.program_id).limit(1))
         counts = {"iterations_done": int(done or 0), "programs": int(programs or 0),
-                  "best": float(best) if best is not None else None, "solved_programs": int(solved or 0)}
+                  "best": float(best) if best is not None else None, "best_id": best_id,
+                  "solved_programs": int(solved or 0)}
         with self._lock:
             self._counts[run.id] = (key, counts)
         return counts

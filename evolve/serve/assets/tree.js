@@ -121,7 +121,9 @@
       el("span", { class: "fact" }, "iterations ", el("b", { id: "iterations", text:
         `${run.iterations_done}/${run.iterations_target}` })),
       el("span", { class: "fact" }, "programs ", el("b", { id: "program-count", text: nodes.size })),
-      el("span", { class: "fact" }, "best ", el("b", { text: num(run.best) })),
+      el("span", { class: "fact" }, "best ", run.best_id === null ? el("b", { text: "-" }) : el("button", {
+        class: "link", id: "best-link", title: `select the best program, #${run.best_id}`,
+        onclick: () => select(run.best_id) }, el("b", { text: num(run.best) }), ` (#${run.best_id})`)),
       run.solved_programs ? el("span", { class: "fact" }, "solved ", el("b", { text: run.solved_programs })) : null,
       run.experiment ? el("a", { href: `/experiments/${encodeURIComponent(run.experiment)}/report`, id: "run-report-link",
         text: `experiment report (${run.experiment})` }) : null,
