@@ -18,7 +18,12 @@ from fake_policy_server import FakePolicyServer
 from sqlalchemy import create_engine, text
 
 from evolve.cluster import ClusterError
-from evolve.cluster.placement import CellResources, cell_resources, refuse_sqlite_across_hosts
+from evolve.cluster.placement import (
+    CellResources,
+    cell_resources,
+    refuse_sqlite_across_hosts,
+    refuse_unplaceable,
+)
 from evolve.engine.experiment import load_experiment
 from evolve.store.program_store import ProgramStore
 
@@ -72,6 +77,16 @@ def test_a_sqlite_store_is_refused_only_when_the_cluster_spans_machines(tmp_path
     assert "spans 2 machines" in str(error.value) and "\n" not in str(error.value)
     with pytest.raises(ClusterError):
         refuse_sqlite_across_hosts(f"sqlite:///{sqlite}", ["10.0.0.1", "10.0.0.2"])
+
+
+def test_a_cell_no_node_can_hold_is_refused_naming_the_setting_to_lower() -> None:
+    nodes = [{"CPU": 1.0}, {"CPU": 2.0, "GPU": 1.0}]
+    refuse_unplaceable({"fake": CellResources(cpus=2.0, gpus=1.0), "cpu": CellResources(cpus=1.0, gpus=0.0)}, nodes)
+    with pytest.raises(ClusterError) as error:
+        refuse_unplaceable({"fake": CellResources(cpus=4.0, gpus=0.0)}, nodes)
+    assert "policy 'fake'" in str(error.value) and "run.eval_workers" in str(error.value)
+    with pytest.raises(ClusterError):
+        refuse_unplaceable({"local": CellResources(cpus=1.0, gpus=2.0)}, nodes)
 
 
 # ---------------------------------------------------------------- Ray stays out of the one-process path

@@ -47,3 +47,16 @@ def refuse_sqlite_across_hosts(db: str, node_hosts: Iterable[str]) -> None:
         raise ClusterError(f"the store {db} is a SQLite file but the Ray cluster spans {len(hosts)} machines "
                            f"({', '.join(hosts)}); give the experiment a server database every node reaches, "
                            "e.g. --db postgresql+psycopg://USER@HOST/DB")
+
+
+def refuse_unplaceable(requests: dict[str, CellResources], nodes: list[dict[str, float]]) -> None:
+    """ClusterError naming the policy when no node of the cluster (its resources: {"CPU": n, "GPU": g}) can ever
+    hold one of its cells: Ray would leave such a task pending forever."""
+    for policy, need in requests.items():
+        if not any(node.get("CPU", 0.0) >= need.cpus and node.get("GPU", 0.0) >= need.gpus for node in nodes):
+            largest = max(nodes, key=lambda node: (node.get("GPU", 0.0), node.get("CPU", 0.0)), default={})
+            raise ClusterError(
+                f"policy '{policy}': a cell asks for {need.cpus:g} CPUs (run.eval_workers) and {need.gpus:g} GPUs, "
+                f"but the largest node of the Ray cluster has {largest.get('CPU', 0.0):g} CPUs and "
+                f"{largest.get('GPU', 0.0):g} GPUs; lower run.eval_workers (--set run.eval_workers=N) or add a "
+                "bigger node")

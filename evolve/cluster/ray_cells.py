@@ -22,7 +22,7 @@ import ray
 from ray.exceptions import RayError
 
 from evolve.cluster import ClusterError
-from evolve.cluster.placement import cell_resources, refuse_sqlite_across_hosts
+from evolve.cluster.placement import cell_resources, refuse_sqlite_across_hosts, refuse_unplaceable
 from evolve.engine.controller import RunStats
 from evolve.engine.experiment import (
     CellKey,
@@ -115,6 +115,8 @@ class RayCellExecutor:
             self._connect()
         try:
             refuse_sqlite_across_hosts(runner.spec.db, node_hosts())
+            refuse_unplaceable({cell.key[1]: cell_resources(runner.spec, cell.key[1]) for cell in todo},
+                               [node["Resources"] for node in ray.nodes() if node.get("Alive")])
             self._run(runner, todo, outcome)
         finally:
             if started_here:
