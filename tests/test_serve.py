@@ -72,7 +72,7 @@ def test_runs_endpoint_lists_every_run_with_its_counts(served: Served) -> None:
     assert (first["problem"], first["programs"], first["iterations_done"], first["iterations_target"]) == \
         ("toy", 2, 2, 4)
     assert first["best"] == 1.0 and first["best_id"] == 2 and first["solved_programs"] == 1
-    assert first["experiment"] is None
+    assert first["experiment"] is None and first["failed"] == {"edit_failed": 1}
 
 
 def test_tree_returns_only_programs_after_since_and_grows_while_the_run_writes(served: Served, db: Path) -> None:

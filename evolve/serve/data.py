@@ -13,7 +13,7 @@ from sqlalchemy import case, func, select
 from sqlalchemy.orm import sessionmaker
 
 from evolve.store.connection import GuardedSessions
-from evolve.store.program_store import TERMINAL_KINDS, ProgramStore, RunInfo, StoreError, UnknownIdError
+from evolve.store.program_store import FAILURE_KINDS, TERMINAL_KINDS, ProgramStore, RunInfo, StoreError, UnknownIdError
 from evolve.store.tables import AttemptRow, CellRow, ExperimentRow, ProgramRow, ScoreRow, utc_now
 
 TREE_PAGE = 2000  # programs per tree poll at most: a poll after a long absence takes several pages, never the run
@@ -57,7 +57,9 @@ class StoreView:
                 .where(ScoreRow.run_id == run.id)).one()
             best_id = session.scalar(select(ScoreRow.program_id).where(ScoreRow.run_id == run.id)
                                      .order_by(ScoreRow.scalar.desc(), ScoreRow.program_id).limit(1))
-        counts = {"iterations_done": int(done or 0), "programs": int(programs or 0),
+        failed = {kind: count for kind, count in sorted(self.store.attempt_counts(run.id).items())
+                  if kind in FAILURE_KINDS and count}  # one GROUP BY on the (run, kind) index
+        counts = {"iterations_done": int(done or 0), "programs": int(programs or 0), "failed": failed,
                   "best": float(best) if best is not None else None, "best_id": best_id,
                   "solved_programs": int(solved or 0)}
         with self._lock:

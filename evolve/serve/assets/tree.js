@@ -125,6 +125,9 @@
         class: "link", id: "best-link", title: `select the best program, #${run.best_id}`,
         onclick: () => select(run.best_id) }, el("b", { text: num(run.best) }), ` (#${run.best_id})`)),
       run.solved_programs ? el("span", { class: "fact" }, "solved ", el("b", { text: run.solved_programs })) : null,
+      Object.keys(run.failed || {}).length ? el("span", { class: "fact muted", id: "failed", title:
+        "answers that gave no program, by kind" }, "no program: " + Object.entries(run.failed).map(([kind, count]) =>
+        `${kind.replace("_", " ")} ${count}`).join(" · ")) : null,
       run.experiment ? el("a", { href: `/experiments/${encodeURIComponent(run.experiment)}/report`, id: "run-report-link",
         text: `experiment report (${run.experiment})` }) : null,
       el("span", { id: "live", class: live ? "on muted" : "muted", text: !loaded
