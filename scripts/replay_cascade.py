@@ -4,8 +4,9 @@ and without it (a copy of the problem folder without its [[cascade]] tables), on
     .venv/bin/python scripts/replay_cascade.py STORE.db --problem programs/lis [--run ID] [--limit N]
 
 Printed: children scored, how many the cascade stopped, evaluation wall seconds with and without the cascade
-(summed over the children, one evaluation at a time), and whether every child that passed the stages got the
-same scores as without the cascade (it must).
+(summed over the children, one evaluation at a time), whether every child that passed the stages got the same
+scores as without the cascade (it must), and how many stopped children the full evaluation would have scored
+higher than the partial vector they keep (what the cascade hides from selection).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def stored_codes(store: ProgramStore, run_id: int) -> list[str]:
 
 
 async def measure(cascaded: Problem, plain: Problem, codes: list[str]) -> None:
-    stopped = failed = mismatched = 0
+    stopped = failed = mismatched = hidden = 0
     with_s = without_s = 0.0
     async with EvaluatorPool(size=1) as pool:
         for code in codes:
@@ -63,11 +64,14 @@ async def measure(cascaded: Problem, plain: Problem, codes: list[str]) -> None:
                 failed += 1
             elif note is not None and note.stopped:
                 stopped += 1
+                hidden += full.ok and cascaded.scalar(full.scores) > cascaded.scalar(staged.scores)
             elif staged.scores != full.scores:
                 mismatched += 1
     print(f"children {len(codes)}: stopped by the cascade {stopped}, failed evaluations {failed}, "
           f"passed every stage {len(codes) - stopped - failed} (scores differing from the full evaluation: "
           f"{mismatched})")
+    print(f"stopped children whose full evaluation would have scored higher than their stored partial vector: "
+          f"{hidden} of {stopped}")
     saved = without_s - with_s
     print(f"evaluation wall seconds: {with_s:.1f} with the cascade, {without_s:.1f} without "
           f"({saved:.1f} s saved, {100 * saved / without_s if without_s else 0:.0f} %)")
