@@ -156,6 +156,12 @@ def test_the_server_is_read_only_and_its_pages_load_scripts_only_from_itself(ser
     assert lineage.status_code == 200 and "lineage of #2" in lineage.text and 'href="/runs/1"' in lineage.text
 
 
+def test_a_loopback_server_refuses_requests_naming_another_host(served: Served) -> None:
+    assert httpx.get(f"{served.base}/api/runs", headers={"Host": "localhost"}).status_code == 200
+    rebound = httpx.get(f"{served.base}/api/runs", headers={"Host": "attacker.example:8765"})  # DNS rebinding
+    assert rebound.status_code == 400 and "runs" not in rebound.text
+
+
 def test_a_non_loopback_bind_requires_its_token_on_every_request(db: Path) -> None:
     server = start_serve(db, "--host", "0.0.0.0", env={"EVOLVE_SERVE_TOKEN": ""})
     try:

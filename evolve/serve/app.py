@@ -13,6 +13,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
@@ -27,6 +28,9 @@ ASSETS = Path(__file__).parent / "assets"
 # the pages load scripts and styles from /assets only; the rendered reports carry inline <style> and no scripts
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
        "object-src 'none'; base-uri 'none'; frame-ancestors 'none'")
+
+
+LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1", "[::1]"]
 
 
 class BadRequest(UserError):
@@ -57,8 +61,10 @@ def _nav(html: str, links: str) -> str:
     return html.replace("<body>", f"<body>{bar}", 1)
 
 
-def create_app(store: ProgramStore, token: str | None = None) -> Starlette:
-    """The web app over `store` (opened read-only by its caller); with `token`, every request must carry it."""
+def create_app(store: ProgramStore, token: str | None = None, loopback_only: bool = True) -> Starlette:
+    """The web app over `store` (opened read-only by its caller); with `token`, every request must carry it.
+    `loopback_only` (a loopback bind): requests must name a loopback host, so a web page whose domain was re-pointed
+    at 127.0.0.1 (DNS rebinding) cannot read the store through the visitor's browser."""
     view = StoreView(store)
 
     def api_runs(request: Request) -> Response:
@@ -115,7 +121,9 @@ def create_app(store: ProgramStore, token: str | None = None) -> Starlette:
         Route("/api/runs/{run_id:int}/programs/{program_id:int}", api_program),
         Mount("/assets", StaticFiles(directory=ASSETS), name="assets"),
     ]
-    middleware = [Middleware(SecurityHeaders), *([Middleware(TokenGate, token=token)] if token else [])]
+    middleware = [Middleware(SecurityHeaders),
+                  *([Middleware(TrustedHostMiddleware, allowed_hosts=LOOPBACK_HOSTS)] if loopback_only else []),
+                  *([Middleware(TokenGate, token=token)] if token else [])]
     return Starlette(routes=routes, middleware=middleware, exception_handlers={
         UnknownIdError: _not_found, UserError: _user_error, HTTPException: _http_error})
 

@@ -77,7 +77,8 @@ def serve(settings: ServeSettings, say: Callable[[str], None]) -> None:
             "opening the address below once keeps it as a cookie")
     say(f"evolve serve: {settings.db} (read-only) at {address(settings.host, port, token)}")
     say("Ctrl-C stops it")
-    config = uvicorn.Config(create_app(store, token), log_level="warning", lifespan="off")
+    config = uvicorn.Config(create_app(store, token, loopback_only=is_loopback(settings.host)), log_level="warning",
+                            lifespan="off")
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:
