@@ -26,7 +26,8 @@ def overrides(url: str, db: Path, **run: Any) -> dict[str, Any]:
     return settings
 
 
-def test_a_run_that_solves_its_problem_stops_early_and_a_resume_does_not_continue(tmp_path: Path) -> None:
+def test_a_run_that_solves_its_problem_stops_early_and_a_resume_does_not_continue(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import evolve
 
     db = tmp_path / "stop.db"
@@ -53,9 +54,13 @@ def test_a_run_that_solves_its_problem_stops_early_and_a_resume_does_not_continu
     number = store.program_number(outcome.run_id, solved.id)  # the live lines number programs as `show RUN:N` does
     assert outcome.stats.solved_number == resumed.stats.solved_number == number
     console.file.close()
+    from evolve.cli.main import main
+
+    assert main(["runs", "--db", str(db)]) == 0  # read back from the store: the rule in its config holds
     printed = (tmp_path / "out.txt").read_text()
     assert "stopped early: solved at iteration" in printed
     assert f"child {outcome.run_id}:{number} scalar 1.0000 SOLVED" in printed
+    assert "finished (stopped early)" in capsys.readouterr().out
 
 
 def test_without_the_rule_the_same_run_spends_its_budget(tmp_path: Path) -> None:

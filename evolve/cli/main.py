@@ -106,12 +106,22 @@ def _cmd_runs(args: argparse.Namespace, console: Console) -> int:
         done = sum(1 for iteration in store.completed_iterations(run.id) if iteration >= 1)  # 0 is the seed
         table.add_row(
             str(run.id), run.problem, run.policy, str(run.seed),
-            _status(store, run) + (" (stopped early)" if run.status == "finished" and done < run.iterations_target
-                                   else ""), f"{done}/{run.iterations_target}",
+            _status(store, run) + (" (stopped early)" if _stopped_early(store, run, done) else ""),
+            f"{done}/{run.iterations_target}",
             str(store.count_programs(run.id)), f"{best[0].scalar:.4f}" if best else "-", run.name,
         )
     console.print(table)
     return 0
+
+
+def _stopped_early(store: ProgramStore, run: RunInfo, done: int) -> bool:
+    """A finished run short of its budget whose stored stop rule holds (run.stop_when_solved, run.target_score)."""
+    from evolve.engine.stop_rules import stored_stop_reason
+
+    if run.status != "finished" or done >= run.iterations_target:
+        return False
+    best = store.best_programs(run.id, 1)
+    return bool(stored_stop_reason(run.config_json, best[0] if best else None, store.first_solved(run.id)))
 
 
 def _status(store: ProgramStore, run: RunInfo) -> str:
