@@ -116,7 +116,7 @@ def test_program_detail_has_the_diff_against_its_parent_the_prompt_and_the_compl
     assert program["scores"] == {"a": 1.0, "b": 1.0} and program["parent_scores"] == {"a": 0.0, "b": 1.0}
     assert program["artifacts"] == {"feedback": "scalar 1.0"} and program["solved"] is True
     seed = httpx.get(f"{served.base}/api/runs/1/programs/1").json()
-    assert seed["diff"] == "" and seed["prompt"] is None and seed["children"] == [2]
+    assert seed["diff"] == "" and seed["prompt"] is None and seed["parent_scores"] is None
 
 
 @pytest.mark.parametrize(("path", "status", "message"), [

@@ -113,6 +113,10 @@ def test_the_tree_grows_live_and_a_click_shows_code_diff_and_the_report(browser:
             page.locator("summary", has_text="completion").click()
             assert "FizzBuzz, variant" in page.locator("#program-completion").inner_text()  # after the prefill
             assert page.locator("path.edge.chain").count() >= 1  # its ancestry is highlighted
+            page.locator(".detail .links button", has_text="parent #").click()  # to its parent, which lists it
+            page.wait_for_selector(f'.detail:not([data-program="{program_id}"]) #children')
+            page.locator("#children").get_by_role("button", name=f"#{program_id}", exact=True).click()
+            page.wait_for_selector(f'.detail[data-program="{program_id}"]')
 
             page.click("#program-page-link")
             page.wait_for_selector("#program-diff")

@@ -126,7 +126,8 @@ class StoreView:
 
     def program(self, run_id: int, program_id: int) -> dict[str, Any]:
         """One program of the run whole: code, unified diff against its parent (server-side), the prompt and the
-        whole completion of the policy call that made it, the answer used, its score vector and artifacts."""
+        whole completion of the policy call that made it, the answer used, its score vector and artifacts. Not its
+        children: programs.parent_id has no index, so finding them would scan the run (the tree page knows them)."""
         self.store.get_run(run_id)
         found = self.store.programs_by_id([program_id]).get(program_id)
         if found is None or found.run_id != run_id:
@@ -145,15 +146,13 @@ class StoreView:
                 if call_id is not None else None
             number = session.scalar(select(func.count()).select_from(ProgramRow).where(
                 ProgramRow.run_id == run_id, ProgramRow.id <= program_id))
-            children = list(session.scalars(select(ProgramRow.id).where(
-                ProgramRow.run_id == run_id, ProgramRow.parent_id == program_id).order_by(ProgramRow.id).limit(200)))
         return {
             "id": found.id, "number": int(number or 0), "run": run_id, "parent": found.parent_id,
             "island": found.island, "iteration": found.iteration, "policy": found.policy, "scalar": found.scalar,
             "solved": found.solved,
             "scores": found.scores, "artifacts": found.artifacts, "code": found.code, "edit": found.edit,
             "diff": diff, "parent_scores": parent.scores if parent else None,
-            "parent_scalar": parent.scalar if parent else None, "children": children,
+            "parent_scalar": parent.scalar if parent else None,
             "prompt": call.prompt if call else None, "completion": call.completion if call else None,
             "call": {"latency_s": call.latency_s, "prompt_tokens": call.prompt_tokens,
                      "completion_tokens": call.completion_tokens} if call else None,

@@ -33,7 +33,7 @@ const programView = (() => {
   }
 
   // options: select(id) to move the selection (the run page), run: the run's header (for the report link),
-  // page: shown on the program's own page (code and completion open)
+  // page: shown on the program's own page (code and completion open), children: ids the run page knows
   function render(program, options = {}) {
     const who = program.policy ? `by ${program.policy}` : "seed program";
     const title = el("h2", {}, `#${program.id}`, el("span", { class: "muted", text:
@@ -77,10 +77,10 @@ const programView = (() => {
     } else if (program.parent !== null) {
       parts.push(el("p", { class: "empty", text: "no policy call stored for this program" }));
     }
-    if (program.children.length) {
-      parts.push(el("div", { class: "muted" }, `children: `, program.children.map((id, i) => [i ? ", " : "",
-        options.select ? el("button", { onclick: () => options.select(id), text: `#${id}` })
-          : el("a", { href: `/runs/${program.run}/programs/${id}`, text: `#${id}` })])));
+    const children = options.children || [];
+    if (children.length) {
+      parts.push(el("div", { class: "muted", id: "children" }, `children: `, children.map((id, i) => [i ? ", " : "",
+        el("button", { class: "link", onclick: () => options.select(id), text: `#${id}` })])));
     }
     return el("div", { class: "detail", "data-program": program.id }, parts);
   }

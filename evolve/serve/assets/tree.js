@@ -156,7 +156,9 @@
     try {
       const program = await getJSON(`/api/runs/${runId}/programs/${id}`);
       if (selected !== id) return;
-      panel.replaceChildren(programView.render(program, { run, select }));
+      const children = [];
+      for (const node of nodes.values()) if (node.parent === id) children.push(node.id);
+      panel.replaceChildren(programView.render(program, { run, select, children }));
     } catch (error) {
       panel.replaceChildren(el("p", { class: "error", text: error.message }));
     }
