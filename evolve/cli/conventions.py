@@ -50,7 +50,7 @@ def add_out_flag(parser: argparse.ArgumentParser, help_text: str, old: Sequence[
 
 
 def add_set_flag(parser: argparse.ArgumentParser, example: str = "policy.answers=3",
-                 what: str = "any config key") -> None:
+                 what: str = "any config key", metavar: str = "SECTION.KEY=VALUE") -> None:
     """--set KEY=VALUE, repeatable; VALUE is read as TOML. A bad one is blamed on the --set, not on the file."""
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+    parser.add_argument("--set", action="append", default=[], metavar=metavar,
                         help=f"override {what}, e.g. --set {example} (VALUE is read as TOML; repeatable)")

@@ -21,14 +21,15 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     experiment.add_argument("--cluster", choices=("ray",), help="run each cell as a Ray task on the cluster at "
                             "RAY_ADDRESS, or on a local one (needs: pip install -e '.[ray]')")
     add_set_flag(experiment, "iterations=4", "a key of the experiment file: iterations=4, run.concurrency=2, "
-                 "policies.0.max_new_tokens=64 (a policy by index, name or *)")
+                 "policies.0.max_new_tokens=64 (a policy by index, name or *)", metavar="KEY=VALUE")
 
     report = commands.add_parser("report", help="which problems each policy cracked: terminal, HTML, JSON, CSV")
     report.add_argument("experiment", help="experiment TOML, or a name with experiments/NAME.toml")
     report.add_argument("--db", help="the experiment's store (default: from the experiment file)")
     add_out_flag(report, "folder for report.html, report.json and CSV files (default: reports/NAME/)",
                  metavar="FOLDER")
-    add_set_flag(report, "iterations=4", "a key of the experiment file (as `evolve experiment --set` did)")
+    add_set_flag(report, "iterations=4", "a key of the experiment file (as `evolve experiment --set` did)",
+                 metavar="KEY=VALUE")
     report.add_argument("--pairs", choices=("all", "first"), default="all",
                         help="paired differences between every pair of policies, or the first against each other")
     report.add_argument("--score-range", default="0,1", metavar="LOW,HIGH",
