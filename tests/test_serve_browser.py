@@ -72,8 +72,9 @@ def test_the_tree_grows_live_and_a_click_shows_code_diff_and_the_report(browser:
         experiment = start_experiment(experiment_file(tmp_path, url, ITERATIONS))
         served = None
         try:
+            _wait_for(db.exists, 120, "the experiment's store")
+            served = start_serve(db)  # starts while the experiment loads its problem and policy
             _wait_for(lambda: _programs_in_store(db) >= 2, 120, "the run's first child in the store")
-            served = start_serve(db)
             page = browser.new_page(viewport={"width": 1500, "height": 950})
             problems: list[str] = []
             page.on("pageerror", lambda error: problems.append(str(error)))
