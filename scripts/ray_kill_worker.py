@@ -1,12 +1,14 @@
 """Kill a Ray worker node mid-experiment and check that every cell still ends with its exact budget.
 
-A local cluster of a head and a second worker node (separate `ray start` processes on loopback, one CPU each, so
-cells land on both), a throwaway PostgreSQL store (tests/postgres_server.py), and the real experiment file
-(default: experiments/default.toml, SmolLM2 in each cell's own process) run by `evolve experiment FILE --cluster
-ray`. Once a cell driven on the second node has committed an iteration, every process of that node gets SIGKILL;
-Ray re-runs its task on the head, which waits for the dead holder's lease to lapse and resumes the run. At the end,
-per cell: status finished, iterations 0..N committed once each, every iteration holding exactly
-answers_per_iteration outcomes, every stored program referenced by exactly one outcome, one run per cell.
+A local cluster of a head and a second worker node (separate `ray start` processes on loopback, each with the CPUs
+of one cell, run.eval_workers, so cells land on both), a throwaway PostgreSQL store (tests/postgres_server.py), and
+the real experiment file (default: experiments/default.toml, SmolLM2 in each cell's own process) run by `evolve
+experiment FILE --cluster ray`. Once a cell driven on the second node has committed an iteration, every process of
+that node gets SIGKILL; Ray re-runs its task on the head, which waits for the dead holder's lease to lapse and
+resumes the run. At the end,
+per cell: status finished, iterations 0..N committed once each, every iteration holding exactly its policy calls
+(answers_per_iteration / answers) and 1..answers_per_iteration outcomes answering them, every stored program
+referenced by exactly one outcome, one run per cell.
 
     .venv/bin/python scripts/ray_kill_worker.py [--experiment experiments/default.toml] [--set iterations=2 ...]
 
@@ -66,23 +68,33 @@ def check_budgets(url: str, spec: ExperimentSpec) -> list[str]:
             name = f"{cell.problem}/{cell.policy}/s{cell.seed} (run {cell.run_id})"
             status = store.get_run(cell.run_id).status
             iterations = store.completed_iterations(cell.run_id)
-            outcomes = Counter(row[0] for row in connection.execute(text(
-                "SELECT iteration FROM attempts WHERE run_id = :r AND kind != 'policy_call'"), {"r": cell.run_id}))
+            rows = connection.execute(text("SELECT iteration, kind FROM attempts WHERE run_id = :r"),
+                                      {"r": cell.run_id}).all()
+            calls = Counter(iteration for iteration, kind in rows if kind == "policy_call")
+            outcomes = Counter(iteration for iteration, kind in rows if kind != "policy_call")
+            strays = connection.execute(text(
+                "SELECT COUNT(*) FROM attempts o JOIN attempts c ON o.call_id = c.id "
+                "WHERE o.run_id = :r AND o.iteration != c.iteration"), {"r": cell.run_id}).scalar_one()
             referenced = [row[0] for row in connection.execute(text(
                 "SELECT program_id FROM attempts WHERE run_id = :r AND program_id IS NOT NULL"), {"r": cell.run_id})]
             programs = [row[0] for row in connection.execute(text(
                 "SELECT id FROM programs WHERE run_id = :r"), {"r": cell.run_id})]
-            expected = {0: 1, **{i: answers for i in range(1, spec.iterations + 1)}}
+            requests = answers // spec.policy(cell.policy).answers  # policy calls per iteration
+            expected = {i: requests for i in range(1, spec.iterations + 1)}
             if status != "finished":
                 problems.append(f"{name}: status {status}")
             if iterations != set(range(spec.iterations + 1)):
                 problems.append(f"{name}: committed iterations {sorted(iterations)}")
-            if dict(outcomes) != expected:
-                problems.append(f"{name}: outcomes per iteration {dict(sorted(outcomes.items()))}, want {expected}")
+            if dict(calls) != expected:
+                problems.append(f"{name}: policy calls per iteration {dict(sorted(calls.items()))}, want {expected}")
+            if sorted(outcomes) != list(range(spec.iterations + 1)) or outcomes[0] != 1 or strays or \
+                    any(not 1 <= count <= answers for count in outcomes.values()):
+                problems.append(f"{name}: outcomes per iteration {dict(sorted(outcomes.items()))}, {strays} "
+                                "answering a call of another iteration")
             if sorted(referenced) != sorted(programs) or len(set(programs)) != len(programs):
                 problems.append(f"{name}: {len(programs)} programs, {len(referenced)} outcomes naming one")
-            print(f"  {name}: {status}, iterations 0..{max(iterations, default=-1)}, "
-                  f"{sum(outcomes.values())} outcomes, {len(programs)} programs")
+            print(f"  {name}: {status}, iterations 0..{max(iterations, default=-1)}, {sum(calls.values())} policy "
+                  f"calls, {sum(outcomes.values())} outcomes, {len(programs)} programs")
     engine.dispose()
     store.close()
     return problems
@@ -97,15 +109,16 @@ def main() -> int:
     args = parser.parse_args()
     settings = [part for setting in args.set for part in ("--set", setting)]
 
+    values, labels = experiment_settings(argparse.Namespace(set=args.set))
+    cpus = load_experiment(args.experiment, None, values, labels).run.eval_workers  # one cell per node at a time
     with tempfile.TemporaryDirectory(prefix="ray_kill") as folder, postgres_server(Path(folder) / "pg") as postgres, \
-            LocalRayCluster(head_cpus=1, env={"EVOLVE_LEASE_S": LEASE_S}) as cluster:
-        second = cluster.add_node(cpus=1)
+            LocalRayCluster(head_cpus=cpus, env={"EVOLVE_LEASE_S": LEASE_S}) as cluster:
+        second = cluster.add_node(cpus=cpus)
         url = postgres.create_database("kill_test")
         command = [sys.executable, "-m", "evolve.cli.main", "experiment", args.experiment, "--cluster", "ray",
                    "--plain", "--db", url, *settings]
-        values, labels = experiment_settings(argparse.Namespace(set=args.set))
         spec = load_experiment(args.experiment, url, values, labels)  # as the command applies --set
-        print(f"cluster at {cluster.address}: head (1 CPU) + {second.name} (1 CPU); store {url}")
+        print(f"cluster at {cluster.address}: head ({cpus} CPUs) + {second.name} ({cpus} CPUs); store {url}")
         print("$ " + " ".join(command[2:]), flush=True)
         started = time.monotonic()
         driver = subprocess.Popen(command, cwd=ROOT, text=True, env={
