@@ -7,6 +7,7 @@ latency), so the cluster's start, not the model, sets the pace. Without --cluste
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -87,6 +88,23 @@ def test_a_cell_no_node_can_hold_is_refused_naming_the_setting_to_lower() -> Non
     assert "policy 'fake'" in str(error.value) and "run.eval_workers" in str(error.value)
     with pytest.raises(ClusterError):
         refuse_unplaceable({"local": CellResources(cpus=1.0, gpus=2.0)}, nodes)
+
+
+def test_a_cluster_address_where_nothing_listens_is_one_line_not_minutes_of_retries(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("ray")
+    from evolve.cli.main import main
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{closed}")
+    path = experiment_file(tmp_path, "http://127.0.0.1:9/v1", str(tmp_path / "s.db"), seeds=(0,), iterations=1)
+    started = time.monotonic()
+    code = main(["experiment", str(path), "--cluster", "ray", "--plain"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert code == 1 and f"cannot reach the Ray cluster at RAY_ADDRESS=127.0.0.1:{closed}" in out, out
+    assert "Traceback" not in out and time.monotonic() - started < 60
 
 
 # ---------------------------------------------------------------- Ray stays out of the one-process path

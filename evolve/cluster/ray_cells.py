@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -123,6 +124,8 @@ class RayCellExecutor:
                 ray.shutdown()
 
     def _connect(self) -> None:
+        if self.address:
+            refuse_unreachable(self.address)
         try:
             ray.init(address=self.address or "local", include_dashboard=False, log_to_driver=False,
                      configure_logging=False)
@@ -192,6 +195,19 @@ class RayCellExecutor:
             if (status, done, run_id) != (cell.status, cell.stats.iterations_done, cell.run_id):
                 cell.status, cell.run_id, cell.stats.iterations_done = status, run_id, done
                 runner.on_change(cell)
+
+
+def refuse_unreachable(address: str, timeout_s: float = 10.0) -> None:
+    """ClusterError at once when nothing listens at a host:port address (Ray itself retries for minutes); other
+    forms (ray://..., auto) are left to Ray."""
+    host, sep, port = address.rpartition(":")
+    if not sep or "/" in address or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ClusterError(f"cannot reach the Ray cluster at RAY_ADDRESS={address}: {exc.strerror or exc}; start it "
+                           "with `ray start --head` or unset RAY_ADDRESS for a local cluster") from None
 
 
 def node_hosts() -> list[str]:
