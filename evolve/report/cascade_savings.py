@@ -3,9 +3,11 @@ not run, and the seconds they would have taken, estimated) and children rejected
 
 The cascade's numbers come from each program's `cascade` artifact (problems/cascade.py's CascadeNote): the stage it
 stopped at and the wall seconds of each stage it ran, measured in the trusted evaluator process. The seconds a
-stopped child did not spend are estimated as the mean seconds of the stages it skipped, over the run's children
-that did run them; with no such child the estimate is None. Programs are read a batch at a time, and only when the
-run's seed program was scored through a cascade.
+stopped child did not spend are estimated as the mean seconds of the stages it skipped, over the run's programs
+that did run them (the seed included); with none the estimate is None. That sample can be small and unlike the
+stopped children (a slow seed that passed, wrong children that would have failed fast): `estimated_from` says how
+many programs it rests on, and scripts/replay_cascade.py measures the saving instead. Programs are read a batch
+at a time, and only when the run's seed program was scored through a cascade.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class CascadeSavings:
     spent_s: float  # wall seconds of every stage run, summed
     saved_s: float | None  # estimated wall seconds the stopped children did not spend; None when no child ran on
     mean_stage_s: dict[str, float]  # stage function -> mean wall seconds of one run of it
+    estimated_from: int = 0  # programs that ran the final stage: the sample behind saved_s (small samples mislead)
 
     @property
     def saved_share(self) -> float | None:
@@ -96,4 +99,5 @@ def _savings(notes: list[CascadeNote], stage_failures: int) -> CascadeSavings:
         scored=len(notes), stopped=len(stopped),
         stopped_by_stage=dict(Counter(note.function for note in stopped).most_common()),
         stage_failures=stage_failures, spent_s=sum(sum(note.seconds) for note in notes), saved_s=saved,
-        mean_stage_s={names.get(number, f"stage {number}"): mean for number, mean in sorted(means.items())})
+        mean_stage_s={names.get(number, f"stage {number}"): mean for number, mean in sorted(means.items())},
+        estimated_from=sum(1 for note in notes if not note.stopped))

@@ -210,7 +210,7 @@ def _cascade_line(c: CascadeSavings) -> str:
     stages = ", ".join(f"{count} at {stage}" for stage, count in c.stopped_by_stage.items())
     saved = "unknown (no child ran the skipped stages)" if c.saved_s is None else \
         f"~{c.saved_s:.1f} s saved ({_number(None if c.saved_share is None else 100 * c.saved_share, ' %', 0)} " \
-        "of evaluation time)"
+        f"of evaluation time; estimated from {c.estimated_from} program(s) that ran every stage)"
     return (f"{c.stopped} of {c.scored} programs stopped before the full evaluation ({stages or 'none'}); "
             f"{c.stage_failures} answers failed inside a stage; {c.spent_s:.1f} s spent on stages, {saved}")
 
