@@ -7,6 +7,7 @@ latency), so the cluster's start, not the model, sets the pace. Without --cluste
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -192,3 +193,31 @@ def test_a_killed_worker_node_loses_no_cell_and_doubles_no_iteration(tmp_path: P
     print(f"killed run {killed_run} after {done_before} iterations; driver said:\n{out}")
     assert server.requests >= len(SEEDS) * ITERATIONS  # the killed iteration's request is made again
     store.close()
+
+
+def test_ctrl_c_interrupts_every_ray_cell_and_the_same_command_finishes_them(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    with FakePolicyServer(latency_s=0.1) as server:
+        path = experiment_file(tmp_path, server.url, str(tmp_path / "s.db"), seeds=(0, 1), iterations=30)
+        command = [sys.executable, "-m", "evolve.cli.main", "experiment", str(path), "--cluster", "ray", "--plain"]
+        env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}  # a local cluster
+        first = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 env=env)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and first.poll() is None:
+            if (tmp_path / "s.db").exists():
+                store = ProgramStore(str(tmp_path / "s.db"), mode="read")
+                if any(len(store.completed_iterations(run.id)) > 3 for run in store.list_runs()):
+                    break
+            time.sleep(0.2)
+        first.send_signal(signal.SIGINT)
+        out, _ = first.communicate(timeout=120)
+        assert first.returncode == 130 and "0/2 cells finished" in out, out
+        store = ProgramStore(str(tmp_path / "s.db"), mode="read")
+        assert {run.status for run in store.list_runs()} <= {"interrupted"}, out
+        again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=240)
+    assert again.returncode == 0 and "2/2 cells finished" in again.stdout, again.stdout + again.stderr
+    store = ProgramStore(str(tmp_path / "s.db"), mode="read")
+    runs = store.list_runs()
+    assert len(runs) == 2 and all(run.status == "finished" for run in runs)
+    assert all(store.completed_iterations(run.id) == set(range(31)) for run in runs)

@@ -37,6 +37,7 @@ from evolve.store.tables import utc_now
 
 CELL_RETRIES = 3  # re-runs of a cell whose worker or node died (a cell that fails by itself is not re-run)
 POLL_S = 1.0  # how often the driver reads the cells' progress from the store
+CANCEL_WAIT_S = 60.0  # after a Ctrl-C, how long a cancelled cell has to write its status and report
 LEASE_MARGIN_S = 0.5  # past a dead holder's lease expiry before taking the run
 
 
@@ -69,9 +70,9 @@ def working_directory(folder: str) -> Iterator[None]:
 
 
 def wait_for_dead_holder(store: ProgramStore, run_id: int) -> None:
-    """Sleep until the run's lease, if a holder has it, expires unrenewed: a re-run of a cell whose node died
-    finds the dead node's lease still live for up to EVOLVE_LEASE_S. A renewed lease is a live holder: return at
-    once and let `driving` refuse it in one line."""
+    """Sleep until the run's lease as seen now has expired: a re-run of a cell whose node died finds the dead
+    process's lease live for up to EVOLVE_LEASE_S. A live holder renews it meanwhile, and `driving` then refuses
+    the run in one line."""
     seen = store.lease(run_id)
     if seen is None:
         return
@@ -155,17 +156,20 @@ class RayCellExecutor:
             for ref in pending:
                 ray.cancel(ref)
             for ref, cell in pending.items():
-                with contextlib.suppress(RayError, KeyboardInterrupt):
-                    self._settle(runner, cell, ref, outcome)
-                if cell.status == "running":
-                    cell.status = "interrupted"
-                    runner.on_change(cell)
+                with contextlib.suppress(KeyboardInterrupt):
+                    self._settle(runner, cell, ref, outcome, interrupted=True)
 
-    def _settle(self, runner: ExperimentRunner, cell: CellProgress, ref: ray.ObjectRef,
-                outcome: ExperimentOutcome) -> None:
+    def _settle(self, runner: ExperimentRunner, cell: CellProgress, ref: ray.ObjectRef, outcome: ExperimentOutcome,
+                interrupted: bool = False) -> None:
+        """Take a cell's report into its progress; after a Ctrl-C, a task cancelled before it reported is
+        interrupted, not failed."""
         try:
-            report: CellReport = ray.get(ref)
+            report: CellReport = ray.get(ref, timeout=CANCEL_WAIT_S if interrupted else None)
         except RayError as exc:
+            if interrupted:
+                cell.status, cell.detail = "interrupted", ""
+                runner.on_change(cell)
+                return
             lines = [line for line in str(exc).splitlines() if line.strip()]
             cell.status, cell.detail = "failed", f"its Ray task failed: {lines[-1] if lines else type(exc).__name__}"
             outcome.errors.append(f"{'/'.join(map(str, cell.key))}: {cell.detail}")
@@ -183,17 +187,17 @@ class RayCellExecutor:
         if not cells:
             return
         run_ids = {(c.problem, c.policy, c.seed): c.run_id for c in runner.store.experiment_cells(runner.spec.name)}
+        runs = {info.id: info for info in runner.store.list_runs()}
         for cell in cells:
             run_id = run_ids.get(cell.key)
-            if run_id is None:
-                continue
-            info = runner.store.get_run(run_id)
+            info = runs.get(run_id) if run_id is not None else None
+            if run_id is None or info is None or info.status != "running":
+                continue  # waiting for a node, loading its policy, or between attempts
             done = len(runner.store.completed_iterations(run_id) - {0})
-            status = "running" if info.status == "running" else cell.status
             if cell.stats is None:
                 cell.stats = RunStats(iterations_target=info.iterations_target)
-            if (status, done, run_id) != (cell.status, cell.stats.iterations_done, cell.run_id):
-                cell.status, cell.run_id, cell.stats.iterations_done = status, run_id, done
+            if ("running", done, run_id) != (cell.status, cell.stats.iterations_done, cell.run_id):
+                cell.status, cell.run_id, cell.stats.iterations_done = "running", run_id, done
                 runner.on_change(cell)
 
 
