@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from sqlalchemy.engine import make_url
 
 from evolve.cluster import ClusterError
-from evolve.config import HFPolicySection, OpenAIPolicySection, VLLMPolicySection
+from evolve.config import HFPolicySection, OpenAIPolicySection, PolicySection, VLLMPolicySection
 from evolve.engine.experiment import ExperimentSpec
 from evolve.store.connection import database_url
 
@@ -60,3 +60,11 @@ def refuse_unplaceable(requests: dict[str, CellResources], nodes: list[dict[str,
                 f"but the largest node of the Ray cluster has {largest.get('CPU', 0.0):g} CPUs and "
                 f"{largest.get('GPU', 0.0):g} GPUs; lower run.eval_workers (--set run.eval_workers=N) or add a "
                 "bigger node")
+
+
+def policy_for_cell(policy: PolicySection, cpus: float) -> PolicySection:
+    """The policy as a cell's task opens it: an hf model on the CPU with threads = 0 ("all cores") gets the cell's
+    CPUs instead, so cells sharing a node do not each start a thread per core."""
+    if isinstance(policy, HFPolicySection) and policy.threads == 0 and not policy.device.startswith("cuda"):
+        return policy.model_copy(update={"threads": max(1, int(cpus))})
+    return policy

@@ -23,7 +23,12 @@ import ray
 from ray.exceptions import RayError
 
 from evolve.cluster import ClusterError
-from evolve.cluster.placement import cell_resources, refuse_sqlite_across_hosts, refuse_unplaceable
+from evolve.cluster.placement import (
+    cell_resources,
+    policy_for_cell,
+    refuse_sqlite_across_hosts,
+    refuse_unplaceable,
+)
 from evolve.engine.controller import RunStats
 from evolve.engine.experiment import (
     CellKey,
@@ -95,7 +100,8 @@ def run_cell(spec_json: str, workdir: str, key: CellKey) -> CellReport:
             if cell.status != "finished":
                 if cell.run_id is not None:
                     wait_for_dead_holder(runner.store, cell.run_id)
-                runner.run_policy_cells(spec.policy(key[1]), [cell], outcome)
+                cpus = context.get_assigned_resources().get("CPU", 1.0)
+                runner.run_policy_cells(policy_for_cell(spec.policy(key[1]), cpus), [cell], outcome)
         finally:
             runner.store.close()
     return CellReport(key=key, status=cell.status, detail=cell.detail, run_id=cell.run_id, stats=cell.stats,
