@@ -198,10 +198,16 @@ def test_a_run_stored_with_every_backends_settings_still_loads() -> None:
 
 def test_every_shipped_config_and_experiment_file_still_parses() -> None:
     from evolve.engine.experiment import load_experiment
+    from evolve.engine.study_config import load_study
 
     assert isinstance(load_config(ROOT / "evolve.toml").policy, HFPolicySection)
+    studies = sorted((ROOT / "experiments").glob("study*.toml"))
+    assert studies, "the shipped study files are gone"
     for path in sorted((ROOT / "experiments").glob("*.toml")):
-        assert load_experiment(path, db="x.db").policies
+        if path in studies:
+            assert load_study(path).name
+        else:
+            assert load_experiment(path, db="x.db").policies
 
 
 def test_a_sampling_run_stored_with_another_backend_names_the_backend_and_the_common_settings() -> None:
