@@ -219,7 +219,13 @@ def test_a_partly_trained_algorithm_is_partial_and_resumes_only_with_its_own_set
     _refuse_changed_training(config)  # threads may change between pieces
     (out / TRAIN_CONFIG_FILE).write_text(config.model_copy(update={"lr": 0.5}).model_dump_json())
     with pytest.raises(StudyError, match=r"other settings \(lr 0.5 -> 0.0001\); restore the study file"):
-        _refuse_changed_training(config)
+        training_status(config)
+    (out / "final").mkdir()  # finished: a changed study file is refused too, not served the old checkpoint
+    (out / "final" / "evolve_training.json").write_text('{"problems": ["fizzbuzz"], "algo": "vpo", "steps": 4}')
+    with pytest.raises(StudyError, match="other settings"):
+        training_status(config)
+    (out / TRAIN_CONFIG_FILE).write_text(config.model_dump_json())
+    assert training_status(config) == ("done", "4/4 steps")
 
 
 def test_long_training_curves_are_drawn_as_moving_means_with_their_range() -> None:

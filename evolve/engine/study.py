@@ -65,7 +65,8 @@ class StudyState:
                              "(or another --out for a new study)")
         self.data: dict[str, Any] = {"db": paths.db, "seconds": data.get("seconds", {})}
         paths.folder.mkdir(parents=True, exist_ok=True)
-        self.save()
+        if not self.path.is_file():  # else left alone: a `--status` beside a running study must not write over it
+            self.save()
 
     def save(self) -> None:
         partial = self.path.with_suffix(".partial")
@@ -93,6 +94,8 @@ def training_status(config: Any) -> tuple[State, str]:  # config: TrainConfig
     from evolve.rl.checkpoints import PROVENANCE_FILE, STATE_FILE, TrainingProvenance
 
     out = Path(config.out)
+    if (out / "train_config.json").is_file():  # trained (or training) with the study file's settings, or refused
+        _refuse_changed_training(config)
     provenance = out / "final" / PROVENANCE_FILE
     if provenance.is_file():
         steps = TrainingProvenance.model_validate_json(provenance.read_text()).steps
@@ -106,7 +109,8 @@ def training_status(config: Any) -> tuple[State, str]:  # config: TrainConfig
 
 
 def _refuse_changed_training(config: Any) -> None:
-    """A partial training goes on only with the settings it started with (steps may rise, threads may change)."""
+    """A training, partial or finished, counts for the study only with the settings it ran with (steps may rise,
+    threads may change)."""
     from evolve.rl.checkpoints import TRAIN_CONFIG_FILE
     from evolve.rl.train_config import TrainConfig
 
