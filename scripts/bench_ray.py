@@ -1,5 +1,5 @@
 """Benchmark: an experiment's cells in one process against the same cells as Ray tasks, and the Ray path's overhead
-as the cluster grows from 1 to 2 to 4 nodes (local `ray start` processes, the same 4 CPU slots in total).
+as the cluster grows from 1 to 2 to 4 nodes (local node processes on loopback, the same 4 CPU slots in total).
 
 Every arm runs the same cells (fizzbuzz, one policy, SEEDS seeds x ITERATIONS iterations, one answer per iteration)
 against tests/fake_policy_server.py, an OpenAI-compatible endpoint answering after a fixed latency, so the figures

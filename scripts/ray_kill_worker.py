@@ -1,6 +1,6 @@
 """Kill a Ray worker node mid-experiment and check that every cell still ends with its exact budget.
 
-A local cluster of a head and a second worker node (separate `ray start` processes on loopback, each with the CPUs
+A local cluster of a head and a second worker node (separate node processes on loopback, each with the CPUs
 of one cell, run.eval_workers, so cells land on both), a throwaway PostgreSQL store (tests/postgres_server.py), and
 the real experiment file (default: experiments/default.toml, SmolLM2 in each cell's own process) run by `evolve
 experiment FILE --cluster ray`. Once a cell driven on the second node has committed an iteration, every process of

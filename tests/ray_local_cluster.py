@@ -1,18 +1,26 @@
-"""A Ray cluster of separate processes on loopback, for tests and scripts: a head and worker nodes, each a real
-`ray start --block` (its own raylet and worker processes), and a node killed the hard way (SIGKILL to its raylet,
-its workers and everything else it started), as when a machine dies.
+"""A Ray cluster of separate processes on loopback, for tests and scripts: a head and worker nodes, each a process
+of its own (its own raylet and worker processes), and a node killed the hard way (SIGKILL to its raylet, its
+workers and everything else it started), as when a machine dies.
 
     with LocalRayCluster(head_cpus=1, env={"EVOLVE_LEASE_S": "2"}) as cluster:
         node = cluster.add_node(cpus=1)
         cluster.address          # 127.0.0.1:PORT, for RAY_ADDRESS
         cluster.kill(node)       # every process of that node, SIGKILL
 
-The head notices a dead node within about 2 s (shortened health checks), not Ray's default 30 s. Clients reach
-the head at 127.0.0.1; Ray itself advertises the machine's own address (it replaces a loopback --node-ip-address).
+The head notices a dead node within about 2 s (shortened health checks), not Ray's default 30 s.
+
+Every Ray process listens on and connects to 127.0.0.1 only. By default Ray replaces a loopback address (the
+--address, --node-ip-address, RAY_ADDRESS) by the machine's own outward address, so its traffic would leave
+loopback; RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (in LOOPBACK, which every node, `ray status` and a driver given
+RAY_ADDRESS must all have) makes Ray keep 127.0.0.1 instead. With it, `ray start --address` refuses to start a
+worker node ("multi-node clusters are not supported"), so the head is `ray start --head --block` and a worker
+node is this file run as a script (`python ray_local_cluster.py worker ...`), which starts the node the way
+`ray start --address --block` does (ray._private.node.Node, as ray.cluster_utils.Cluster.add_node does too).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
@@ -28,7 +36,9 @@ from types import TracebackType
 
 import psutil
 
-LOOPBACK = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}  # a throwaway cluster on loopback only
+LOOPBACK = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",  # a throwaway cluster on loopback only
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # Ray keeps 127.0.0.1 (else it swaps in the machine's IP)
+LOCALHOST = "127.0.0.1"
 OBJECT_STORE_BYTES = 200 * 2**20  # cells return small reports; Ray's default takes 30% of the memory
 STARTED = "Ray runtime started."  # what `ray start` logs once its node is registered with the head
 RAY = str(Path(sys.executable).with_name("ray"))
@@ -38,7 +48,8 @@ FAST_HEALTH_CHECKS = {"RAY_health_check_period_ms": "500", "RAY_health_check_fai
 
 @dataclass
 class RayNode:
-    """One `ray start --block` process; its raylet and workers are its descendants."""
+    """One node's own process (`ray start --block` for the head, this file for a worker node); its raylet and
+    workers are its descendants."""
 
     name: str
     process: subprocess.Popen[bytes]
@@ -66,7 +77,7 @@ class LocalRayCluster:
 
     def __init__(self, head_cpus: int = 1, env: dict[str, str] | None = None, start_timeout_s: float = 90.0) -> None:
         self.port = _free_port()
-        self.address = f"127.0.0.1:{self.port}"
+        self.address = f"{LOCALHOST}:{self.port}"
         self.env = {**os.environ, **FAST_HEALTH_CHECKS, **LOOPBACK, **(env or {})}
         self.env.pop("RAY_ADDRESS", None)
         self.folder = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
@@ -75,8 +86,11 @@ class LocalRayCluster:
         self.nodes: list[RayNode] = []
 
     def __enter__(self) -> LocalRayCluster:
-        self.head = self._start("head", ["--head", f"--port={self.port}", f"--num-cpus={self.head_cpus}",
-                                         "--include-dashboard=false", f"--temp-dir={self.folder / 'tmp'}"])
+        self.head = self._start("head", [
+            RAY, "start", "--block", "--disable-usage-stats", "--head", f"--port={self.port}",
+            f"--node-ip-address={LOCALHOST}", f"--ray-client-server-port={_free_port()}",
+            f"--num-cpus={self.head_cpus}", f"--object-store-memory={OBJECT_STORE_BYTES}",
+            "--include-dashboard=false", f"--temp-dir={self.folder / 'tmp'}"])
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
@@ -87,7 +101,9 @@ class LocalRayCluster:
 
     def add_node(self, cpus: int = 1) -> RayNode:
         """A worker node joined to the head; returns once the cluster counts it alive."""
-        return self._start(f"worker{len(self.nodes)}", [f"--address={self.address}", f"--num-cpus={cpus}"])
+        return self._start(f"worker{len(self.nodes)}", [
+            sys.executable, __file__, "worker", f"--address={self.address}", f"--num-cpus={cpus}",
+            f"--temp-dir={self.folder / 'tmp'}"])
 
     def kill(self, node: RayNode) -> None:
         """SIGKILL every process of the node at once, as when its machine dies."""
@@ -107,12 +123,11 @@ class LocalRayCluster:
         active = result.stdout.partition("Active:")[2].partition("Pending:")[0]
         return len(re.findall(r"^\s*\d+ node_", active, re.MULTILINE))
 
-    def _start(self, name: str, arguments: list[str]) -> RayNode:
+    def _start(self, name: str, command: list[str]) -> RayNode:
         log = self.folder / f"{name}.log"
         with log.open("wb") as out:
-            process = subprocess.Popen([RAY, "start", "--block", "--disable-usage-stats", f"--object-store-memory={OBJECT_STORE_BYTES}",
-                                        *arguments], stdout=out, stderr=subprocess.STDOUT,
-                                       env=self.env, start_new_session=True)
+            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=self.env,
+                                       start_new_session=True)
         node = RayNode(name, process, log)
         self.nodes.append(node)
         self._wait_for(lambda: STARTED in log.read_text(errors="replace"), f"node {name} to start")
@@ -129,3 +144,27 @@ class LocalRayCluster:
                 return
             time.sleep(0.2)
         raise TimeoutError(f"waited {self.start_timeout_s:.0f} s for {what}")
+
+
+def run_worker_node(address: str, cpus: int, temp_dir: str) -> None:
+    """A worker node joined to the head at `address`, on loopback, until this process is killed: what
+    `ray start --address --block` does, which RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 makes it refuse."""
+    from ray._private.node import Node
+    from ray._private.parameter import RayParams
+
+    params = RayParams(gcs_address=address, node_ip_address=LOCALHOST, num_cpus=cpus, num_gpus=0,
+                       object_store_memory=OBJECT_STORE_BYTES, temp_dir=temp_dir)
+    Node(params, head=False, shutdown_at_exit=True, spawn_reaper=True)
+    print(STARTED, flush=True)
+    while True:
+        time.sleep(1)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="run one worker node of a LocalRayCluster")
+    parser.add_argument("role", choices=["worker"])
+    parser.add_argument("--address", required=True)
+    parser.add_argument("--num-cpus", type=int, required=True)
+    parser.add_argument("--temp-dir", required=True)
+    arguments = parser.parse_args()
+    run_worker_node(arguments.address, arguments.num_cpus, arguments.temp_dir)
