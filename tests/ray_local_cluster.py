@@ -21,6 +21,7 @@ node is this file run as a script (`python ray_local_cluster.py worker ...`), wh
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import re
 import shutil
@@ -72,6 +73,13 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def _is_loopback(ip: str) -> bool:
+    address = ipaddress.ip_address(ip)
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped  # Ray's gRPC servers show 127.0.0.1 as ::ffff:127.0.0.1
+    return address.is_loopback
+
+
 class LocalRayCluster:
     """A head node started on entering; worker nodes added with add_node; every node stopped on leaving."""
 
@@ -115,6 +123,23 @@ class LocalRayCluster:
                 pass
         psutil.wait_procs(processes, timeout=10)
         node.process.wait(timeout=10)
+
+    def off_loopback_sockets(self) -> list[str]:
+        """Every TCP socket of every live node process that is bound or connected outside 127.0.0.0/8 (a listener
+        on 0.0.0.0 or :: counts), as 'process local -> remote'; empty when the cluster keeps to loopback."""
+        found = []
+        for node in self.nodes:
+            for process in node.processes():
+                try:
+                    sockets = process.net_connections(kind="tcp")
+                    name = process.name()
+                except psutil.NoSuchProcess:
+                    continue
+                for sock in sockets:
+                    ends = [sock.laddr, *([sock.raddr] if sock.raddr else [])]
+                    if not all(_is_loopback(end.ip) for end in ends):
+                        found.append(f"{name}[{process.pid}] {sock.laddr} -> {sock.raddr or '-'} {sock.status}")
+        return found
 
     def alive_nodes(self) -> int:
         """Nodes the head's autoscaler lists as active (`ray status`, a separate process, so this one is no driver)."""

@@ -166,6 +166,7 @@ def test_a_killed_worker_node_loses_no_cell_and_doubles_no_iteration(tmp_path: P
     with FakePolicyServer(latency_s=0.1) as server, \
             LocalRayCluster(head_cpus=1, env={"EVOLVE_LEASE_S": LEASE_S}) as cluster:
         second = cluster.add_node(cpus=1)
+        assert cluster.off_loopback_sockets() == []  # every Ray process listens on and talks to 127.0.0.1 only
         path = experiment_file(tmp_path, server.url, postgresql_url)
         spec = load_experiment(path)
         driver = subprocess.Popen(
@@ -175,6 +176,7 @@ def test_a_killed_worker_node_loses_no_cell_and_doubles_no_iteration(tmp_path: P
                  "COLUMNS": "300"})
         store = ProgramStore(postgresql_url)
         killed: tuple[int, int] | None = None  # (run id, iterations it had committed)
+        off_loopback: list[str] = []  # Ray sockets outside 127.0.0.0/8 while a cell ran on the second node
         deadline = time.monotonic() + 120
         while killed is None and driver.poll() is None and time.monotonic() < deadline:
             pids = second.pids()
@@ -182,12 +184,14 @@ def test_a_killed_worker_node_loses_no_cell_and_doubles_no_iteration(tmp_path: P
                 lease = store.lease(cell.run_id)
                 done = len(store.completed_iterations(cell.run_id) - {0})
                 if lease is not None and int(lease.process.rsplit(":", 1)[1]) in pids and 2 <= done < ITERATIONS:
+                    off_loopback = cluster.off_loopback_sockets()  # the cells' workers and their connections too
                     cluster.kill(second)
                     killed = (cell.run_id, done)
                     break
             time.sleep(0.1)
         out, _ = driver.communicate(timeout=180)
     assert killed is not None, f"no cell ran on the second node before the experiment ended:\n{out}"
+    assert off_loopback == [], off_loopback
     assert driver.returncode == 0 and f"{len(SEEDS)}/{len(SEEDS)} cells finished" in out, out
 
     cells = store.experiment_cells(spec.name)
