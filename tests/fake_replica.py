@@ -8,43 +8,25 @@ chat completion after --delay seconds with a reply holding no code, and appends 
 from __future__ import annotations
 
 import argparse
-import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+from canned_http import json_handler
 
 REPLY = {"choices": [{"message": {"content": "I have no code for this."}, "finish_reason": "stop"}],
          "usage": {"prompt_tokens": 10, "completion_tokens": 7}}
 
 
 def make_handler(delay_s: float, log: Path, lock: threading.Lock) -> type[BaseHTTPRequestHandler]:
-    class Replies(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            self._send({"data": [{"id": "fake"}]})
+    def reply(_request: bytes) -> dict[str, object]:
+        time.sleep(delay_s)
+        with lock, log.open("a") as lines:
+            lines.write(f"{time.monotonic()}\n")
+        return REPLY
 
-        def do_POST(self) -> None:  # noqa: N802
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            time.sleep(delay_s)
-            with lock, log.open("a") as lines:
-                lines.write(f"{time.monotonic()}\n")
-            self._send(REPLY)
-
-        def _send(self, data: dict[str, object]) -> None:
-            body = json.dumps(data).encode()
-            try:
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-            except OSError:
-                pass  # the client went away
-
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (http.server's name)
-            pass
-
-    return Replies
+    return json_handler(lambda: {"data": [{"id": "fake"}]}, reply)
 
 
 def main() -> None:

@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 import re
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import TracebackType
 from typing import Any
+
+from canned_http import ThreadedLoopbackServer, chat_reply, json_handler, models_reply
 
 PROBLEM_TOML = """\
 name = "number"
@@ -65,61 +65,18 @@ def answer(script: str, body: dict[str, Any]) -> str:
     return f"```python\nx = {parent + 1 + int(body.get('seed', 0))}\n```"
 
 
-class ScriptedPolicyServer:
+class ScriptedPolicyServer(ThreadedLoopbackServer):
     """The endpoint, started on entering and shut down on leaving."""
 
     def __init__(self, script: str) -> None:
         self.script = script
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True, name=f"scripted-{script}")
+        super().__init__(json_handler(lambda: models_reply(script), self._reply), name=f"scripted-{script}")
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
-
-    def __enter__(self) -> ScriptedPolicyServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 trace: TracebackType | None) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def _reply(self, raw: bytes) -> bytes:
+    def _reply(self, raw: bytes) -> dict[str, Any]:
         body = json.loads(raw)
         with self._lock:
             self.requests.append(body)
-        content = answer(self.script, body)
-        return json.dumps({"id": "scripted", "object": "chat.completion", "model": self.script,
-                           "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                                        "finish_reason": "stop"}],
-                           "usage": {"prompt_tokens": 50, "completion_tokens": 8}}).encode()
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-                self._send(json.dumps({"object": "list", "data": [{"id": server.script, "object": "model"}]}).encode())
-
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-                self._send(server._reply(self.rfile.read(int(self.headers.get("Content-Length", 0)))))
-
-            def _send(self, body: bytes) -> None:
-                try:
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
-                except OSError:
-                    pass  # a client killed mid-request
-
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - http.server's naming
-                pass
-
-        return Handler
+        return chat_reply(answer(self.script, body), model=self.script, reply_id="scripted", prompt_tokens=50,
+                          completion_tokens=8)
