@@ -218,7 +218,7 @@ def test_answers_per_iteration_that_a_policy_cannot_divide_is_one_config_line(tm
                             cwd=ROOT, capture_output=True, text=True, timeout=120, env=WIDE)
     assert result.returncode == 2
     lines = (result.stdout + result.stderr).strip().splitlines()
-    assert len(lines) == 1 and "run.answers_per_iteration = 4" in lines[0] and "policy.answers = 3" in lines[0]
+    assert len(lines) == 1 and "run.answers_per_iteration = 4" in lines[0] and "answers = 3 of policy" in lines[0]
     assert not (tmp_path / "x.db").exists()
 
     experiment = tmp_path / "uneven.toml"
