@@ -9,7 +9,6 @@ leases short so that a killed holder's lease lapses quickly.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -17,10 +16,10 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from canned_http import ThreadedLoopbackServer, json_handler, models_reply
 from sqlalchemy import inspect
 from sqlalchemy.exc import SQLAlchemyError
 from store_backends import execute, fetch
@@ -34,33 +33,19 @@ REPLY_DELAY_S = 0.2  # 24 iterations: the winner of the race drives for seconds,
 LEASE_S = 3.0
 
 
-class _Replies(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        time.sleep(REPLY_DELAY_S)
-        body = json.dumps({"choices": [{"message": {"content": "I have no code for this."}, "finish_reason": "stop"}],
-                           "usage": {"prompt_tokens": 10, "completion_tokens": 7}}).encode()
-        try:
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-        except OSError:
-            pass  # a client killed with -9 mid-request
+NO_CODE_REPLY = {"choices": [{"message": {"content": "I have no code for this."}, "finish_reason": "stop"}],
+                 "usage": {"prompt_tokens": 10, "completion_tokens": 7}}
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (http.server's name)
-        pass
+
+def _no_code_reply(_request: bytes) -> dict[str, object]:
+    time.sleep(REPLY_DELAY_S)
+    return NO_CODE_REPLY
 
 
 @pytest.fixture(scope="module")
 def policy_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Replies)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+    with ThreadedLoopbackServer(json_handler(lambda: models_reply("fake"), _no_code_reply), name="lease-policy") as server:
+        yield server.url
 
 
 def evolve_run(db: str, url: str, *extra: str) -> list[str]:
