@@ -20,7 +20,9 @@ as many evaluations as the arm that spent the fewest. Each figure is a mean over
     .venv/bin/python scripts/bench_search_features.py --device cuda \
         --arms all-on,all-off,ensemble,novelty,prompt_evolution
 
-Writes every run to --db (default: a temporary folder) and the table, as JSON too, to --json when given.
+Writes every run to --db (default: a temporary folder) and the table, as JSON too, to --json when given. With
+--runs FILE each finished run's figures are appended to FILE (JSON lines) as it ends, and a (problem, arm, seed)
+already there is not run again: a killed benchmark resumes, and arms run in separate invocations share one table.
 """
 
 from __future__ import annotations
@@ -127,10 +129,29 @@ async def run_one(config: RunConfig, problem: Problem, store: ProgramStore, back
     return run_id
 
 
+def load_runs(path: str) -> list[RunFigures]:
+    if not path or not Path(path).exists():
+        return []
+    runs = []
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            fields = json.loads(line)
+            fields["curve"] = tuple(tuple(point) for point in fields["curve"])
+            runs.append(RunFigures(**fields))
+    return runs
+
+
+def append_run(path: str, run: RunFigures) -> None:
+    if path:
+        with open(path, "a") as runs_file:
+            runs_file.write(json.dumps(dataclasses.asdict(run)) + "\n")
+
+
 async def bench(args: argparse.Namespace, problems: dict[str, Path]) -> list[RunFigures]:
     sections = policy_sections(args.device, args.max_new_tokens)
     store = ProgramStore(args.db)
-    results: list[RunFigures] = []
+    results = load_runs(args.runs)
+    done = {(r.problem, r.arm, r.seed) for r in results}
     base = parse_config({"policies": [sections["m1"], sections["m3"]]})
     with open_policies(base.ensemble_policies()) as backends:  # each model loaded once, shared by every run
         try:
@@ -138,12 +159,15 @@ async def bench(args: argparse.Namespace, problems: dict[str, Path]) -> list[Run
                 loaded = load_problem(name, programs_dir)
                 for seed in range(args.seeds):
                     for arm in args.arms:
+                        if (name, arm, seed) in done:
+                            continue
                         config = arm_config(arm, name, programs_dir, seed, args)
                         problem = loaded if "cascade" in ARMS[arm] else dataclasses.replace(loaded, cascade=())
                         started = time.monotonic()
                         run_id = await run_one(config, problem, store, backends)
                         found = figures(store, run_id, name, arm, seed, time.monotonic() - started)
                         results.append(found)
+                        append_run(args.runs, found)
                         print(f"  {name} {arm} seed {seed}: {found.children}/{found.answers} valid, "
                               f"{found.duplicates} duplicates, {found.evaluations} evaluations, {found.saved} saved, "
                               f"best {found.curve[-1][1]:.4f} ({found.wall_s:.0f} s)", flush=True)
@@ -151,6 +175,15 @@ async def bench(args: argparse.Namespace, problems: dict[str, Path]) -> list[Run
             for backend in backends.values():
                 await backend.close()
     return results
+
+
+def best_vs_off(mine: list[RunFigures], runs: list[RunFigures], equal: dict[int, int]) -> Interval | None:
+    """The paired difference, over seeds, of this arm's best at equal evaluations minus all-off's (scores in [0, 1],
+    so differences in [-1, 1]); None for all-off itself or when no seed has both."""
+    off = {r.seed: r for r in runs if r.arm == "all-off"}
+    differences = [r.best_at(equal[r.seed]) - off[r.seed].best_at(equal[r.seed]) for r in mine
+                   if r.arm != "all-off" and r.seed in off]
+    return mean_interval(np.array(differences), value_range=(-1.0, 1.0)) if differences else None
 
 
 def share(part: int, whole: int) -> float:
@@ -176,6 +209,7 @@ def table(results: list[RunFigures], arms: list[str]) -> list[dict[str, Any]]:
                 "evaluations": float(np.mean([r.evaluations for r in mine])),
                 "equal_evaluations": float(np.mean([equal[r.seed] for r in mine])),
                 "best_at_equal": mean_interval(np.array([r.best_at(equal[r.seed]) for r in mine])),
+                "best_vs_off": best_vs_off(mine, runs, equal),
                 "best_final": float(np.mean([r.curve[-1][1] for r in mine])),
                 "wall_s": float(np.mean([r.wall_s for r in mine])),
             })
@@ -191,13 +225,15 @@ def shown(interval: Interval, digits: int = 2, percent: bool = False) -> str:
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     lines = ["| problem | arm | seeds | valid-child share | duplicates | evaluations saved | evaluations (equal) "
-             "| best at equal evaluations | best at the end |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| best at equal evaluations | minus all-off's | best at the end |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
         lines.append(f"| {row['problem']} | {row['arm']} | {row['seeds']} | {shown(row['valid_share'], 0, True)} | "
                      f"{shown(row['duplicate_share'], 0, True)} | {shown(row['saved_share'], 0, True)} | "
                      f"{row['evaluations']:.0f} ({row['equal_evaluations']:.0f}) | "
-                     f"{shown(row['best_at_equal'], 4)} | {row['best_final']:.4f} |")
+                     f"{shown(row['best_at_equal'], 4)} | "
+                     f"{shown(row['best_vs_off'], 4) if row['best_vs_off'] is not None else '-'} | "
+                     f"{row['best_final']:.4f} |")
     return "\n".join(lines)
 
 
@@ -213,6 +249,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--db", default="", help="SQLite file for the runs (default: in a temporary folder)")
     parser.add_argument("--json", default="", help="also write the table and every run's figures here")
+    parser.add_argument("--runs", default="", help="JSON lines: each run's figures appended as it ends; runs already "
+                                                   "there are skipped (resume, or arms in separate invocations)")
     args = parser.parse_args(argv)
     args.arms = [arm.strip() for arm in args.arms.split(",") if arm.strip()]
     unknown = [arm for arm in args.arms if arm not in ARMS]
@@ -234,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(problems)} problems x {len(args.arms)} arms x {args.seeds} seeds x {args.iterations} "
               f"iterations, device {args.device}", flush=True)
         results = asyncio.run(bench(args, problems))
-        rows = table(results, args.arms)
+        rows = table(results, [arm for arm in ARMS if arm in args.arms or any(r.arm == arm for r in results)])
         print(markdown(rows))
         if args.json:
             Path(args.json).write_text(json.dumps({"rows": [{key: dataclasses.asdict(value) if isinstance(
