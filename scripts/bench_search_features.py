@@ -53,7 +53,7 @@ from evolve.policies.factory import open_policies  # noqa: E402
 from evolve.problems.humaneval import import_humaneval  # noqa: E402
 from evolve.problems.problem import Problem, load_problem  # noqa: E402
 from evolve.report.cascade_savings import cascade_savings, novelty_rejections  # noqa: E402
-from evolve.report.stats import Interval, mean_interval  # noqa: E402
+from evolve.report.stats import Interval, clopper_pearson, mean_interval  # noqa: E402
 from evolve.store.program_store import ProgramStore  # noqa: E402
 
 FEATURES = ("ensemble", "novelty", "cascade", "prompt_evolution")
@@ -186,6 +186,13 @@ def best_vs_off(mine: list[RunFigures], runs: list[RunFigures], equal: dict[int,
     return mean_interval(np.array(differences), value_range=(-1.0, 1.0)) if differences else None
 
 
+def pooled(part: int, whole: int) -> Interval:
+    """part / whole over every answer of the arm, with its Clopper-Pearson interval: tighter than the per-seed
+    interval, but it treats the answers as independent, which answers of one run are not."""
+    low, high = clopper_pearson(part, whole) if whole else (0.0, 1.0)
+    return Interval(share(part, whole), low, high, whole, 0)
+
+
 def share(part: int, whole: int) -> float:
     return part / whole if whole else 0.0
 
@@ -205,6 +212,8 @@ def table(results: list[RunFigures], arms: list[str]) -> list[dict[str, Any]]:
                 "problem": problem, "arm": arm, "seeds": len(mine),
                 "valid_share": mean_interval(np.array([share(r.children, r.answers) for r in mine])),
                 "duplicate_share": mean_interval(np.array([share(r.duplicates, r.answers) for r in mine])),
+                "valid_pooled": pooled(sum(r.children for r in mine), sum(r.answers for r in mine)),
+                "duplicate_pooled": pooled(sum(r.duplicates for r in mine), sum(r.answers for r in mine)),
                 "saved_share": mean_interval(np.array([share(r.saved, r.evaluations + r.saved) for r in mine])),
                 "evaluations": float(np.mean([r.evaluations for r in mine])),
                 "equal_evaluations": float(np.mean([equal[r.seed] for r in mine])),
@@ -224,12 +233,14 @@ def shown(interval: Interval, digits: int = 2, percent: bool = False) -> str:
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
-    lines = ["| problem | arm | seeds | valid-child share | duplicates | evaluations saved | evaluations (equal) "
+    lines = ["| problem | arm | seeds | valid-child share | pooled over answers | duplicates | pooled over answers "
+             "| evaluations saved | evaluations (equal) "
              "| best at equal evaluations | minus all-off's | best at the end |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
         lines.append(f"| {row['problem']} | {row['arm']} | {row['seeds']} | {shown(row['valid_share'], 0, True)} | "
-                     f"{shown(row['duplicate_share'], 0, True)} | {shown(row['saved_share'], 0, True)} | "
+                     f"{shown(row['valid_pooled'], 0, True)} | {shown(row['duplicate_share'], 0, True)} | "
+                     f"{shown(row['duplicate_pooled'], 0, True)} | {shown(row['saved_share'], 0, True)} | "
                      f"{row['evaluations']:.0f} ({row['equal_evaluations']:.0f}) | "
                      f"{shown(row['best_at_equal'], 4)} | "
                      f"{shown(row['best_vs_off'], 4) if row['best_vs_off'] is not None else '-'} | "
