@@ -15,6 +15,7 @@ from rich.console import Console
 from evolve.cli.runner import run_evolution
 from evolve.config import PromptEvolutionSection, RunConfig, parse_config
 from evolve.engine.controller import Controller
+from evolve.instruction_texts import TEMPLATE_SYSTEM
 from evolve.policies.factory import open_policies
 from evolve.problems.problem import load_problem
 from evolve.report.run_summary import render_run, run_summary_dict
@@ -68,9 +69,18 @@ def test_each_iteration_sends_and_records_its_instruction_and_the_report_splits_
     rows = run_summary_dict(store, outcome.run_id)["by_instruction"]
     assert {row["name"] for row in rows} == set(variants.values())
     assert sum(row["iterations"] for row in rows) == 20
+    for row in rows:  # each key shown with the text it stands for, lead 0 as the template's own message
+        instruction = Instruction.from_key(row["name"])
+        assert row["text"] == instruction.text(TEMPLATE_SYSTEM)
+        assert all(HINTS[hint] in row["text"] for hint in instruction.hints)
+        assert row["mean_gain"] >= 0.0
+    assert sum(row["mean_gain"] * row["iterations"] for row in rows) > 0  # the climber improves now and then
     shown = io.StringIO()
-    render_run(store, outcome.run_id, Console(file=shown, width=160))
-    assert "by evolved instruction" in shown.getvalue()
+    render_run(store, outcome.run_id, Console(file=shown, width=400))
+    assert "by evolved instruction" in shown.getvalue() and "mean gain" in shown.getvalue()
+    lines = shown.getvalue().splitlines()
+    for row in rows:
+        assert any(row["name"] in line and row["text"] in line for line in lines), row["name"]
 
 
 def test_a_resumed_population_is_the_one_the_writing_process_held(tmp_path: Path) -> None:

@@ -1,13 +1,16 @@
-"""A run split by what its iterations chose: one row per policy of an ensemble, or per evolved instruction, with
-its iterations, answers, valid children, the share of answers that were valid, the children that beat their
-parent, and its best child. Computed from store.iteration_choices; run_summary.py renders it."""
+"""A run split by what its iterations chose: one row per policy of an ensemble, or per evolved instruction (with its
+text), with its iterations, answers, valid children, the share of answers that were valid, the children that beat
+their parent, the mean gain of its iterations and its best child. Computed from store.iteration_choices;
+run_summary.py renders a run's rows, html_tables.py an experiment's instruction rows pooled per policy arm."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from evolve.instruction_texts import instruction_text
 from evolve.store.choice_scans import IterationChoice
+from evolve.store.program_store import ProgramStore
 
 
 @dataclass(frozen=True)
@@ -21,6 +24,8 @@ class ChoiceRow:
     valid_share: float | None  # children / answers
     improvements: int  # children scoring above their parent
     best: float | None  # the best child's scalar
+    mean_gain: float = 0.0  # mean over its iterations of how far the best child rose above its parent (0 if not)
+    text: str = ""  # an instruction's text (instruction_texts.py); "" in rows by policy
 
 
 @dataclass
@@ -30,9 +35,11 @@ class _Sum:
     children: int = 0
     improvements: int = 0
     best: float | None = None
+    gain: float = 0.0
 
     def add(self, choice: IterationChoice) -> None:
         self.iterations += 1
+        self.gain += choice.gain
         self.answers += choice.answers
         self.children += choice.children
         self.improvements += choice.improvements
@@ -40,9 +47,10 @@ class _Sum:
             self.best = choice.best_scalar if self.best is None else max(self.best, choice.best_scalar)
 
 
-def _rows(sums: dict[str, _Sum]) -> tuple[ChoiceRow, ...]:
+def _rows(sums: dict[str, _Sum], texts: bool = False) -> tuple[ChoiceRow, ...]:
     return tuple(ChoiceRow(name, s.iterations, s.answers, s.children, s.children / s.answers if s.answers else None,
-                           s.improvements, s.best) for name, s in sums.items())
+                           s.improvements, s.best, s.gain / s.iterations if s.iterations else 0.0,
+                           instruction_text(name) if texts else "") for name, s in sums.items())
 
 
 def split_run(choices: Iterable[IterationChoice]) -> tuple[tuple[ChoiceRow, ...], tuple[ChoiceRow, ...]]:
@@ -54,4 +62,31 @@ def split_run(choices: Iterable[IterationChoice]) -> tuple[tuple[ChoiceRow, ...]
         by_policy.setdefault(choice.policy, _Sum()).add(choice)
         if choice.prompt_variant is not None:
             by_instruction.setdefault(choice.prompt_variant, _Sum()).add(choice)
-    return _rows(by_policy), _rows(by_instruction)
+    return _rows(by_policy), _rows(by_instruction, texts=True)
+
+
+@dataclass(frozen=True)
+class ArmInstructions:
+    """An experiment arm's evolved instructions, pooled over its cells (every problem and seed)."""
+
+    policy: str
+    runs: int  # the arm's runs that recorded an instruction
+    rows: tuple[ChoiceRow, ...]  # one per instruction, in order of first use (first cell first)
+
+
+def instructions_by_arm(store: ProgramStore, cells: Iterable[tuple[str, int | None]]) -> tuple[ArmInstructions, ...]:
+    """For each policy arm of `cells` ((policy, run id or None) pairs) whose runs evolved instructions, the rows of
+    its instructions pooled over its runs; arms without prompt evolution are left out. A gain pools scalars of
+    different problems: compare instructions within an arm, not across problems of other scales."""
+    sums: dict[str, dict[str, _Sum]] = {}
+    runs: dict[str, int] = {}
+    for policy, run_id in cells:
+        if run_id is None:
+            continue
+        used = False
+        for choice in store.iteration_choices(run_id):
+            if choice.prompt_variant is not None:
+                sums.setdefault(policy, {}).setdefault(choice.prompt_variant, _Sum()).add(choice)
+                used = True
+        runs[policy] = runs.get(policy, 0) + used
+    return tuple(ArmInstructions(policy, runs[policy], _rows(rows, texts=True)) for policy, rows in sums.items())

@@ -12,7 +12,7 @@ from __future__ import annotations
 from html import escape
 
 from evolve.report.charts import Series, line_chart, palette
-from evolve.report.html_tables import budgets_html, differences_html, objectives_html
+from evolve.report.html_tables import budgets_html, differences_html, instructions_html, objectives_html
 from evolve.report.results import AXIS_LABELS, CellResult, Curve, ExperimentResults, ProblemPolicyRow
 from evolve.report.terminal import first_crack_text
 
@@ -71,7 +71,7 @@ def report_html(results: ExperimentResults) -> str:
     colours = palette(results.policies)
     body = [_header(results), _notes(results), _matrix(results, colours), budgets_html(results, colours),
             *_charts(results, colours), differences_html(results), objectives_html(results, colours),
-            _cells(results)]
+            instructions_html(results), _cells(results)]
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',

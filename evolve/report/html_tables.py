@@ -99,3 +99,36 @@ def objectives_html(results: ExperimentResults, colours: dict[str, str]) -> str:
             "(<code>all_at_least</code>), judged by the problem's current rule; where a problem has no such bar, the "
             "best value any seed reached. Hover a cell for the best and mean best value.</p>"
             + "".join(tables) + "</section>")
+
+
+def _value(value: float | None, digits: int = 4) -> str:
+    return "&ndash;" if value is None else f"{value:.{digits}f}"
+
+
+def instructions_html(results: ExperimentResults) -> str:
+    """Per arm that evolved its system instruction ([prompt_evolution]): each instruction's text and what its
+    iterations brought, pooled over the arm's cells; "" when no arm did."""
+    if not results.instructions:
+        return ""
+    heads = ["instruction", "text", "iterations", "children", "valid share", "improved on parent", "mean gain",
+             "best reached"]
+    tables = []
+    for arm in results.instructions:
+        rows = []
+        for row in arm.rows:
+            share = "&ndash;" if row.valid_share is None else f"{100 * row.valid_share:.0f} %"
+            values = [str(row.iterations), f"{row.children} of {row.answers}", share, str(row.improvements),
+                      _value(row.mean_gain), _value(row.best)]
+            rows.append(f'<tr data-instruction="{escape(row.name)}"><td><code>{escape(row.name)}</code></td>'
+                        f"<td>{escape(row.text)}</td>" + "".join(f'<td class="num">{v}</td>' for v in values)
+                        + "</tr>")
+        head = "".join(f'<th class="num">{h}</th>' if i > 1 else f"<th>{h}</th>" for i, h in enumerate(heads))
+        tables.append(f'<h3 data-policy="{escape(arm.policy)}">{escape(arm.policy)} ({arm.runs} run'
+                      f'{"s" if arm.runs != 1 else ""})</h3><table class="instructions"><thead><tr>{head}</tr>'
+                      f'</thead><tbody>{"".join(rows)}</tbody></table>')
+    return ('<section><h2>Evolved instructions</h2><p class="hint">Arms with prompt evolution: one row per system '
+            "instruction their runs tried, pooled over the arm's problems and seeds, in order of first use. Children "
+            "are valid children of all answers of the iterations that used it; mean gain is how far an iteration's "
+            "best child rose above its parent (0 when none did), averaged over those iterations; best reached is "
+            "the best child's scalar. Gains and scalars of different problems are pooled, so compare instructions "
+            "within an arm. Lead 0 is the template's own system message.</p>" + "".join(tables) + "</section>")

@@ -22,6 +22,7 @@ import numpy as np
 
 from evolve.engine.experiment import ExperimentSpec
 from evolve.problems.problem import Problem, ProblemError, load_problem
+from evolve.report.by_choice import ArmInstructions, instructions_by_arm
 from evolve.report.results_curves import AXES, AXIS_LABELS, Curve, Step, policy_curves, problem_curve
 from evolve.report.stats import (
     Interval,
@@ -145,6 +146,7 @@ class ExperimentResults:
     budgets: tuple[PolicyBudget, ...]
     differences: tuple[PairedDifference, ...]  # per pair of policies: cracked_share and mean_best
     notes: tuple[str, ...]  # what a reader must know before trusting the numbers (plain text)
+    instructions: tuple[ArmInstructions, ...] = ()  # per arm with [prompt_evolution]: its instructions, pooled
 
     def row(self, problem: str, policy: str) -> ProblemPolicyRow:
         return next(row for row in self.table if row.problem == problem and row.policy == policy)
@@ -300,7 +302,8 @@ def collect(store: ProgramStore, spec: ExperimentSpec, samples: int = 100_000, c
         problems=spec.problems, policies=policies, seeds=spec.seeds, confidence=confidence, score_range=score_range,
         axes=AXES, cells=cells, table=table_t, curves=tuple(curves), problem_curves=tuple(problem_curves),
         objectives=tuple(objectives), budgets=tuple(_budget(p, [c for c in cells if c.policy == p]) for p in policies),
-        differences=differences, notes=tuple(notes))
+        differences=differences, notes=tuple(notes),
+        instructions=instructions_by_arm(store, ((c.policy, c.run_id) for c in cells)))
 
 
 def _row(problem: str, policy: str, cells: list[CellResult], confidence: float,

@@ -230,13 +230,17 @@ def _best_table(s: RunSummary) -> Table | Text:
 
 
 def choice_table(title: str, what: str, rows: tuple[ChoiceRow, ...]) -> Table:
-    """The run split by policy or instruction: iterations, answers, valid children and share, improvements, best."""
+    """The run split by policy or instruction: iterations, answers, valid children and share, improvements, mean
+    gain, best; an instruction's text beside its key."""
+    texts = any(row.text for row in rows)
     table = Table(title=title, title_justify="left")
-    table.add_column(what, overflow="fold")
-    for column in ("iterations", "answers", "children", "valid share", "improved on parent", "best"):
-        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column(what, no_wrap=True)
+    if texts:
+        table.add_column("text", overflow="fold", ratio=1, min_width=30)
+    for column in ("iterations", "answers", "children", "valid share", "improved on parent", "mean gain", "best"):
+        table.add_column(column, justify="right")
     for row in rows:
-        table.add_row(Text(row.name), str(row.iterations), str(row.answers), str(row.children),
-                      _number(None if row.valid_share is None else 100 * row.valid_share, " %", 0),
-                      str(row.improvements), _number(row.best, digits=4))
+        table.add_row(Text(row.name), *([Text(row.text)] if texts else []), str(row.iterations), str(row.answers),
+                      str(row.children), _number(None if row.valid_share is None else 100 * row.valid_share, " %", 0),
+                      str(row.improvements), _number(row.mean_gain, digits=4), _number(row.best, digits=4))
     return table

@@ -3,7 +3,8 @@ used it, the weakest replaced now and then by a mutant of the strongest.
 
 An instruction is a lead sentence plus up to MAX_HINTS hints, drawn from fixed lists, and is named by a key
 ("L0", "L2+h1+h5"): the key alone rebuilds its text, so the store records only the key with every iteration. Lead
-0 is the template's own system message. The mutation operators are fixed (add a hint, drop one, swap one for
+0 is the template's own system message. The lists and keys live in evolve/instruction_texts.py, which the report
+reads too. The mutation operators are fixed (add a hint, drop one, swap one for
 another, change the lead), not written by the policy: a 135M policy asked to rewrite its own instruction mostly
 answers with code. Which instruction an iteration uses is a Bandit draw (bandit.py); every `replace_every`
 committed iterations, among the instructions tried at least `min_uses` times, the one with the lowest mean gain is
@@ -15,52 +16,15 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from dataclasses import dataclass
 
 from evolve.config import PromptEvolutionSection
+from evolve.instruction_texts import BASE_KEY, HINTS, LEADS, MAX_HINTS, Instruction
 from evolve.search.bandit import Bandit, Rule
 from evolve.search.prompt_templates import PromptTemplate
 from evolve.search.prompts import Prompt
 from evolve.seeds import PROMPT_EVOLUTION, derive
 
-LEADS: tuple[str, ...] = (
-    "",  # the template's own system message
-    "You are a careful Python programmer. You improve one function at a time, step by step.",
-    "You write short, correct Python functions that score well.",
-    "You are an expert at numerical code and mathematical formulas in Python.",
-)
-HINTS: tuple[str, ...] = (
-    "Make one small, careful change and keep what already works.",
-    "Try a clearly different approach from the current code.",
-    "Keep the code short and simple.",
-    "Handle edge cases: avoid division by zero, overflow and invalid inputs.",
-    "Look at the weakest scores first and fix what they measure.",
-    "Use the math module where a formula helps.",
-    "Reuse the best ideas of the better version when one is shown.",
-    "Answer with valid Python only: no explanations, no placeholders.",
-)
-MAX_HINTS = 3
-BASE_KEY = "L0"
 _CHOICE, _MUTATION = 0, 1  # the two streams under seeds.PROMPT_EVOLUTION
-
-
-@dataclass(frozen=True)
-class Instruction:
-    lead: int  # index in LEADS
-    hints: tuple[int, ...]  # indices in HINTS, sorted
-
-    @property
-    def key(self) -> str:
-        return "+".join([f"L{self.lead}", *(f"h{hint}" for hint in self.hints)])
-
-    @classmethod
-    def from_key(cls, key: str) -> Instruction:
-        lead, *hints = key.split("+")
-        return cls(int(lead[1:]), tuple(sorted(int(hint[1:]) for hint in hints)))
-
-    def text(self, original: str) -> str:
-        """The system message: the lead (or the template's `original`) and the hints."""
-        return " ".join(part for part in (LEADS[self.lead] or original, *(HINTS[h] for h in self.hints)) if part)
 
 
 def mutate(parent: Instruction, rng: random.Random) -> Instruction:
