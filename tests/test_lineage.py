@@ -128,7 +128,8 @@ def test_steps_carry_a_labelled_unified_diff_and_the_completion_of_their_call(st
     run, ids = built
     seed, a, b, c, _ = ancestry(store, run).steps
     assert seed.diff == "" and seed.completion is None
-    assert a.diff.splitlines()[:2] == [f"--- #{ids['seed']} (parent)", f"+++ #{ids['a']}"]
+    assert a.diff.splitlines()[:2] == [f"--- {run}:1 (parent)", f"+++ {run}:2"]  # RUN:N, as `evolve show` takes
+    assert [step.label for step in (seed, a, b, c)] == [f"{run}:{number}" for number in (1, 2, 3, 4)]
     assert "-    return 0" in a.diff.splitlines() and "+    return 1" in a.diff.splitlines()
     assert f"+    {HOSTILE}" in b.diff.splitlines()
     assert c.completion == "completion 3 <script>alert(1)</script>"  # the multi-answer call's whole text
@@ -140,9 +141,9 @@ def test_terminal_view_prints_step_headers_moves_and_diffs_literally(store: Prog
     console = Console(record=True, width=160, color_system=None)
     render_lineage(ancestry(store, run), console)
     text = console.export_text()
-    assert f"step 1: #{ids['a']} iteration 1 by {POLICY}, scalar 0.0500 -> 0.3000 (+0.2500)" in text
-    assert f"step 3: #{ids['c']} iteration 3 by {POLICY}, scalar 0.7750 -> 0.6500 (-0.1250)" in text
-    assert f"step 0: #{ids['seed']} iteration 0 (seed), scalar 0.0500" in text
+    assert f"step 1: {run}:2 (#{ids['a']}) iteration 1 by {POLICY}, scalar 0.0500 -> 0.3000 (+0.2500)" in text
+    assert f"step 3: {run}:4 (#{ids['c']}) iteration 3 by {POLICY}, scalar 0.7750 -> 0.6500 (-0.1250)" in text
+    assert f"step 0: {run}:1 (#{ids['seed']}) iteration 0 (seed), scalar 0.0500" in text
     assert "gained: t2, t3   lost: speed" in text and "gained: speed   lost: t1" in text
     assert f"+    {HOSTILE}" in text and "SOLVED" in text
 

@@ -32,6 +32,7 @@ class LineageStep:
     """One program of the chain and how it differs from its parent (the seed has no parent)."""
 
     program_id: int
+    label: str  # RUN:N, the program's number within its run as `evolve show RUN:N` takes it
     parent_id: int | None
     iteration: int
     policy: str  # "" for the seed
@@ -64,6 +65,10 @@ class Lineage:
     chosen_as: str  # "first solved", "best by scalar" or "chosen"
     steps: tuple[LineageStep, ...]
 
+    @property
+    def target_label(self) -> str:
+        return self.steps[-1].label if self.steps else f"#{self.target_id}"
+
 
 def ancestry(store: ProgramStore, run_id: int, program_id: int | None = None) -> Lineage:
     """The lineage of `program_id`, or by default of the run's first solved program, else its best by scalar."""
@@ -88,7 +93,8 @@ def ancestry(store: ProgramStore, run_id: int, program_id: int | None = None) ->
         parent_id = chain[-1].parent_id
     chain.reverse()
     completions = store.call_completions(run_id, (program.id for program in chain))
-    steps = tuple(_step(program, parent, completions.get(program.id))
+    labels = {program.id: f"{run_id}:{store.program_number(run_id, program.id)}" for program in chain}
+    steps = tuple(_step(program, parent, completions.get(program.id), labels)
                   for parent, program in zip([None, *chain[:-1]], chain, strict=True))
     return Lineage(run_id, run.name, run.problem, target.id, chosen_as, steps)
 
@@ -101,30 +107,32 @@ def moved(before: dict[str, float], after: dict[str, float]) -> tuple[tuple[str,
     return gained, lost
 
 
-def code_diff(parent: Program, child: Program) -> str:
+def code_diff(parent: Program, child: Program, labels: dict[int, str]) -> str:
     lines = difflib.unified_diff(parent.code.splitlines(), child.code.splitlines(),
-                                 fromfile=f"#{parent.id} (parent)", tofile=f"#{child.id}", lineterm="")
+                                 fromfile=f"{labels[parent.id]} (parent)", tofile=labels[child.id], lineterm="")
     return "\n".join(lines)
 
 
-def _step(program: Program, parent: Program | None, completion: str | None) -> LineageStep:
+def _step(program: Program, parent: Program | None, completion: str | None, labels: dict[int, str]) -> LineageStep:
     gained, lost = moved(parent.scores, program.scores) if parent else ((), ())
     return LineageStep(
-        program_id=program.id, parent_id=program.parent_id, iteration=program.iteration, policy=program.policy,
-        island=program.island, code=program.code, diff=code_diff(parent, program) if parent else "",
+        program_id=program.id, label=labels[program.id], parent_id=program.parent_id, iteration=program.iteration,
+        policy=program.policy, island=program.island, code=program.code,
+        diff=code_diff(parent, program, labels) if parent else "",
         scores_before=dict(parent.scores) if parent else None, scores_after=dict(program.scores),
         gained=gained, lost=lost, scalar_before=parent.scalar if parent else None, scalar_after=program.scalar,
         solved=program.solved, edit=program.edit, completion=completion)
 
 
 def step_title(index: int, step: LineageStep) -> str:
-    """'step k: #id iteration i by POLICY, scalar a -> b (+d)'; the seed: 'step 0: #id iteration 0 (seed), ...'."""
+    """'step k: RUN:N (#id) iteration i by POLICY, scalar a -> b (+d)'; the seed: 'step 0: RUN:1 (#id) iteration 0
+    (seed), ...'. RUN:N is what `evolve show` and `evolve lineage RUN N` take; #id is the store-wide id (--id)."""
     who = f"by {step.policy}" if step.policy else "(seed)"
     if step.scalar_before is None:
         scalar = f"scalar {step.scalar_after:.4f}"
     else:
         scalar = f"scalar {step.scalar_before:.4f} -> {step.scalar_after:.4f} ({step.scalar_delta:+.4f})"
-    return f"step {index}: #{step.program_id} iteration {step.iteration} {who}, {scalar}"
+    return f"step {index}: {step.label} (#{step.program_id}) iteration {step.iteration} {who}, {scalar}"
 
 
 def _names(names: tuple[str, ...]) -> str:
@@ -135,7 +143,8 @@ def _names(names: tuple[str, ...]) -> str:
 def render_lineage(lineage: Lineage, console: Console) -> None:
     """The lineage on a terminal: a header per step, objectives gained (green) and lost (red), the diff."""
     console.print(Text(f"run {lineage.run_id} ({lineage.run_name}), problem {lineage.problem}: lineage of "
-                       f"#{lineage.target_id} ({lineage.chosen_as}), {len(lineage.steps)} steps", style="bold"))
+                       f"{lineage.target_label} (#{lineage.target_id}, {lineage.chosen_as}), "
+                       f"{len(lineage.steps)} steps", style="bold"))
     for index, step in enumerate(lineage.steps):
         console.print()
         title = Text(step_title(index, step), style="bold cyan")
@@ -229,14 +238,15 @@ def _step_html(index: int, step: LineageStep) -> str:
 
 def lineage_html(lineage: Lineage) -> str:
     """The lineage as one self-contained HTML page; every string from the store is escaped."""
-    title = f"run {lineage.run_id}: lineage of #{lineage.target_id}"
+    title = f"run {lineage.run_id}: lineage of {lineage.target_label}"
     last = lineage.steps[-1]
     ancestors = len(lineage.steps) - 1
     head = (f"<h1>{escape(title)}</h1><p>Run {lineage.run_id} ({escape(lineage.run_name)}), problem "
-            f"{escape(lineage.problem)}: program #{lineage.target_id} ({escape(lineage.chosen_as)}) and its "
+            f"{escape(lineage.problem)}: program {lineage.target_label} (#{lineage.target_id}, "
+            f"{escape(lineage.chosen_as)}) and its "
             f"{ancestors} ancestor{'s' * (ancestors != 1)}, from the seed. Changed scores are highlighted: "
             f"green went up, red went down.</p>")
-    final = f"<details><summary>code of #{last.program_id}</summary><pre>{escape(last.code)}</pre></details>"
+    final = f"<details><summary>code of {last.label}</summary><pre>{escape(last.code)}</pre></details>"
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
         f"<title>evolve {escape(title)}</title>", f"<style>{_CSS}</style>", "</head>", "<body>", "<main>", head,

@@ -36,8 +36,9 @@ const programView = (() => {
   // page: shown on the program's own page (code and completion open), children: ids the run page knows
   function render(program, options = {}) {
     const who = program.policy ? `by ${program.policy}` : "seed program";
-    const title = el("h2", {}, `#${program.id}`, el("span", { class: "muted", text:
-      ` (program ${program.number} of run ${program.run}) · iteration ${program.iteration} · island ${program.island} · ${who}` }),
+    const title = el("h2", { title: "RUN:N, as evolve show and evolve lineage take it" },
+      `${program.run}:${program.number}`, el("span", { class: "muted", text:
+      ` (#${program.id} in the store) · iteration ${program.iteration} · island ${program.island} · ${who}` }),
     program.solved ? [" ", el("span", { class: "badge solved-badge", text: "solved" })] : null);
     const links = el("div", { class: "links" },
       options.page ? null : el("a", { href: `/runs/${program.run}/programs/${program.id}`, id: "program-page-link",
