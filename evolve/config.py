@@ -218,6 +218,8 @@ class NoveltySection(StrictModel):
                              "at or above which a child is a near-duplicate; 1.0: only identical signatures")
     shingle_size: int = Field(5, ge=1, le=64, description="tokens per shingle")
     num_perm: int = Field(128, ge=16, le=1024, description="MinHash signature length (estimate error ~ 1/sqrt)")
+    in_flight: bool = Field(False, description="also reject a child that copies a sibling accepted but not yet "
+                            "committed (generated at the same time, being evaluated)")
 
 
 class RunConfig(StrictModel):

@@ -18,7 +18,7 @@ from evolve.policies.base import Policy, PolicyUnavailable
 from evolve.problems.evaluator_pool import EvaluatorPool
 from evolve.problems.problem import Problem
 from evolve.records import Completion, Evaluation, MutationRequest, Program, ProgramHeader, code_key_of
-from evolve.search.novelty import NoveltyIndex, novelty_index
+from evolve.search.novelty import ChildrenInFlight, NearDuplicate, NoveltyIndex, novelty_index
 from evolve.search.prompt_templates import load_template
 from evolve.search.prompts import Prompt, PromptOptions
 from evolve.search.selection import Selector
@@ -94,6 +94,13 @@ class Controller:
         self.template = load_template(config.policy.template)
         self._seen_code: set[str] = set()
         self.novelty: NoveltyIndex | None = novelty_index(config.novelty)  # None when the filter is off
+        # novelty.in_flight: accepted children of iterations not yet committed, compared too. Which siblings are in
+        # flight depends on timing, as the commit order already does with several iterations in flight. A resume
+        # sees the rejections stored with committed iterations (their reason names the sibling's iteration, not a
+        # program: that iteration may never have been committed) and starts with none in flight, since it runs
+        # only uncommitted iterations again, and their children were never stored.
+        self.in_flight = ChildrenInFlight(config.novelty.threshold) \
+            if self.novelty is not None and config.novelty.in_flight else None
         self._errors_in_row = 0
         self._clock_started = time.monotonic()
         self._clock_base = 0.0  # active seconds of earlier processes of this run, read from the store in run()
@@ -229,12 +236,11 @@ class Controller:
                                                    seen_in_iteration, choice))
                  for attempt in range(choice.requests)]
         try:
-            outcomes = await asyncio.gather(*tasks)
-        finally:  # PolicyUnavailable in one request: the others are dropped, the iteration stays unrecorded
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-        self._commit(iteration, [record for records in outcomes for record in records], island, parent, choice)
+            outcomes = await _all_or_none(tasks)
+            self._commit(iteration, [record for records in outcomes for record in records], island, parent, choice)
+        finally:  # committed (its children are in the novelty index now) or dropped
+            if self.in_flight is not None:
+                self.in_flight.release(iteration)
 
     async def _request(self, iteration: int, attempt: int, island: int, parent: Program, prompt: Prompt,
                        prompt_text: str, seen_in_iteration: set[str], choice: Choice
@@ -264,7 +270,8 @@ class Controller:
         self.stats.policy_calls += 1
         self.stats.completion_tokens += completion.completion_tokens
         self.stats.generation_s += completion.latency_s
-        records = await self._children(island, parent, prompt.prefill, completion, seen_in_iteration, choice)
+        records = await self._children(iteration, island, parent, prompt.prefill, completion, seen_in_iteration,
+                                       choice)
         call = AttemptRecord(
             "policy_call",
             completion.finish_reason or None,
@@ -277,8 +284,8 @@ class Controller:
         return [call, *records]
 
     async def _children(
-        self, island: int, parent: Program, prefill: str, completion: Completion, seen_in_iteration: set[str],
-        choice: Choice,
+        self, iteration: int, island: int, parent: Program, prefill: str, completion: Completion,
+        seen_in_iteration: set[str], choice: Choice,
     ) -> list[AttemptRecord | ChildRecord]:
         """The completion's answers as children (evaluated) or failures; `seen_in_iteration` holds the code of
         the children of this iteration's other requests, which are not in the store yet."""
@@ -293,8 +300,8 @@ class Controller:
             if key in self._seen_code or key in seen_in_iteration:
                 records.append(AttemptRecord("duplicate", "same code as an earlier program", child_code=child.code))
                 continue
-            near = self.novelty.near_duplicate(child.code) if self.novelty is not None else None
-            if near is not None:  # rejected before evaluation: it copies a program already in the population
+            near = self._near_duplicate(iteration, child.code)
+            if near is not None:  # rejected before evaluation: it copies a program of the population (or in flight)
                 records.append(AttemptRecord("duplicate", near.reason, child_code=child.code))
                 continue
             seen_in_iteration.add(key)
@@ -309,6 +316,19 @@ class Controller:
                 reason = f"{evaluation.failure}: {evaluation.detail}"[:300]
                 records.append(AttemptRecord("eval_failed", reason, completion=answer, child_code=code))
         return records
+
+    def _near_duplicate(self, iteration: int, code: str) -> NearDuplicate | None:
+        """What the novelty filter finds `code` copies; a child it accepts is held in flight (novelty.in_flight).
+        Synchronous, so no other child is checked between this check and the hold."""
+        if self.novelty is None:
+            return None
+        fingerprint = self.novelty.fingerprint(code)
+        near = self.novelty.near_duplicate_of(*fingerprint)
+        if self.in_flight is not None and near is None:
+            near = self.in_flight.near_duplicate_of(*fingerprint)
+            if near is None:
+                self.in_flight.hold(iteration, *fingerprint)
+        return near
 
     async def _evaluate(self, code: str) -> Evaluation:
         self.stats.evaluating += 1
@@ -357,6 +377,18 @@ class Controller:
                                            f"{self.run_id}:{self.stats.programs - len(programs) + 1}"))
         self._check_stop()
         self.on_update(self.stats)
+
+
+async def _all_or_none(tasks: list[asyncio.Task[list[AttemptRecord | ChildRecord]]]
+                       ) -> list[list[AttemptRecord | ChildRecord]]:
+    """Every request's records; PolicyUnavailable in one request: the others are dropped, the iteration stays
+    unrecorded."""
+    try:
+        return await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def requests_per_iteration(config: RunConfig) -> int:

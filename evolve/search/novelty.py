@@ -12,7 +12,9 @@ Constants are kept, so a child that only tunes a number is never an exact-struct
 one: one changed token changes at most `shingle_size` shingles).
 
 The index holds one signature row per accepted program (num_perm x 4 bytes) in a numpy matrix that doubles as it
-fills, and a dict of structure hashes; a lookup compares the child's signature with every row at once.
+fills, and a dict of structure hashes; a lookup compares the child's signature with every row at once. With
+`in_flight` (config), ChildrenInFlight also compares a child with the accepted children of iterations not yet
+committed, the same two tests.
 """
 
 from __future__ import annotations
@@ -43,18 +45,21 @@ class NoveltySettings:
 
 @dataclass(frozen=True)
 class NearDuplicate:
-    """Why a child was rejected: the indexed program it copies, and how closely."""
+    """Why a child was rejected: the indexed program it copies (or the child in flight it copies), and how closely."""
 
-    program_id: int
+    program_id: int | None  # None: a child not yet committed, of iteration `in_flight_iteration`
     jaccard: float  # 1.0 for an exact-structure duplicate
     same_structure: bool
+    in_flight_iteration: int | None = None
 
     @property
     def reason(self) -> str:
         """The stored failure reason; its head (before ':') groups the rejections in `evolve show`."""
+        copied = f"program {self.program_id}" if self.in_flight_iteration is None else \
+            f"a child of iteration {self.in_flight_iteration} in flight"
         if self.same_structure:
-            return f"same structure: program {self.program_id} up to names, comments and docstrings"
-        return f"near-duplicate: jaccard {self.jaccard:.2f} with program {self.program_id}"
+            return f"same structure: {copied} up to names, comments and docstrings"
+        return f"near-duplicate: jaccard {self.jaccard:.2f} with {copied}"
 
 
 class _CanonicalNames(ast.NodeTransformer):
@@ -230,7 +235,10 @@ class NoveltyIndex:
     def near_duplicate(self, code: str) -> NearDuplicate | None:
         """The indexed program this code copies (same structure first, else the most similar at or above the
         threshold, the oldest among equals); None when the code is new enough."""
-        structure, signature = self.fingerprint(code)
+        return self.near_duplicate_of(*self.fingerprint(code))
+
+    def near_duplicate_of(self, structure: str, signature: np.ndarray) -> NearDuplicate | None:
+        """near_duplicate for a fingerprint already taken."""
         if structure in self._structures:
             return NearDuplicate(self._structures[structure], 1.0, same_structure=True)
         if self._size == 0:
@@ -240,6 +248,41 @@ class NoveltyIndex:
         if similarity[best] >= self.settings.threshold:
             return NearDuplicate(int(self._ids[best]), float(similarity[best]), same_structure=False)
         return None
+
+
+class ChildrenInFlight:
+    """Children the filter accepted whose iteration is not committed yet (being evaluated, or waiting for the other
+    requests of their iteration), by iteration: the index holds only committed programs, so without this two
+    near-identical children generated at the same time would both be evaluated. `hold` on acceptance, `release`
+    once the iteration is committed (its children are then in the index) or dropped."""
+
+    def __init__(self, threshold: float) -> None:
+        self.threshold = threshold
+        self._held: list[tuple[int, str, np.ndarray]] = []  # (iteration, structure, signature), oldest first
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def near_duplicate_of(self, structure: str, signature: np.ndarray) -> NearDuplicate | None:
+        """The held child this fingerprint copies (same structure first, else the most similar at or above the
+        threshold, the oldest among equals); None when it copies none."""
+        for iteration, held_structure, _ in self._held:
+            if held_structure == structure:
+                return NearDuplicate(None, 1.0, same_structure=True, in_flight_iteration=iteration)
+        if not self._held:
+            return None
+        similarity = (np.stack([held for _, _, held in self._held]) == signature).mean(axis=1)
+        best = int(np.argmax(similarity))
+        if similarity[best] >= self.threshold:
+            return NearDuplicate(None, float(similarity[best]), same_structure=False,
+                                 in_flight_iteration=self._held[best][0])
+        return None
+
+    def hold(self, iteration: int, structure: str, signature: np.ndarray) -> None:
+        self._held.append((iteration, structure, signature))
+
+    def release(self, iteration: int) -> None:
+        self._held = [held for held in self._held if held[0] != iteration]
 
 
 def novelty_index(section: NoveltySection) -> NoveltyIndex | None:
