@@ -1,17 +1,20 @@
 """Experiments: policies x problems x seeds, each cell a run of N iterations in one store; run or resume them all.
 
 An experiment file (`experiments/NAME.toml`) names the problems, the seeds, the iteration budget and one
-`[[policies]]` table per policy (the keys of evolve.toml's `[policy]`). `evolve experiment FILE` runs every
+`[[policies]]` table per policy (the keys of evolve.toml's `[policy]`), and optionally one `[[ensembles]]` table per
+arm that runs several of those policies in each cell, chosen per iteration by weights or a bandit (evolve.toml's
+`[ensemble]` keys plus `name` and `members`). `evolve experiment FILE` runs every
 cell that is not finished: a cell already in the store continues from its last committed iteration with its
 stored config, so running the same command again after a kill resumes the whole experiment. Policies are taken
 one at a time: a policy's model is loaded (or its server started) once and shared by all its cells, which run
-`parallel_cells` at a time and share `eval_workers` evaluation slots.
+`parallel_cells` at a time and share `eval_workers` evaluation slots; an ensemble arm loads its members' models
+again, together, after the policies' arms.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Protocol
@@ -21,6 +24,7 @@ from pydantic import Field, ValidationError, model_validator
 from evolve.config import (
     MAX_SEED,
     ConfigError,
+    EnsembleSection,
     PolicySection,
     RunConfig,
     RunSection,
@@ -34,7 +38,7 @@ from evolve.engine.controller import Controller, RunStats
 from evolve.engine.driving import cancelled_by_signals, resumed_config
 from evolve.engine.offspring import SeedProgramError
 from evolve.policies.base import Policy, PolicyUnavailable
-from evolve.policies.factory import open_policy
+from evolve.policies.factory import open_policies, open_policy
 from evolve.problems.evaluation import resolve_objectives
 from evolve.problems.evaluator_pool import EvaluatorPool
 from evolve.problems.problem import Problem, load_problem, problem_key
@@ -57,6 +61,14 @@ class CellDefaults(StrictModel):
                                        "program's scalar reaches this")
 
 
+class EnsembleArm(EnsembleSection):
+    """An arm whose cells each run several of the experiment's policies (`members`, by name), the policy of each
+    iteration chosen by `choice` (weights: the members' `weight`; bandit: the gain their children brought)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+    members: tuple[str, ...] = Field(min_length=2, max_length=16, description="names of [[policies]] entries")
+
+
 class ExperimentSpec(StrictModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str = ""
@@ -73,14 +85,28 @@ class ExperimentSpec(StrictModel):
     run: CellDefaults = CellDefaults()
     selection: SelectionConfig = SelectionConfig()
     policies: tuple[PolicySection, ...] = Field(min_length=1)
+    ensembles: tuple[EnsembleArm, ...] = Field((), max_length=16, description="arms running several policies")
 
     @model_validator(mode="after")
     def _names_are_unique(self) -> ExperimentSpec:
-        for what, values in (("policies' names", [p.name for p in self.policies]), ("problems", self.problems),
+        names = "policies' and ensembles' names" if self.ensembles else "policies' names"
+        for what, values in ((names, self.arm_names()), ("problems", self.problems),
                              ("seeds", self.seeds)):
             repeated = sorted({str(v) for v in values if list(values).count(v) > 1})
             if repeated:
                 raise ValueError(f"{what} must be distinct; repeated: {', '.join(repeated)}")
+        return self
+
+    @model_validator(mode="after")
+    def _members_are_policies(self) -> ExperimentSpec:
+        names = [policy.name for policy in self.policies]
+        for arm in self.ensembles:
+            unknown = [member for member in arm.members if member not in names]
+            if unknown:
+                raise ValueError(f"ensemble '{arm.name}': members must name [[policies]] entries; unknown: "
+                                 f"{', '.join(unknown)} (policies: {', '.join(names)})")
+            if len(set(arm.members)) != len(arm.members):
+                raise ValueError(f"ensemble '{arm.name}': members must be distinct: {', '.join(arm.members)}")
         return self
 
     @model_validator(mode="after")
@@ -106,13 +132,25 @@ class ExperimentSpec(StrictModel):
         """What every cell gets: answers_per_iteration, or the largest policy's answers when it is 0."""
         return self.answers_per_iteration or max(policy.answers for policy in self.policies)
 
+    def arm_names(self) -> tuple[str, ...]:
+        """Every arm: the policies, then the ensembles."""
+        return (*(policy.name for policy in self.policies), *(arm.name for arm in self.ensembles))
+
     def cells(self) -> list[CellKey]:
-        """Every cell, policy by policy, then seed by seed, so an interrupted experiment has whole seeds."""
-        return [(problem, policy.name, seed) for policy in self.policies for seed in self.seeds
-                for problem in self.problems]
+        """Every cell, arm by arm, then seed by seed, so an interrupted experiment has whole seeds."""
+        return [(problem, arm, seed) for arm in self.arm_names() for seed in self.seeds for problem in self.problems]
 
     def policy(self, name: str) -> PolicySection:
         return next(policy for policy in self.policies if policy.name == name)
+
+    def ensemble(self, name: str) -> EnsembleArm | None:
+        """The ensemble arm `name`; None when `name` is a policy's arm."""
+        return next((arm for arm in self.ensembles if arm.name == name), None)
+
+    def arm_policies(self, name: str) -> tuple[PolicySection, ...]:
+        """The policies a cell of arm `name` runs: its members, or the one policy."""
+        arm = self.ensemble(name)
+        return tuple(self.policy(member) for member in arm.members) if arm is not None else (self.policy(name),)
 
     def cell_config(self, problem: str, policy: str, seed: int) -> RunConfig:
         run = RunSection(problem=problem, iterations=self.iterations, seed=seed, db=self.db,
@@ -121,7 +159,11 @@ class ExperimentSpec(StrictModel):
                          evaluator_recycle=self.run.evaluator_recycle, name=f"{self.name}/{problem}/{policy}/s{seed}",
                          answers_per_iteration=self.answers_per_iteration_of_cells(),
                          stop_when_solved=self.run.stop_when_solved, target_score=self.run.target_score)
-        return RunConfig(run=run, policy=self.policy(policy), selection=self.selection)
+        arm = self.ensemble(policy)
+        if arm is None:
+            return RunConfig(run=run, policy=self.policy(policy), selection=self.selection)
+        return RunConfig(run=run, policies=self.arm_policies(policy), selection=self.selection,
+                         ensemble=EnsembleSection(choice=arm.choice, bandit=arm.bandit, exploration=arm.exploration))
 
 
 def load_experiment(path: str | Path, db: str | None = None, overrides: Mapping[str, Any] | None = None,
@@ -167,8 +209,10 @@ class ExperimentOutcome:
         return not self.interrupted and all(cell.status == "finished" for cell in self.cells.values())
 
 
-async def run_sharing_backend(backend: Policy, runs: Sequence[Coroutine[Any, Any, None]]) -> PolicyUnavailable | None:
-    """Run `runs` (one per cell or sampled problem) as tasks sharing one policy backend, until all end.
+async def run_sharing_backend(backend: Policy | Mapping[str, Policy],
+                              runs: Sequence[Coroutine[Any, Any, None]]) -> PolicyUnavailable | None:
+    """Run `runs` (one per cell or sampled problem) as tasks sharing one policy backend (or an ensemble's, by
+    name), until all end.
 
     SIGINT and SIGTERM cancel the calling task, so a Ctrl-C ends every run as an interruption. A PolicyUnavailable
     in any run stops them all and is returned. In every case the tasks are cancelled and awaited, the signal
@@ -185,8 +229,13 @@ async def run_sharing_backend(backend: Policy, runs: Sequence[Coroutine[Any, Any
     except PolicyUnavailable as exc:
         return exc
     finally:
-        await backend.close()
+        for opened in _backends(backend):
+            await opened.close()
     return None
+
+
+def _backends(backend: Policy | Mapping[str, Policy]) -> Iterable[Policy]:
+    return backend.values() if isinstance(backend, Mapping) else (backend,)
 
 
 class CellExecutor(Protocol):
@@ -218,11 +267,14 @@ class ExperimentRunner:
         self.load_stored_cells()
         outcome = ExperimentOutcome(self.cells)
         if self.executor is not None:
+            if self.spec.ensembles:
+                raise ConfigError(f"experiment {self.spec.name}: [[ensembles]] arms run in this process only; run it "
+                                  "without --cluster, or move the ensembles to an experiment of their own")
             self.executor.run_cells(self, [cell for cell in self.cells.values() if cell.status != "finished"], outcome)
             return outcome
-        for policy in self.spec.policies:
-            todo = [cell for key, cell in self.cells.items() if key[1] == policy.name and cell.status != "finished"]
-            if todo and not self.run_policy_cells(policy, todo, outcome):
+        for arm in self.spec.arm_names():
+            todo = [cell for key, cell in self.cells.items() if key[1] == arm and cell.status != "finished"]
+            if todo and not self.run_policy_cells(self.spec.arm_policies(arm), todo, outcome):
                 break
         return outcome
 
@@ -236,15 +288,22 @@ class ExperimentRunner:
                 if progress is not None:
                     progress.run_id, progress.status = info.id, _resting_status(info)
 
-    def run_policy_cells(self, policy: PolicySection, todo: list[CellProgress], outcome: ExperimentOutcome) -> bool:
-        """Run `todo` (cells of `policy`) in this process sharing one backend; False when interrupted."""
+    def run_policy_cells(self, policy: PolicySection | Sequence[PolicySection], todo: list[CellProgress],
+                         outcome: ExperimentOutcome) -> bool:
+        """Run `todo` (cells of `policy`, or of an ensemble arm of those policies) in this process sharing one
+        backend per policy; False when interrupted."""
+        sections = (policy,) if not isinstance(policy, Sequence) else tuple(policy)
         for cell in todo:  # a sign of life while the model loads (minutes for a large one)
-            cell.detail = f"loading {policy.name}"
+            cell.detail = f"loading {', '.join(section.name for section in sections)}"
             self.on_change(cell)
+        concurrency = self.spec.run.concurrency * self.spec.parallel_cells
         try:
-            with open_policy(policy, self.spec.seeds[0], self.spec.run.concurrency * self.spec.parallel_cells) \
-                    as backend:
-                asyncio.run(self._run_policy(backend, todo, outcome))
+            if len(sections) == 1:
+                with open_policy(sections[0], self.spec.seeds[0], concurrency) as backend:
+                    asyncio.run(self._run_policy(backend, todo, outcome))
+            else:
+                with open_policies(sections, self.spec.seeds[0], concurrency) as backends:
+                    asyncio.run(self._run_policy(backends, todo, outcome))
         except (KeyboardInterrupt, asyncio.CancelledError):
             outcome.interrupted = True
         if outcome.interrupted:
@@ -252,7 +311,8 @@ class ExperimentRunner:
             return False
         return True
 
-    async def _run_policy(self, backend: Policy, todo: list[CellProgress], outcome: ExperimentOutcome) -> None:
+    async def _run_policy(self, backend: Policy | Mapping[str, Policy], todo: list[CellProgress],
+                          outcome: ExperimentOutcome) -> None:
         cell_slots = asyncio.Semaphore(self.spec.parallel_cells)
         eval_slots = asyncio.Semaphore(self.spec.run.eval_workers)
         async with EvaluatorPool(self.spec.run.eval_workers, self.spec.run.evaluator_recycle) as eval_pool:
@@ -264,7 +324,7 @@ class ExperimentRunner:
             if cell.status == "failed":
                 outcome.errors.append(f"{'/'.join(map(str, cell.key))}: {cell.detail}")
 
-    async def _run_cell(self, backend: Policy, cell: CellProgress, cell_slots: asyncio.Semaphore,
+    async def _run_cell(self, backend: Policy | Mapping[str, Policy], cell: CellProgress, cell_slots: asyncio.Semaphore,
                         eval_slots: asyncio.Semaphore, eval_pool: EvaluatorPool) -> None:
         cell.detail = "waiting for a cell slot (parallel_cells)" if cell_slots.locked() else "starting"
         self.on_change(cell)
@@ -287,8 +347,9 @@ class ExperimentRunner:
                 cell.status, cell.detail = "failed", str(exc)
                 self.on_change(cell)
 
-    async def _drive_cell(self, backend: Policy, cell: CellProgress, run_id: int, config: RunConfig,
-                          problem: Problem, eval_slots: asyncio.Semaphore, eval_pool: EvaluatorPool) -> None:
+    async def _drive_cell(self, backend: Policy | Mapping[str, Policy], cell: CellProgress, run_id: int,
+                          config: RunConfig, problem: Problem, eval_slots: asyncio.Semaphore,
+                          eval_pool: EvaluatorPool) -> None:
         """Drive a cell whose lease this process holds and write its final status."""
         self.store.set_run_status(run_id, "running")
         cell.status, cell.detail = "running", ""

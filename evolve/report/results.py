@@ -263,7 +263,7 @@ def collect(store: ProgramStore, spec: ExperimentSpec, samples: int = 100_000, c
     judges = _judges(spec, store, runs, notes)  # streams the runs' vectors, as cell_result does again
     cells = tuple(cell_result(store, spec, runs.get(key), key, judges[key[0]]) for key in spec.cells())
     by_key = {(c.problem, c.policy, c.seed): c for c in cells}
-    policies = tuple(p.name for p in spec.policies)
+    policies = spec.arm_names()  # a policy's arms, then the ensembles'
 
     def complete(cell: CellResult) -> bool:  # curves use whole cells only: every iteration done, policy alive
         return (cell.run_id is not None and (cell.iterations_done >= spec.iterations or cell.stopped_early)
