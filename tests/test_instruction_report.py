@@ -1,0 +1,65 @@
+"""The experiment report's Evolved instructions section: an arm whose cells evolved their system instruction gets one
+row per instruction, with its text, pooled over the arm's cells; arms without prompt evolution get none. The cell
+runs through the real controller against a scripted policy on a loopback OpenAI-compatible endpoint, into a real
+store."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from evolve.config import PromptEvolutionSection
+from evolve.engine.controller import Controller
+from evolve.engine.experiment import load_experiment
+from evolve.instruction_texts import TEMPLATE_SYSTEM, Instruction
+from evolve.policies.factory import open_policies
+from evolve.problems.problem import load_problem
+from evolve.report.html import report_html
+from evolve.report.results import collect
+from evolve.store.program_store import ProgramStore
+from tests.scripted_policy_server import ScriptedPolicyServer, number_problem
+
+EXPERIMENT = """\
+problems = ["number"]
+seeds = [5]
+iterations = 16
+[run]
+programs_dir = "{programs}"
+concurrency = 1
+eval_workers = 1
+[[policies]]
+name = "climber"
+backend = "openai"
+url = "{url}"
+prefill = false
+retries = 0
+"""
+
+
+def test_the_experiment_report_shows_each_evolved_instruction_with_its_text(tmp_path: Path) -> None:
+    number_problem(tmp_path / "programs")
+    with ScriptedPolicyServer("climber") as server:
+        path = tmp_path / "evolving.toml"
+        path.write_text(EXPERIMENT.replace("{programs}", str(tmp_path / "programs")).replace("{url}", server.url))
+        spec = load_experiment(path)
+        store = ProgramStore(spec.db)
+        store.save_experiment(spec.name, spec.model_dump_json())
+        evolution = PromptEvolutionSection(enabled=True, population=3, replace_every=4, min_uses=2)
+        config = spec.cell_config("number", "climber", 5).model_copy(update={"prompt_evolution": evolution})
+        run_id = store.create_run(config.run.name, "number", "climber", 5, config.model_dump_json(), 16,
+                                  experiment=spec.name)
+        with open_policies(config.ensemble_policies()) as policies:
+            asyncio.run(Controller(config, load_problem("number", tmp_path / "programs"), store, policies,
+                                   run_id).run())
+    results = collect(ProgramStore(spec.db, mode="read"), spec, samples=200)
+    (arm,) = results.instructions
+    assert arm.policy == "climber" and arm.runs == 1
+    assert sum(row.iterations for row in arm.rows) == 16 and len(arm.rows) > 3  # the population changed
+    page = report_html(results)
+    assert "<h2>Evolved instructions</h2>" in page
+    for row in arm.rows:
+        assert row.text == Instruction.from_key(row.name).text(TEMPLATE_SYSTEM)
+        assert f'data-instruction="{row.name}"' in page
+    assert "the template&#x27;s own system message" in page  # lead 0, escaped
+    assert "Evolved instructions" not in report_html(collect(ProgramStore(spec.db, mode="read"),
+                                                             spec.model_copy(update={"name": "other"}), samples=200))
