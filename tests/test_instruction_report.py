@@ -1,4 +1,4 @@
-"""The experiment report's Evolved instructions section: an arm whose cells evolved their system instruction gets one
+"""The experiment report's Evolved instructions section (HTML and terminal): an arm whose cells evolved their system instruction gets one
 row per instruction, with its text, pooled over the arm's cells; arms without prompt evolution get none. The cell
 runs through the real controller against a scripted policy on a loopback OpenAI-compatible endpoint, into a real
 store."""
@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from rich.console import Console
+
 from evolve.config import PromptEvolutionSection
 from evolve.engine.controller import Controller
 from evolve.engine.experiment import load_experiment
@@ -16,6 +18,7 @@ from evolve.policies.factory import open_policies
 from evolve.problems.problem import load_problem
 from evolve.report.html import report_html
 from evolve.report.results import collect
+from evolve.report.terminal import render_report
 from evolve.store.program_store import ProgramStore
 from tests.scripted_policy_server import ScriptedPolicyServer, number_problem
 
@@ -61,5 +64,10 @@ def test_the_experiment_report_shows_each_evolved_instruction_with_its_text(tmp_
         assert row.text == Instruction.from_key(row.name).text(TEMPLATE_SYSTEM)
         assert f'data-instruction="{row.name}"' in page
     assert "the template&#x27;s own system message" in page  # lead 0, escaped
+    console = Console(record=True, width=400)
+    render_report(results, console)
+    shown = console.export_text()
+    assert "evolved instructions of climber, pooled over its 1 runs" in shown
+    assert all(row.text in shown for row in arm.rows)
     assert "Evolved instructions" not in report_html(collect(ProgramStore(spec.db, mode="read"),
                                                              spec.model_copy(update={"name": "other"}), samples=200))

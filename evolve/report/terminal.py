@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from evolve.report.results import AXIS_LABELS, ExperimentResults, ObjectiveReach, ProblemPolicyRow
+from evolve.report.run_summary import choice_table
 
 _BLOCKS = " ▁▂▃▄▅▆▇█"
 
@@ -173,3 +174,11 @@ def render_report(results: ExperimentResults, console: Console) -> None:
     render_curves(results, console)
     render_differences(results, console)
     render_objectives(results, console)
+    render_instructions(results, console)
+
+
+def render_instructions(results: ExperimentResults, console: Console) -> None:
+    """Per arm that evolved its system instruction: each instruction's text and what its iterations brought."""
+    for arm in results.instructions:
+        console.print(choice_table(f"evolved instructions of {arm.policy}, pooled over its {arm.runs} runs",
+                                   "instruction", arm.rows))
