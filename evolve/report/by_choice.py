@@ -5,6 +5,7 @@ run_summary.py renders a run's rows, html_tables.py an experiment's instruction 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -81,8 +82,8 @@ def instructions_by_arm(store: ProgramStore, cells: Iterable[tuple[str, int | No
     sums: dict[str, dict[str, _Sum]] = {}
     runs: dict[str, int] = {}
     for policy, run_id in cells:
-        if run_id is None:
-            continue
+        if run_id is None or not _evolves_instructions(store.get_run(run_id).config_json):
+            continue  # a run without prompt evolution is not scanned
         used = False
         for choice in store.iteration_choices(run_id):
             if choice.prompt_variant is not None:
@@ -90,3 +91,12 @@ def instructions_by_arm(store: ProgramStore, cells: Iterable[tuple[str, int | No
                 used = True
         runs[policy] = runs.get(policy, 0) + used
     return tuple(ArmInstructions(policy, runs[policy], _rows(rows, texts=True)) for policy, rows in sums.items())
+
+
+def _evolves_instructions(config_json: str) -> bool:
+    """Whether a stored run config enables [prompt_evolution] (plain JSON: any version's config reads)."""
+    try:
+        section = json.loads(config_json).get("prompt_evolution")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(section, dict) and bool(section.get("enabled"))
