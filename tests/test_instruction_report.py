@@ -5,6 +5,7 @@ store."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 from pathlib import Path
 
@@ -71,3 +72,16 @@ def test_the_experiment_report_shows_each_evolved_instruction_with_its_text(tmp_
     assert all(row.text in shown for row in arm.rows)
     assert "Evolved instructions" not in report_html(collect(ProgramStore(spec.db, mode="read"),
                                                              spec.model_copy(update={"name": "other"}), samples=200))
+
+
+def test_no_report_module_imports_search() -> None:
+    """The report reads instruction texts from evolve/instruction_texts.py, never from search/ (the layering in
+    docs/ARCHITECTURE.md)."""
+    report = Path(__file__).resolve().parents[1] / "evolve" / "report"
+    offenders = []
+    for module in sorted(report.glob("*.py")):
+        for node in ast.walk(ast.parse(module.read_text())):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            offenders += [f"{module.name}: {name}" for name in names if name.startswith("evolve.search")]
+    assert offenders == []
