@@ -94,3 +94,16 @@ def test_an_ensemble_arm_mistake_is_one_line_naming_the_file(tmp_path: Path, edi
         load_experiment(path)
     message = str(error.value)
     assert fragment in message and "\n" not in message and "arms.toml" in message
+
+
+class NeverCalledExecutor:
+    def run_cells(self, runner: ExperimentRunner, todo: list, outcome: object) -> None:
+        raise AssertionError("the refusal comes before any cell is placed")
+
+
+def test_ensemble_arms_are_refused_on_a_cluster_in_one_line_before_anything_is_stored(tmp_path: Path) -> None:
+    spec = load_experiment(experiment_file(tmp_path, EXPERIMENT))
+    with pytest.raises(ConfigError) as error:
+        ExperimentRunner(spec, executor=NeverCalledExecutor()).run()
+    assert "[[ensembles]] arms run in this process only" in str(error.value) and "\n" not in str(error.value)
+    assert ProgramStore(spec.db, mode="read").experiment_cells(spec.name) == []

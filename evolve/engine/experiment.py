@@ -258,6 +258,9 @@ class ExperimentRunner:
         self.cells = {key: CellProgress(key) for key in spec.cells()}
 
     def run(self) -> ExperimentOutcome:
+        if self.executor is not None and self.spec.ensembles:
+            raise ConfigError(f"experiment {self.spec.name}: [[ensembles]] arms run in this process only; run it "
+                              "without --cluster, or move the ensembles to an experiment of their own")
         for problem in self.spec.problems:  # a missing or broken problem folder stops us before any model loads
             load_problem(problem, Path(self.spec.run.programs_dir))
         refuse_policies_trained_on_tests(self.spec)  # before any model loads, too
@@ -267,9 +270,6 @@ class ExperimentRunner:
         self.load_stored_cells()
         outcome = ExperimentOutcome(self.cells)
         if self.executor is not None:
-            if self.spec.ensembles:
-                raise ConfigError(f"experiment {self.spec.name}: [[ensembles]] arms run in this process only; run it "
-                                  "without --cluster, or move the ensembles to an experiment of their own")
             self.executor.run_cells(self, [cell for cell in self.cells.values() if cell.status != "finished"], outcome)
             return outcome
         for arm in self.spec.arm_names():
