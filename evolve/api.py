@@ -72,7 +72,8 @@ def run_experiment(experiment: str | Path | ExperimentSpec, *, db: str | None = 
     console = console or Console()
     spec = load_experiment_file(experiment, db, overrides)
     cells = len(spec.cells())
-    arms = f"{len(spec.policies)} policies" + (f" + {len(spec.ensembles)} ensembles" if spec.ensembles else "")
+    ensembles = len(spec.ensembles)
+    arms = f"{len(spec.policies)} policies" + (f" + {ensembles} ensemble{'s' * (ensembles != 1)}" if ensembles else "")
     console.print(f"experiment [bold]{spec.name}[/]: {arms} x {len(spec.problems)} problems "
                   f"x {len(spec.seeds)} seeds = {cells} cells of {spec.iterations} iterations, store {spec.db}",
                   highlight=False)
