@@ -292,14 +292,21 @@ def stored_config(config_json: str) -> RunConfig:
     """A run's config as the store holds it. A run stored before the policy settings were split by backend holds
     every backend's settings, those of the other backends unused: they are dropped, so the run resumes."""
     data = json.loads(config_json)
-    policy = data.get("policy")
-    section = POLICY_BACKENDS.get(_backend_of(policy)) if isinstance(policy, dict) else None
-    if isinstance(policy, dict) and section is not None:
-        unused = OpenAIPolicySection.server_keys() if policy.get("backend") == "openai" and not policy.get("serve") \
-            else ()
-        data["policy"] = {key: value for key, value in policy.items()
-                          if key in section.model_fields and key not in unused}
+    if "policy" in data:
+        data["policy"] = _used_policy_keys(data["policy"])
+    if isinstance(data.get("policies"), list):  # an ensemble's: cleaned alike, so [policy] still equals the first
+        data["policies"] = [_used_policy_keys(policy) for policy in data["policies"]]
     return RunConfig.model_validate(data)
+
+
+def _used_policy_keys(policy: Any) -> Any:
+    """A stored policy table without the keys its backend does not use (an openai policy's server keys unless it
+    has serve = true)."""
+    section = POLICY_BACKENDS.get(_backend_of(policy)) if isinstance(policy, dict) else None
+    if not isinstance(policy, dict) or section is None:
+        return policy
+    unused = OpenAIPolicySection.server_keys() if policy.get("backend") == "openai" and not policy.get("serve") else ()
+    return {key: value for key, value in policy.items() if key in section.model_fields and key not in unused}
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:

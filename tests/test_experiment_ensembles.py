@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from evolve.config import ConfigError
+from evolve.config import ConfigError, parse_config, stored_config
 from evolve.engine.experiment import ExperimentRunner, load_experiment
 from evolve.report.html import report_html
 from evolve.report.results import collect
@@ -107,3 +107,29 @@ def test_ensemble_arms_are_refused_on_a_cluster_in_one_line_before_anything_is_s
         ExperimentRunner(spec, executor=NeverCalledExecutor()).run()
     assert "[[ensembles]] arms run in this process only" in str(error.value) and "\n" not in str(error.value)
     assert ProgramStore(spec.db, mode="read").experiment_cells(spec.name) == []
+
+
+def test_resuming_an_ensemble_cell_whose_members_changed_fails_that_cell_in_one_line(tmp_path: Path) -> None:
+    with ScriptedPolicyServer("climber") as climber, ScriptedPolicyServer("breaker") as breaker:
+        first = EXPERIMENT.replace("iterations = 12", "iterations = 2")
+        spec = load_experiment(experiment_file(tmp_path, first, climber.url, breaker.url))
+        assert ExperimentRunner(spec).run().finished
+        store = ProgramStore(spec.db)
+        cells = {cell.policy: cell.run_id for cell in store.experiment_cells(spec.name)}
+        store.set_run_status(cells["climber+breaker"], "interrupted")  # as a killed process leaves it
+        changed = first.replace('members = ["climber", "breaker"]', 'members = ["climber", "again"]') + \
+            first[first.index("[[policies]]"):first.index("[[policies]]", first.index("[[policies]]") + 1)] \
+            .replace('name = "climber"', 'name = "again"')
+        outcome = ExperimentRunner(load_experiment(experiment_file(tmp_path, changed, climber.url, breaker.url))).run()
+    (error,) = outcome.errors
+    assert error.startswith("number/climber+breaker/3: its stored run uses policies breaker, climber; ensemble "
+                            "'climber+breaker' now has climber, again") and "\n" not in error
+    assert store.get_run(cells["climber+breaker"]).status == "failed"
+
+
+def test_a_stored_ensemble_of_openai_policies_reads_back_as_written() -> None:
+    """stored_config drops an openai policy's unused server keys from [policy] and from each of [[policies]] alike,
+    so a resumed ensemble (evolve run --resume, an experiment's cell) is not refused as [policy] != policies[0]."""
+    written = parse_config({"policies": [{"backend": "openai", "name": name, "url": f"http://127.0.0.1:{port}/v1"}
+                                         for name, port in (("a", 1), ("b", 2))], "ensemble": {"choice": "bandit"}})
+    assert stored_config(written.model_dump_json()) == written

@@ -334,6 +334,12 @@ class ExperimentRunner:
                 config = self.spec.cell_config(problem_name, policy_name, seed)
             else:
                 config = resumed_config(self.store, cell.run_id, self.spec.db)
+            stored = {section.name for section in config.ensemble_policies()}
+            if isinstance(backend, Mapping) and not stored <= set(backend):  # the file's members changed since
+                self._set(cell, "failed", f"its stored run uses policies {', '.join(sorted(stored))}; ensemble "
+                                          f"'{policy_name}' now has {', '.join(backend)}: restore its members, or "
+                                          "give the changed ensemble a new name")
+                return
             problem = await resolve_objectives(load_problem(problem_name, Path(config.run.programs_dir)))
             if cell.run_id is None:  # written only now that its problem (and the policy) loaded
                 cell.run_id = self.store.create_run(
