@@ -139,7 +139,7 @@ def test_piped_tables_are_not_cut_mid_word(tmp_path: Path, columns: str | None, 
 
 def test_eta_comes_from_this_process_iteration_rate_and_leaves_resumed_iterations_out() -> None:
     from evolve.cli.pace import clock, pace
-    from evolve.engine.controller import RunStats
+    from evolve.engine.run_stats import RunStats
 
     stats = RunStats(iterations_target=40, started_at=100.0)
     stats.iterations_done = stats.iterations_at_start = 10  # a resumed run: 10 done by an earlier process
@@ -152,7 +152,7 @@ def test_eta_comes_from_this_process_iteration_rate_and_leaves_resumed_iteration
 
 def test_a_run_at_zero_says_what_it_waits_on() -> None:
     from evolve.cli.pace import waiting_on
-    from evolve.engine.controller import RunStats
+    from evolve.engine.run_stats import RunStats
 
     stats = RunStats(iterations_target=8)
     assert waiting_on(stats) == "starting"
@@ -171,7 +171,7 @@ def test_plain_progress_prints_the_panel_facts_and_a_heartbeat_while_quiet() -> 
     from rich.console import Console
 
     from evolve.cli.progress import ProgressView
-    from evolve.engine.controller import RunStats
+    from evolve.engine.run_stats import RunStats
 
     out = io.StringIO()
     stats = RunStats(iterations_target=8)
@@ -196,8 +196,8 @@ def test_the_live_panel_shows_elapsed_eta_in_flight_and_a_spinner_at_zero() -> N
     from rich.console import Console
 
     from evolve.cli.progress import ExperimentView, ProgressView
-    from evolve.engine.controller import RunStats
     from evolve.engine.experiment import CellProgress
+    from evolve.engine.run_stats import RunStats
 
     console = Console(file=io.StringIO(), width=160)
     stats = RunStats(iterations_target=8, in_flight=3)

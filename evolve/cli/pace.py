@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 
-from evolve.engine.controller import RunStats
+from evolve.engine.run_stats import RunStats
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from rich.table import Table
 from rich.text import Text
 
 from evolve.cli.pace import Heartbeat, clock, pace, pace_text
-from evolve.engine.controller import RunStats
 from evolve.engine.experiment import CellKey, CellProgress
+from evolve.engine.run_stats import RunStats
 
 
 def _rate(part: int, whole: int) -> str:

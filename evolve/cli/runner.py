@@ -13,8 +13,9 @@ from rich.syntax import Syntax
 
 from evolve.cli.progress import ProgressView
 from evolve.config import RunConfig
-from evolve.engine.controller import Controller, RunStats
+from evolve.engine.controller import Controller
 from evolve.engine.driving import RunError, cancelled_by_signals, resumed_config
+from evolve.engine.run_stats import RunStats
 from evolve.policies.base import Policy, PolicyUnavailable
 from evolve.policies.factory import open_policies
 from evolve.problems.evaluation import resolve_objectives

@@ -29,7 +29,6 @@ from evolve.cluster.placement import (
     refuse_sqlite_across_hosts,
     refuse_unplaceable,
 )
-from evolve.engine.controller import RunStats
 from evolve.engine.experiment import (
     CellKey,
     CellProgress,
@@ -37,6 +36,7 @@ from evolve.engine.experiment import (
     ExperimentRunner,
     ExperimentSpec,
 )
+from evolve.engine.run_stats import RunStats
 from evolve.store.program_store import ProgramStore
 from evolve.store.tables import utc_now
 

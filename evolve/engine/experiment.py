@@ -34,9 +34,10 @@ from evolve.config import (
     describe_error,
     read_toml,
 )
-from evolve.engine.controller import Controller, RunStats
+from evolve.engine.controller import Controller
 from evolve.engine.driving import cancelled_by_signals, resumed_config
 from evolve.engine.offspring import SeedProgramError
+from evolve.engine.run_stats import RunStats
 from evolve.policies.base import Policy, PolicyUnavailable
 from evolve.policies.factory import open_policies, open_policy
 from evolve.problems.evaluation import resolve_objectives
