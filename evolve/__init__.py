@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from evolve.api import Report, experiment_file, experiment_report, run, run_experiment
     from evolve.cli.runner import RunOutcome
     from evolve.config import ConfigError, RunConfig, load_config
-    from evolve.engine.experiment import ExperimentOutcome, ExperimentSpec, load_experiment
+    from evolve.engine.experiment import ExperimentOutcome
+    from evolve.engine.experiment_spec import ExperimentSpec, load_experiment
     from evolve.evaluator_api import CandidateFailure, EvaluationResult, Sandbox
     from evolve.problems.problem import Problem, ProblemError, load_problem
     from evolve.store.program_store import ProgramStore, StoreError

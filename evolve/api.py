@@ -14,7 +14,8 @@ from rich.console import Console
 if TYPE_CHECKING:
     from evolve.cli.runner import RunOutcome
     from evolve.config import RunConfig
-    from evolve.engine.experiment import ExperimentOutcome, ExperimentSpec
+    from evolve.engine.experiment import ExperimentOutcome
+    from evolve.engine.experiment_spec import ExperimentSpec
     from evolve.report.results import ExperimentResults
 
 
@@ -51,7 +52,7 @@ def load_experiment_file(experiment: str | Path | ExperimentSpec, db: str | None
     """An ExperimentSpec as given, or read from a file (see experiment_file) with its store replaced by db and
     `overrides` applied to the file's keys ({"iterations": 4, "policies.*.temperature": 1.0}, as --set does)."""
     from evolve.config import ConfigError
-    from evolve.engine.experiment import ExperimentSpec, load_experiment
+    from evolve.engine.experiment_spec import ExperimentSpec, load_experiment
 
     if isinstance(experiment, ExperimentSpec):
         if overrides:
@@ -133,7 +134,7 @@ def experiment_report(experiment: str | Path | ExperimentSpec, *, db: str | None
 def _same_spec(stored: str, spec: ExperimentSpec) -> bool:
     """Whether the spec an experiment last ran with (as stored) is `spec`: read with today's defaults, so a key added
     to the experiment file since (with its default) is no change."""
-    from evolve.engine.experiment import ExperimentSpec
+    from evolve.engine.experiment_spec import ExperimentSpec
 
     try:
         then = ExperimentSpec.model_validate(json.loads(stored) | {"db": spec.db})

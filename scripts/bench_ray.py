@@ -28,7 +28,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 from fake_policy_server import FakePolicyServer  # noqa: E402
 from sqlalchemy import create_engine, text  # noqa: E402
 
-from evolve.engine.experiment import ExperimentRunner, ExperimentSpec, load_experiment  # noqa: E402
+from evolve.engine.experiment import ExperimentRunner  # noqa: E402
+from evolve.engine.experiment_spec import ExperimentSpec, load_experiment  # noqa: E402
 from evolve.store.connection import database_url  # noqa: E402
 from evolve.store.program_store import ProgramStore  # noqa: E402
 

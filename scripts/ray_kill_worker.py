@@ -34,7 +34,7 @@ from ray_local_cluster import LOOPBACK, LocalRayCluster, RayNode  # noqa: E402
 from sqlalchemy import create_engine, text  # noqa: E402
 
 from evolve.cli.common import experiment_settings  # noqa: E402
-from evolve.engine.experiment import ExperimentSpec, load_experiment  # noqa: E402
+from evolve.engine.experiment_spec import ExperimentSpec, load_experiment  # noqa: E402
 from evolve.store.program_store import ProgramStore  # noqa: E402
 
 LEASE_S = "5"  # a killed cell's lease lapses this soon (the default, 30 s, only delays the re-run)

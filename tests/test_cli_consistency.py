@@ -104,7 +104,7 @@ def test_a_mistake_in_the_file_still_names_the_file(
 
 
 def test_experiment_set_reaches_top_level_tables_and_policies_by_index_name_or_star() -> None:
-    from evolve.engine.experiment import load_experiment
+    from evolve.engine.experiment_spec import load_experiment
 
     path = ROOT / "experiments/default.toml"
     spec = load_experiment(path, overrides={"iterations": 2, "run.concurrency": 3, "policies.0.max_new_tokens": 64,
@@ -282,7 +282,7 @@ def test_an_experiment_stored_before_a_new_key_with_its_default_is_not_reported_
     import json
 
     from evolve.api import _same_spec
-    from evolve.engine.experiment import load_experiment
+    from evolve.engine.experiment_spec import load_experiment
 
     spec = load_experiment(ROOT / "experiments/default.toml")
     older = json.loads(spec.model_dump_json())

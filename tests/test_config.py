@@ -173,7 +173,7 @@ def test_set_backend_openai_with_url_on_the_command_line_gives_an_openai_policy(
 
 
 def test_an_experiment_policy_with_a_foreign_setting_is_named_by_its_index(tmp_path: Path) -> None:
-    from evolve.engine.experiment import load_experiment
+    from evolve.engine.experiment_spec import load_experiment
 
     path = tmp_path / "e.toml"
     path.write_text('problems = ["fizzbuzz"]\niterations = 2\n[[policies]]\nname = "a"\n'
@@ -197,7 +197,7 @@ def test_a_run_stored_with_every_backends_settings_still_loads() -> None:
 
 
 def test_every_shipped_config_and_experiment_file_still_parses() -> None:
-    from evolve.engine.experiment import load_experiment
+    from evolve.engine.experiment_spec import load_experiment
     from evolve.engine.study_config import load_study
 
     assert isinstance(load_config(ROOT / "evolve.toml").policy, HFPolicySection)

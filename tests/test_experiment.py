@@ -18,7 +18,8 @@ from rich.console import Console
 
 from evolve.cli.main import main
 from evolve.config import ConfigError
-from evolve.engine.experiment import ExperimentRunner, load_experiment
+from evolve.engine.experiment import ExperimentRunner
+from evolve.engine.experiment_spec import load_experiment
 from evolve.problems.problem import list_problems
 from evolve.report.results import collect
 from evolve.report.terminal import render_report

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from evolve.config import ConfigError, parse_config, stored_config
-from evolve.engine.experiment import ExperimentRunner, load_experiment
+from evolve.engine.experiment import ExperimentRunner
+from evolve.engine.experiment_spec import load_experiment
 from evolve.report.html import report_html
 from evolve.report.results import collect
 from evolve.store.program_store import ProgramStore

@@ -11,7 +11,7 @@ import pytest
 from evolve.cli.main import _parser, main
 from evolve.cli.train import held_out_config, train_config, training_provenance
 from evolve.config import ConfigError
-from evolve.engine.experiment import load_experiment
+from evolve.engine.experiment_spec import load_experiment
 from evolve.rl.checkpoints import TrainingProvenance, checkpoint_provenance, trained_on, write_provenance
 from evolve.store.program_store import ProgramStore
 

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from evolve.config import PromptEvolutionSection
 from evolve.engine.controller import Controller
-from evolve.engine.experiment import load_experiment
+from evolve.engine.experiment_spec import load_experiment
 from evolve.instruction_texts import TEMPLATE_SYSTEM, Instruction
 from evolve.policies.factory import open_policies
 from evolve.problems.problem import load_problem

@@ -233,7 +233,7 @@ def fake_policy_settings(url: str) -> list[str]:
 
 def test_an_experiment_cell_another_process_drives_is_refused_and_the_other_cells_run(
         tmp_path: Path, policy_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from evolve.engine.experiment import load_experiment
+    from evolve.engine.experiment_spec import load_experiment
 
     path = tmp_path / "exp.toml"
     path.write_text(f'problems = ["fizzbuzz"]\nseeds = [0, 1]\niterations = 2\n[run]\nprograms_dir = '

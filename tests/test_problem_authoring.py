@@ -371,7 +371,7 @@ def test_check_prompt_prints_what_the_policy_sees(tmp_path: Path, capsys: pytest
 
 
 def test_the_report_judges_a_pattern_problem_by_its_current_rule_in_natural_order(tmp_path: Path) -> None:
-    from evolve.engine.experiment import ExperimentSpec
+    from evolve.engine.experiment_spec import ExperimentSpec
     from evolve.report.results import collect
     from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore
 

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from evolve.engine.experiment import ExperimentRunner, load_experiment
+from evolve.engine.experiment import ExperimentRunner
+from evolve.engine.experiment_spec import load_experiment
 from evolve.seeds import request_seed
 from evolve.store.program_store import ProgramStore
 

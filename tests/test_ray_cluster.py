@@ -27,7 +27,7 @@ from evolve.cluster.placement import (
     refuse_sqlite_across_hosts,
     refuse_unplaceable,
 )
-from evolve.engine.experiment import load_experiment
+from evolve.engine.experiment_spec import load_experiment
 from evolve.store.program_store import ProgramStore
 
 ROOT = Path(__file__).resolve().parents[1]

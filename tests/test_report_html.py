@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from evolve.engine.experiment import ExperimentSpec
+from evolve.engine.experiment_spec import ExperimentSpec
 from evolve.report.charts import Series, line_chart, palette
 from evolve.report.html import report_html
 from evolve.report.results import ExperimentResults, collect

@@ -18,7 +18,7 @@ import pytest
 from rich.console import Console
 
 from evolve.cli.main import main
-from evolve.engine.experiment import ExperimentSpec
+from evolve.engine.experiment_spec import ExperimentSpec
 from evolve.problems.check import new_problem
 from evolve.report.results import ExperimentResults, collect
 from evolve.report.results_files import write_csvs, write_json

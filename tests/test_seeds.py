@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from evolve.engine.experiment import load_experiment
+from evolve.engine.experiment_spec import load_experiment
 from evolve.seeds import (
     PURPOSES,
     REQUEST,

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from serve_run import EVOLVE, ROOT, Served, start_serve
 
-from evolve.engine.experiment import ExperimentSpec
+from evolve.engine.experiment_spec import ExperimentSpec
 from evolve.serve.data import StoreView
 from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore
 

@@ -10,7 +10,7 @@ from rich.console import Console
 from evolve.cli.conventions import add_out_flag, add_set_flag
 
 if TYPE_CHECKING:
-    from evolve.engine.experiment import ExperimentSpec
+    from evolve.engine.experiment_spec import ExperimentSpec
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -68,7 +68,7 @@ def _spec(args: argparse.Namespace, name: str | None = None) -> ExperimentSpec:
     """The experiment file (a path, or NAME for experiments/NAME.toml) with --db and every --set applied."""
     from evolve.api import experiment_file
     from evolve.cli.common import experiment_settings
-    from evolve.engine.experiment import load_experiment
+    from evolve.engine.experiment_spec import load_experiment
 
     values, labels = experiment_settings(args)
     return load_experiment(experiment_file(name or args.file), args.db, values, labels)

@@ -14,7 +14,8 @@ from rich.table import Table
 from rich.text import Text
 
 from evolve.cli.pace import Heartbeat, clock, pace, pace_text
-from evolve.engine.experiment import CellKey, CellProgress
+from evolve.engine.experiment import CellProgress
+from evolve.engine.experiment_spec import CellKey
 from evolve.engine.run_stats import RunStats
 
 

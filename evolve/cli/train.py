@@ -151,7 +151,7 @@ def held_out_config(args: argparse.Namespace, config: Any) -> Any:  # -> TrainCo
 
     if args.experiment:
         from evolve.api import experiment_file
-        from evolve.engine.experiment import load_experiment
+        from evolve.engine.experiment_spec import load_experiment
 
         source = experiment_file(args.experiment)
         spec = load_experiment(source)

@@ -10,7 +10,7 @@ from sqlalchemy.engine import make_url
 
 from evolve.cluster import ClusterError
 from evolve.config import HFPolicySection, OpenAIPolicySection, PolicySection, VLLMPolicySection
-from evolve.engine.experiment import ExperimentSpec
+from evolve.engine.experiment_spec import ExperimentSpec
 from evolve.store.connection import database_url
 
 

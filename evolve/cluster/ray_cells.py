@@ -29,13 +29,8 @@ from evolve.cluster.placement import (
     refuse_sqlite_across_hosts,
     refuse_unplaceable,
 )
-from evolve.engine.experiment import (
-    CellKey,
-    CellProgress,
-    ExperimentOutcome,
-    ExperimentRunner,
-    ExperimentSpec,
-)
+from evolve.engine.experiment import CellProgress, ExperimentOutcome, ExperimentRunner
+from evolve.engine.experiment_spec import CellKey, ExperimentSpec
 from evolve.engine.run_stats import RunStats
 from evolve.store.program_store import ProgramStore
 from evolve.store.tables import utc_now

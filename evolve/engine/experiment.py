@@ -17,177 +17,25 @@ import asyncio
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Protocol
-
-from pydantic import Field, ValidationError, model_validator
+from typing import Any, Protocol
 
 from evolve.config import (
-    MAX_SEED,
     ConfigError,
-    EnsembleSection,
     PolicySection,
     RunConfig,
-    RunSection,
-    SelectionConfig,
-    StrictModel,
-    VLLMEngineSettings,
-    describe_error,
-    read_toml,
 )
 from evolve.engine.controller import Controller
 from evolve.engine.driving import cancelled_by_signals, resumed_config
+from evolve.engine.experiment_spec import CellKey, ExperimentSpec, refuse_policies_trained_on_tests
 from evolve.engine.offspring import SeedProgramError
 from evolve.engine.run_stats import RunStats
 from evolve.policies.base import Policy, PolicyUnavailable
 from evolve.policies.factory import open_policies, open_policy
 from evolve.problems.evaluation import resolve_objectives
 from evolve.problems.evaluator_pool import EvaluatorPool
-from evolve.problems.problem import Problem, load_problem, problem_key
+from evolve.problems.problem import Problem, load_problem
 from evolve.search.prompt_templates import load_template
 from evolve.store.program_store import LeaseHeldError, LeaseLostError, ProgramStore, RunInfo
-
-CellKey = tuple[str, str, int]  # (problem, policy, seed)
-
-
-class CellDefaults(StrictModel):
-    """Run settings every cell shares."""
-
-    programs_dir: str = "programs"
-    concurrency: int = Field(4, ge=1, le=256, description="policy requests in flight per cell")
-    eval_workers: int = Field(2, ge=1, le=256, description="evaluations in parallel, all cells together")
-    warm_evaluators: bool = Field(True, description="score on long-lived evaluator processes shared by the cells")
-    evaluator_recycle: int = Field(100, ge=1, le=1_000_000, description="evaluations per warm evaluator process")
-    stop_when_solved: bool = Field(False, description="a cell finishes as soon as a program solves its problem")
-    target_score: float | None = Field(None, allow_inf_nan=False, description="a cell finishes as soon as a "
-                                       "program's scalar reaches this")
-
-
-class EnsembleArm(EnsembleSection):
-    """An arm whose cells each run several of the experiment's policies (`members`, by name), the policy of each
-    iteration chosen by `choice` (weights: the members' `weight`; bandit: the gain their children brought)."""
-
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
-    members: tuple[str, ...] = Field(min_length=2, max_length=16, description="names of [[policies]] entries")
-
-
-class ExperimentSpec(StrictModel):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    description: str = ""
-    db: str = Field(description="SQLite file or SQLAlchemy URL holding every cell's run")
-    problems: tuple[str, ...] = Field(min_length=1, description="the test problems")
-    train_problems: tuple[str, ...] = Field((), description="problems a policy may be trained on (`evolve train "
-                                            "--experiment`); never any of the test problems")
-    seeds: tuple[Annotated[int, Field(ge=0, le=MAX_SEED)], ...] = Field((0,), min_length=1)
-    iterations: int = Field(ge=1, description="iterations per cell")
-    answers_per_iteration: int = Field(0, ge=0, le=256, description="candidate answers per iteration for every "
-                                       "policy (a policy with answers = a makes answers_per_iteration / a requests); "
-                                       "0: the largest answers of the policies")
-    parallel_cells: int = Field(2, ge=1, le=256, description="cells of one policy running at once")
-    run: CellDefaults = CellDefaults()
-    selection: SelectionConfig = SelectionConfig()
-    policies: tuple[PolicySection, ...] = Field(min_length=1)
-    ensembles: tuple[EnsembleArm, ...] = Field((), max_length=16, description="arms running several policies")
-
-    @model_validator(mode="after")
-    def _names_are_unique(self) -> ExperimentSpec:
-        names = "policies' and ensembles' names" if self.ensembles else "policies' names"
-        for what, values in ((names, self.arm_names()), ("problems", self.problems),
-                             ("seeds", self.seeds)):
-            repeated = sorted({str(v) for v in values if list(values).count(v) > 1})
-            if repeated:
-                raise ValueError(f"{what} must be distinct; repeated: {', '.join(repeated)}")
-        return self
-
-    @model_validator(mode="after")
-    def _members_are_policies(self) -> ExperimentSpec:
-        names = [policy.name for policy in self.policies]
-        for arm in self.ensembles:
-            unknown = [member for member in arm.members if member not in names]
-            if unknown:
-                raise ValueError(f"ensemble '{arm.name}': members must name [[policies]] entries; unknown: "
-                                 f"{', '.join(unknown)} (policies: {', '.join(names)})")
-            if len(set(arm.members)) != len(arm.members):
-                raise ValueError(f"ensemble '{arm.name}': members must be distinct: {', '.join(arm.members)}")
-        return self
-
-    @model_validator(mode="after")
-    def _train_and_test_are_disjoint(self) -> ExperimentSpec:
-        tests = {problem_key(name) for name in self.problems}
-        shared = sorted({name for name in self.train_problems if problem_key(name) in tests})
-        if shared:
-            raise ValueError(f"train_problems and problems (the test problems) must not overlap; in both: "
-                             f"{', '.join(shared)}")
-        return self
-
-    @model_validator(mode="after")
-    def _answers_divide_the_iteration(self) -> ExperimentSpec:
-        per_iteration = self.answers_per_iteration_of_cells()
-        for index, policy in enumerate(self.policies):
-            if per_iteration % policy.answers:
-                raise ValueError(f"answers_per_iteration = {per_iteration} is not a multiple of policies[{index}]."
-                                 f"answers = {policy.answers} (policy '{policy.name}'); every policy must get the "
-                                 "same candidate answers per iteration")
-        return self
-
-    def answers_per_iteration_of_cells(self) -> int:
-        """What every cell gets: answers_per_iteration, or the largest policy's answers when it is 0."""
-        return self.answers_per_iteration or max(policy.answers for policy in self.policies)
-
-    def arm_names(self) -> tuple[str, ...]:
-        """Every arm: the policies, then the ensembles."""
-        return (*(policy.name for policy in self.policies), *(arm.name for arm in self.ensembles))
-
-    def cells(self) -> list[CellKey]:
-        """Every cell, arm by arm, then seed by seed, so an interrupted experiment has whole seeds."""
-        return [(problem, arm, seed) for arm in self.arm_names() for seed in self.seeds for problem in self.problems]
-
-    def policy(self, name: str) -> PolicySection:
-        return next(policy for policy in self.policies if policy.name == name)
-
-    def ensemble(self, name: str) -> EnsembleArm | None:
-        """The ensemble arm `name`; None when `name` is a policy's arm."""
-        return next((arm for arm in self.ensembles if arm.name == name), None)
-
-    def arm_policies(self, name: str) -> tuple[PolicySection, ...]:
-        """The policies a cell of arm `name` runs: its members, or the one policy."""
-        arm = self.ensemble(name)
-        return tuple(self.policy(member) for member in arm.members) if arm is not None else (self.policy(name),)
-
-    def cell_config(self, problem: str, policy: str, seed: int) -> RunConfig:
-        run = RunSection(problem=problem, iterations=self.iterations, seed=seed, db=self.db,
-                         programs_dir=self.run.programs_dir, concurrency=self.run.concurrency,
-                         eval_workers=self.run.eval_workers, warm_evaluators=self.run.warm_evaluators,
-                         evaluator_recycle=self.run.evaluator_recycle, name=f"{self.name}/{problem}/{policy}/s{seed}",
-                         answers_per_iteration=self.answers_per_iteration_of_cells(),
-                         stop_when_solved=self.run.stop_when_solved, target_score=self.run.target_score)
-        arm = self.ensemble(policy)
-        if arm is None:
-            return RunConfig(run=run, policy=self.policy(policy), selection=self.selection)
-        return RunConfig(run=run, policies=self.arm_policies(policy), selection=self.selection,
-                         ensemble=EnsembleSection(choice=arm.choice, bandit=arm.bandit, exploration=arm.exploration))
-
-
-def load_experiment(path: str | Path, db: str | None = None, overrides: Mapping[str, Any] | None = None,
-                    labels: Mapping[str, str] | None = None) -> ExperimentSpec:
-    """The experiment file, validated; name defaults to the file's stem and db to NAME.db beside the file.
-    `overrides` set the file's keys first (see experiment_overrides); a mistake in one names its label (how the
-    user wrote it, e.g. '--set iterations=0'), a mistake elsewhere the file."""
-    from evolve.engine.experiment_overrides import apply_overrides
-    from evolve.toml_files import blamed_source
-
-    path = Path(path)
-    data = read_toml(path)
-    blame = apply_overrides(data, overrides or {}, labels)
-    data.setdefault("name", path.stem)
-    data.setdefault("db", str(path.with_name(f"{data['name']}.db")))
-    if db is not None:
-        data["db"] = db
-    try:
-        return ExperimentSpec.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise ConfigError(describe_error(first, blamed_source(first, path, ExperimentSpec, blame),
-                                         ExperimentSpec)) from None
 
 
 @dataclass
@@ -394,21 +242,6 @@ class ExperimentRunner:
         for cell in cells:
             if cell.status == "running":
                 self._set(cell, status, "")
-
-
-def refuse_policies_trained_on_tests(spec: ExperimentSpec) -> None:
-    """ConfigError naming the policy, its checkpoint and the problems when a policy's checkpoint (its model folder
-    or LoRA adapter, as `evolve train` wrote it) was trained on any of the experiment's test problems."""
-    from evolve.rl.checkpoints import trained_on
-
-    for policy in spec.policies:
-        for checkpoint in (policy.model, policy.lora if isinstance(policy, VLLMEngineSettings) else ""):
-            found = trained_on(checkpoint, spec.problems) if checkpoint else None
-            if found is not None:
-                path, overlap = found
-                raise ConfigError(f"policy '{policy.name}': its checkpoint {checkpoint} was trained on test problems "
-                                  f"of experiment {spec.name}: {', '.join(overlap)} (see {path}); evaluate it on "
-                                  "problems it was not trained on")
 
 
 def _resting_status(info: RunInfo) -> str:

@@ -25,7 +25,7 @@ from evolve.config import (
     describe_error,
     read_toml,
 )
-from evolve.engine.experiment import CellDefaults
+from evolve.engine.experiment_spec import CellDefaults
 from evolve.problems.problem import problem_key
 
 StudyAlgo = Literal["vpo", "grpo", "multi-rlvr"]

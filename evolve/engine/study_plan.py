@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from evolve.config import ConfigError, PolicySection, RunConfig, RunSection, describe_error
-from evolve.engine.experiment import ExperimentSpec
+from evolve.engine.experiment_spec import ExperimentSpec
 from evolve.engine.study_config import BASE_POLICY, StudySpec
 from evolve.toml_files import format_validation_error
 

@@ -20,7 +20,7 @@ from typing import Literal
 
 import numpy as np
 
-from evolve.engine.experiment import ExperimentSpec
+from evolve.engine.experiment_spec import ExperimentSpec
 from evolve.problems.problem import Problem, ProblemError, load_problem
 from evolve.report.by_choice import ArmInstructions, instructions_by_arm
 from evolve.report.results_curves import AXES, AXIS_LABELS, Curve, Step, policy_curves, problem_curve

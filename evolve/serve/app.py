@@ -93,7 +93,7 @@ def create_app(store: ProgramStore, token: str | None = None, loopback_only: boo
         return HTMLResponse(_nav(html, links))
 
     def report_page(request: Request) -> Response:
-        from evolve.engine.experiment import ExperimentSpec
+        from evolve.engine.experiment_spec import ExperimentSpec
         from evolve.report.html import report_html
         from evolve.report.results import collect
 
