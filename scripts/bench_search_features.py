@@ -260,6 +260,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--db", default="", help="SQLite file for the runs (default: in a temporary folder)")
     parser.add_argument("--json", default="", help="also write the table and every run's figures here")
+    parser.add_argument("--table-only", action="store_true", help="print the table of the runs in --runs; run nothing")
     parser.add_argument("--runs", default="", help="JSON lines: each run's figures appended as it ends; runs already "
                                                    "there are skipped (resume, or arms in separate invocations)")
     args = parser.parse_args(argv)
@@ -270,8 +271,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def write_table(args: argparse.Namespace, results: list[RunFigures]) -> None:
+    rows = table(results, [arm for arm in ARMS if arm in args.arms or any(r.arm == arm for r in results)])
+    print(markdown(rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": [{key: dataclasses.asdict(value) if isinstance(
+            value, Interval) else value for key, value in row.items()} for row in rows],
+            "runs": [dataclasses.asdict(r) for r in results]}, indent=1))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.table_only:
+        if not args.runs or not Path(args.runs).exists():
+            print("--table-only needs --runs FILE with the runs' figures", file=sys.stderr)
+            return 2
+        write_table(args, load_runs(args.runs))
+        return 0
     with tempfile.TemporaryDirectory(prefix="bench-search-") as scratch:
         args.db = args.db or str(Path(scratch) / "bench.db")
         problems: dict[str, Path] = {}
@@ -282,13 +298,7 @@ def main(argv: list[str] | None = None) -> int:
             problems[imported.name] = imported.folder.parent
         print(f"{len(problems)} problems x {len(args.arms)} arms x {args.seeds} seeds x {args.iterations} "
               f"iterations, device {args.device}", flush=True)
-        results = asyncio.run(bench(args, problems))
-        rows = table(results, [arm for arm in ARMS if arm in args.arms or any(r.arm == arm for r in results)])
-        print(markdown(rows))
-        if args.json:
-            Path(args.json).write_text(json.dumps({"rows": [{key: dataclasses.asdict(value) if isinstance(
-                value, Interval) else value for key, value in row.items()} for row in rows],
-                "runs": [dataclasses.asdict(r) for r in results]}, indent=1))
+        write_table(args, asyncio.run(bench(args, problems)))
     return 0
 
 
