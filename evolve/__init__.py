@@ -48,7 +48,7 @@ _EXPORTS: dict[str, str] = {
     "run": "evolve.api", "run_experiment": "evolve.api", "experiment_report": "evolve.api", "Report": "evolve.api",
     "experiment_file": "evolve.api",
     "RunOutcome": "evolve.cli.runner",
-    "load_experiment": "evolve.engine.experiment", "ExperimentSpec": "evolve.engine.experiment",
+    "load_experiment": "evolve.engine.experiment_spec", "ExperimentSpec": "evolve.engine.experiment_spec",
     "ExperimentOutcome": "evolve.engine.experiment",
     "EvaluationResult": "evolve.evaluator_api", "CandidateFailure": "evolve.evaluator_api",
     "Sandbox": "evolve.evaluator_api",

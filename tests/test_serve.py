@@ -153,7 +153,7 @@ def test_the_server_is_read_only_and_its_pages_load_scripts_only_from_itself(ser
     assert "script-src 'self'" in page.headers["content-security-policy"]
     assert httpx.get(f"{served.base}/assets/tree.js").status_code == 200
     lineage = httpx.get(f"{served.base}/runs/1/lineage/2")
-    assert lineage.status_code == 200 and "lineage of #2" in lineage.text and 'href="/runs/1"' in lineage.text
+    assert lineage.status_code == 200 and "lineage of 1:2" in lineage.text and 'href="/runs/1"' in lineage.text
 
 
 def test_a_loopback_server_refuses_requests_naming_another_host(served: Served) -> None:
