@@ -1,13 +1,18 @@
-"""Benchmark of a policy backend: tokens/s and mutations/min, one request alone vs the batch kept in flight.
+"""Benchmark of policy backends side by side: aggregate tokens/s at each level of requests in flight, prefill apart,
+and the iterations/min of the default `evolve run` on each.
 
-    .venv/bin/python scripts/bench_backends.py                                  # hf, the embedded default
-    .venv-vllm/bin/python scripts/bench_backends.py --set policy.backend=vllm   # vLLM in process
-    .venv/bin/python scripts/bench_backends.py --set policy.backend=openai --set policy.url=http://HOST:PORT/v1
+    .venv/bin/python scripts/bench_backends.py                                  # llamacpp against hf, 1/4/16/32
+    .venv/bin/python scripts/bench_backends.py --backends llamacpp --runs 0     # one backend, no evolve runs
+    .venv-vllm/bin/python scripts/bench_backends.py --backends vllm --runs 0    # vLLM in process (GPU)
+    .venv/bin/python scripts/bench_backends.py --backends openai --set policy.url=http://HOST:PORT/v1 --runs 0
 
-Any `--set` of `evolve run` works (policy.answers=3, policy.serve=true, ...). The prompts are the engine's own,
-built from the problem's initial program; every completion goes through the real edit step, so "mutations" counts
-answers that became a changed, parsing child (not yet evaluated). Each level of concurrency runs `--requests`
-requests with distinct seeds, after one warm-up request. Prints one row per level and a JSON line per level.
+Any `--set` of `evolve run` works (policy.answers=3, ...). The prompts are the engine's own, built from the problem's
+initial program; every completion goes through the real edit step, so "mutations" counts answers that became a
+changed, parsing child (not yet evaluated). Each level runs `--requests` requests (at least the level) with distinct
+seeds, after one warm-up request. Decode tokens/s is generated tokens over the level's wall time; prefill is
+measured alone first (`--requests` requests of one new token each, one at a time: prompt tokens/s). `--runs N`
+then runs the default `evolve run` (evolve.toml, `--iterations`, same problem and seed) N times per backend, one
+after the other, and prints iterations/min (median). Prints one table row per measurement and a JSON line per row.
 """
 
 from __future__ import annotations
@@ -15,9 +20,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from evolve.cli.common import parse_setting
@@ -29,6 +39,8 @@ from evolve.problems.problem import load_problem
 from evolve.records import Completion, MutationRequest, Program
 from evolve.search.prompt_templates import load_template
 from evolve.search.prompts import Prompt, PromptOptions, build_prompt
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def mutations(parent: str, prompt: Prompt, completion: Completion, options: PromptOptions) -> int:
@@ -58,8 +70,19 @@ async def level(policy: Policy, prompt: Prompt, concurrency: int, requests: int,
             "mean_completion_tokens": round(tokens / requests, 1)}
 
 
-async def bench(args: argparse.Namespace) -> None:
-    overrides: dict[str, object] = {"run.problem": args.problem}
+async def prefill(policy: Policy, prompt: Prompt, requests: int) -> dict[str, float]:
+    """Prompt tokens per second: requests of one new token each, one at a time."""
+    one_token = replace(prompt, max_new_tokens=1)
+    started = time.monotonic()
+    prompt_tokens = 0
+    for seed in range(requests):
+        prompt_tokens += (await policy.generate(one_token, 500_000 + seed)).prompt_tokens
+    wall = time.monotonic() - started
+    return {"prompt_tokens": round(prompt_tokens / requests), "prefill_tokens_per_s": round(prompt_tokens / wall, 1)}
+
+
+async def bench_backend(args: argparse.Namespace, backend: str) -> None:
+    overrides: dict[str, object] = {"run.problem": args.problem, "policy.backend": backend}
     for item in args.set:
         overrides.update(parse_setting(item))
     config = load_config(args.config, overrides)
@@ -70,6 +93,8 @@ async def bench(args: argparse.Namespace) -> None:
     request = MutationRequest(1, 0, parent, (), problem.description, problem.objectives)
     options = PromptOptions.from_policy(section)
     prompt = build_prompt(request, options, load_template(section.template))
+    if args.max_new_tokens:
+        prompt = replace(prompt, max_new_tokens=args.max_new_tokens, stop=() if args.no_stop else prompt.stop)
 
     def check(completion: Completion) -> int:
         return mutations(problem.initial_code, prompt, completion, options)
@@ -80,26 +105,72 @@ async def bench(args: argparse.Namespace) -> None:
         ready = time.monotonic() - started
         try:
             await policy.generate(prompt, 999_999)  # warm-up: compilation, caches, first connection
+            pre = await prefill(policy, prompt, args.requests)
             print(f"backend {section.backend} ({section.name}), problem {problem.name}, m={section.answers}, "
-                  f"ready in {ready:.1f} s; {args.requests} requests per level")
-            print(f"{'in flight':>9} {'tokens/s':>9} {'requests/min':>13} {'mutations/min':>14} {'median s':>9}")
+                  f"ready in {ready:.1f} s; prompt {pre['prompt_tokens']} tokens, prefill "
+                  f"{pre['prefill_tokens_per_s']} tokens/s (one at a time); max_new_tokens {prompt.max_new_tokens}")
+            print(json.dumps({"backend": section.backend, "kind": "prefill", **pre}))
+            print(f"{'backend':>9} {'in flight':>9} {'tokens/s':>9} {'requests/min':>13} {'mutations/min':>14} "
+                  f"{'median s':>9} {'tokens/req':>10}")
             for index, concurrency in enumerate(levels):
-                row = await level(policy, prompt, concurrency, args.requests, 1000 * (index + 1), check)
-                print(f"{concurrency:>9} {row['tokens_per_s']:>9} {row['requests_per_min']:>13} "
-                      f"{row['mutations_per_min']:>14} {row['median_latency_s']:>9}")
-                print(json.dumps({"backend": section.backend, "answers": section.answers, **row}))
+                row = await level(policy, prompt, concurrency, max(args.requests, concurrency), 1000 * (index + 1),
+                                  check)
+                print(f"{section.backend:>9} {concurrency:>9} {row['tokens_per_s']:>9} {row['requests_per_min']:>13} "
+                      f"{row['mutations_per_min']:>14} {row['median_latency_s']:>9} "
+                      f"{row['mean_completion_tokens']:>10}", flush=True)
+                print(json.dumps({"backend": section.backend, "kind": "decode", "answers": section.answers, **row}),
+                      flush=True)
         finally:
             await policy.close()
+
+
+def default_run(backend: str, iterations: int, problem: str) -> dict[str, float | str]:
+    """One default `evolve run` (evolve.toml) on `backend` in a fresh store: wall time and iterations/min."""
+    with tempfile.TemporaryDirectory() as folder:
+        command = [sys.executable, "-m", "evolve.cli.main", "run", "--plain", "--config", str(ROOT / "evolve.toml"),
+                   "--problem", problem, "--iterations", str(iterations), "--db", str(Path(folder) / "bench.db"),
+                   "--set", f'policy.backend="{backend}"']
+        started = time.monotonic()
+        result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env={**os.environ})
+        wall = time.monotonic() - started
+    if result.returncode != 0:
+        return {"backend": backend, "error": (result.stderr or result.stdout).strip().splitlines()[-1:][0]}
+    return {"backend": backend, "iterations": iterations, "wall_s": round(wall, 1),
+            "iterations_per_min": round(60 * iterations / wall, 1)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=None, help="TOML config (default: built-in defaults)")
     parser.add_argument("--problem", default="symbolic_regression")
+    parser.add_argument("--backends", default="llamacpp,hf", help="comma-separated backends, measured in order")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    parser.add_argument("--requests", type=int, default=8, help="requests per level")
-    parser.add_argument("--concurrency", default="1,8", help="levels of requests in flight")
-    asyncio.run(bench(parser.parse_args()))
+    parser.add_argument("--requests", type=int, default=8, help="requests per level (at least the level)")
+    parser.add_argument("--concurrency", default="1,4,16,32", help="levels of requests in flight")
+    parser.add_argument("--max-new-tokens", type=int, default=0, help="override the prompt's token budget")
+    parser.add_argument("--no-stop", action="store_true", help="with --max-new-tokens: no stop strings")
+    parser.add_argument("--runs", type=int, default=1, help="default evolve runs per backend (0: none)")
+    parser.add_argument("--iterations", type=int, default=40, help="iterations of each default run")
+    args = parser.parse_args()
+    backends = [name.strip() for name in args.backends.split(",") if name.strip()]
+    for backend in backends:
+        asyncio.run(bench_backend(args, backend))
+    rates: dict[str, list[float]] = {}
+    for _ in range(args.runs):
+        for backend in backends:  # interleaved, so load drifts hit every backend alike
+            row = default_run(backend, args.iterations, args.problem)
+            print(json.dumps({"kind": "evolve_run", **row}), flush=True)
+            if "iterations_per_min" in row:
+                rates.setdefault(backend, []).append(float(row["iterations_per_min"]))
+    if rates:
+        medians = {backend: statistics.median(values) for backend, values in rates.items()}
+        print("default evolve run, iterations/min (median): "
+              + ", ".join(f"{backend} {value:.1f}" for backend, value in medians.items()))
+        if len(medians) > 1:
+            first, *others = backends
+            for other in others:
+                if first in medians and other in medians and medians[other]:
+                    print(f"ratio {first}/{other}: {medians[first] / medians[other]:.1f}x")
 
 
 if __name__ == "__main__":

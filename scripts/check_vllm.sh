@@ -42,7 +42,7 @@ $PY -m evolve.cli.main train --algo vpo --rollouts vllm --steps 2 --threads 2 --
 if [ "${1:-}" = "--bench" ]; then
   for backend in vllm openai; do
     extra=(); [ $backend = openai ] && extra=(--set policy.serve=true)
-    $PY scripts/bench_backends.py --set policy.backend="\"$backend\"" "${extra[@]}" --set policy.max_model_len=2048 \
+    $PY scripts/bench_backends.py --backends "$backend" --runs 0 "${extra[@]}" --set policy.max_model_len=2048 \
       --requests 8 2>&1 | grep -v -E "WARNING|^\(EngineCore"
   done
 fi

@@ -47,8 +47,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                        "problem become training prompts too (parents_per_problem, default 4)")
     train.add_argument("--device", help="'auto' (default: cuda when there is a GPU), 'cpu', 'cuda', 'cuda:1'")
     train.add_argument("--dtype", choices=["float32", "bfloat16"], help="model weights (default float32)")
-    train.add_argument("--rollouts", choices=["local", "vllm"],
-                       help="sample with the model being trained (default local) or with vLLM (LoRA only)")
+    train.add_argument("--rollouts", choices=["auto", "llamacpp", "local", "vllm"],
+                       help="who samples: llamacpp (base GGUF + the adapter being trained, LoRA only), local (the "
+                       "transformers model), vllm (LoRA only); default auto: llamacpp on CPU with LoRA, else local")
     train.add_argument("--programs-dir", help="where problem folders live (default programs)")
     train.add_argument("--experiment", metavar="FILE", help="the experiment the policy is for: --problems defaults "
                        "to its train_problems, and its test problems are refused")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from evolve.errors import UserError
 from evolve.records import Completion
@@ -50,3 +50,13 @@ def cut_at_stop(prefill: str, generated: str, stops: Sequence[str]) -> tuple[str
     if cut is None:
         return generated, False
     return generated[: max(0, cut - len(prefill))], True
+
+
+def render_prompt(tokenizer: Any, prompt: Prompt) -> str:
+    """The exact text a local model continues: the chat template with the assistant turn opened, then the prefill.
+
+    A prompt that carries its own rendered `text` (raw-completion mode) is continued as is."""
+    if prompt.text is not None:
+        return prompt.text
+    text = tokenizer.apply_chat_template(list(prompt.messages), add_generation_prompt=True, tokenize=False)
+    return str(text) + prompt.prefill

@@ -3,11 +3,12 @@ config asks for it."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from evolve.config import BasePolicySection, HFPolicySection, PolicySection, VLLMPolicySection
+from evolve.config import BasePolicySection, HFPolicySection, LlamaCppPolicySection, PolicySection, VLLMPolicySection
 from evolve.policies.base import Policy
 
 
@@ -35,6 +36,20 @@ def open_policy(section: PolicySection, seed: int = 0, concurrency: int = 8) -> 
         yield HFPolicy(name=section.name, model_path=model_path(section), temperature=section.temperature,
                        top_p=section.top_p, max_batch=section.max_batch, dtype=section.dtype,
                        device=section.device, threads=section.threads)
+    elif isinstance(section, LlamaCppPolicySection):
+        from evolve.policies.llamacpp import LlamaCppPolicy, model_files
+
+        files = model_files(section.model)
+        if files.conversion_s:
+            print(f"converted {section.model} to GGUF for llama.cpp in {files.conversion_s:.1f} s "
+                  f"(cached: {files.gguf})", file=sys.stderr)
+        policy = LlamaCppPolicy(name=section.name, files=files, temperature=section.temperature,
+                                top_p=section.top_p, slots=section.slots, context=section.context,
+                                threads=section.threads)
+        try:
+            yield policy
+        finally:
+            policy.close_now()
     elif isinstance(section, VLLMPolicySection):
         from evolve.policies.vllm_engine import VLLMPolicy
 

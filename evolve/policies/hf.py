@@ -15,7 +15,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, StoppingCriteria, StoppingCriteriaList
 from transformers.utils import logging as transformers_logging
 
-from evolve.policies.base import PolicyError, cut_at_stop
+from evolve.policies.base import PolicyError, cut_at_stop, render_prompt
 from evolve.policies.model_files import ModelFileError, offline_hub
 from evolve.records import Completion
 from evolve.seeds import batch_seed
@@ -120,13 +120,8 @@ class HFPolicy:
         self._batcher: asyncio.Task[None] | None = None
 
     def render(self, prompt: Prompt) -> str:
-        """The exact text the model continues: chat template with the assistant turn opened, then the prefill.
-
-        A prompt that carries its own rendered `text` (raw-completion mode) is continued as is."""
-        if prompt.text is not None:
-            return prompt.text
-        text = self.tokenizer.apply_chat_template(list(prompt.messages), add_generation_prompt=True, tokenize=False)
-        return str(text) + prompt.prefill
+        """The exact text the model continues (policies.base.render_prompt)."""
+        return render_prompt(self.tokenizer, prompt)
 
     async def generate(self, prompt: Prompt, seed: int) -> Completion:
         if self._closed:

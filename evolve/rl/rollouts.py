@@ -26,7 +26,7 @@ from transformers import GenerationConfig, StoppingCriteriaList
 
 from evolve.config import ConfigError
 from evolve.engine.offspring import ChildScorer, code_key, require_seed
-from evolve.policies.base import cut_at_stop
+from evolve.policies.base import cut_at_stop, render_prompt
 from evolve.policies.hf import _RowStops
 from evolve.problems.evaluation import evaluate_program
 from evolve.problems.problem import Problem, problem_key
@@ -79,14 +79,6 @@ class Group:
         return GroupRewards(self.rewards, self.duplicates, objective_weights(self.task.problem))
 
 
-def render(tokenizer: Any, prompt: Prompt) -> str:
-    """The text the model continues, exactly as the hf backend renders it (chat template, then the prefill)."""
-    if prompt.text is not None:
-        return prompt.text
-    text = tokenizer.apply_chat_template(list(prompt.messages), add_generation_prompt=True, tokenize=False)
-    return str(text) + prompt.prefill
-
-
 async def seed_parent(problem: Problem) -> Program:
     """The problem's seed program, scored, as the parent of a training prompt."""
     evaluation = require_seed(problem, await evaluate_program(problem, problem.initial_code))
@@ -113,7 +105,7 @@ async def make_task(problem: Problem, tokenizer: Any, options: PromptOptions, te
     """A training prompt for `parent` (default: the scored seed), rendered and tokenised as the hf backend would."""
     parent = parent or await seed_parent(problem)
     prompt = parent_prompt(problem, parent, options, template)
-    ids = tokenizer(render(tokenizer, prompt), add_special_tokens=False)["input_ids"]
+    ids = tokenizer(render_prompt(tokenizer, prompt), add_special_tokens=False)["input_ids"]
     return Task(problem, parent, prompt, list(ids), options)
 
 

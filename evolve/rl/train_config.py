@@ -71,7 +71,10 @@ class TrainConfig(BaseModel):
     parents_db: str = Field("", description="an evolve store (SQLite path or URL): its runs' best unsolved programs "
                             "of each problem are training parents too, besides the seed")
     parents_per_problem: int = Field(4, ge=1, description="with parents_db: evolved parents taken per problem")
-    rollouts: Literal["local", "vllm"] = Field("local", description="sample with the transformers model, or vLLM")
+    rollouts: Literal["auto", "llamacpp", "local", "vllm"] = Field(
+        "auto", description="who samples the rollouts: llamacpp (the base GGUF plus the adapter being trained), local "
+        "(the transformers model), vllm; auto: llamacpp on CPU with LoRA, else local")
+    rollout_slots: int = Field(16, ge=1, le=256, description="--rollouts llamacpp: sequences generated together")
     vllm_gpu_memory: float = Field(0.3, gt=0, lt=1, description="--rollouts vllm: share of GPU memory vLLM takes")
     vllm_max_model_len: int = Field(4096, ge=256, description="--rollouts vllm: prompt + completion tokens")
     vllm_dtype: str = Field("auto", description="--rollouts vllm: vLLM's weights (auto: bfloat16 on CPUs and most "
@@ -95,11 +98,18 @@ class TrainConfig(BaseModel):
         return torch.device(self.device)
 
     @model_validator(mode="after")
-    def _vllm_needs_lora(self) -> TrainConfig:
-        if self.rollouts == "vllm" and not self.lora.enabled:
-            raise ValueError("rollouts = 'vllm' needs LoRA (vLLM samples with the trained adapter); "
+    def _engines_need_lora(self) -> TrainConfig:
+        if self.rollouts in ("vllm", "llamacpp") and not self.lora.enabled:
+            raise ValueError(f"rollouts = '{self.rollouts}' needs LoRA (it samples with the trained adapter); "
                              "drop --full or use rollouts = 'local'")
         return self
+
+    @property
+    def rollout_engine(self) -> str:
+        """The rollouts setting with 'auto' resolved: llamacpp on CPU with LoRA, else local."""
+        if self.rollouts != "auto":
+            return self.rollouts
+        return "llamacpp" if self.lora.enabled and self.torch_device.type == "cpu" else "local"
 
     @model_validator(mode="after")
     def _max_at_k_fits_the_group(self) -> TrainConfig:

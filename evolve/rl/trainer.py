@@ -188,12 +188,29 @@ async def sample_step(config: TrainConfig, step: int, tasks: list[Task], model: 
     """The step's groups: `prompts_per_step` tasks in turn, G rollouts each, from vLLM or the model."""
     chosen = [tasks[((step - 1) * config.prompts_per_step + i) % len(tasks)] for i in range(config.prompts_per_step)]
     seeds = [derive(config.seed, ROLLOUT_SAMPLING, step, i) for i in range(len(chosen))]
+    if sampler is not None and config.rollout_engine == "llamacpp":
+        from evolve.rl.llamacpp_rollouts import collect_llamacpp
+
+        sampler.sync(model, step)
+        return await collect_llamacpp(sampler, chosen, config.group_size, seeds, scorer, config.temperature)
     if sampler is not None:
         from evolve.rl.vllm_rollouts import collect_vllm
 
         sampler.sync(model, step)
         return await collect_vllm(sampler, chosen, config.group_size, seeds, scorer, config.temperature)
     return await collect(model, tokenizer, chosen, config.group_size, seeds, scorer, config.temperature)
+
+
+def llamacpp_sampler(config: TrainConfig, out: Path, tokenizer: Any, model: Any, tasks: list[Task]) -> Any:
+    """The llama.cpp rollout engine on the base model's GGUF (the embedded file, or one converted from the folder),
+    its slots sized to the longest training prompt plus its token budget."""
+    from evolve.policies.llamacpp import model_files
+    from evolve.rl.llamacpp_rollouts import LlamaCppSampler
+
+    files = model_files(config.base)
+    longest = max(len(task.prompt_ids) + task.prompt.max_new_tokens for task in tasks)
+    return LlamaCppSampler(files.gguf, out / "rollout_adapter", tokenizer, model.config, config.lora.alpha,
+                           slots=config.rollout_slots, context=max(256, longest + 16), threads=config.threads)
 
 
 def step_line(record: dict[str, Any], steps: int) -> str:
@@ -225,17 +242,19 @@ async def _train(config: TrainConfig, console: Console, resume: bool = False) ->
     tasks = await training_tasks(config, tokenizer, options, template)
     # one cache for the run (each child is evaluated once), on warm evaluator processes closed when training ends
     scorer = ChildScorer(config.eval_workers, pool=EvaluatorPool(config.eval_workers))
-    sampler = None
-    if config.rollouts == "vllm":
+    sampler: Any = None
+    if config.rollout_engine == "vllm":
         from evolve.rl.vllm_rollouts import VllmSampler
 
         sampler = VllmSampler(base_path, out / "rollout_adapter", config.lora.r, config.seed,
                               config.vllm_gpu_memory, config.vllm_max_model_len, config.vllm_dtype)
+    elif config.rollout_engine == "llamacpp":
+        sampler = llamacpp_sampler(config, out, tokenizer, model, tasks)
     kind = (f"LoRA r={config.lora.r}" if config.lora.enabled else "full fine-tuning") + \
         f", {config.dtype} on {config.torch_device}"
     prompts = f"{len(tasks)} prompt{'s' * (len(tasks) != 1)}"
     console.print(f"train {config.algo}: {base_path} ({kind}, {sum(p.numel() for p in params):,} trainable), "
-                  f"rollouts {config.rollouts}, problems {', '.join(config.problems)} ({prompts}), "
+                  f"rollouts {config.rollout_engine}, problems {', '.join(config.problems)} ({prompts}), "
                   f"G={config.group_size}, m={config.m}, {config.steps} steps -> {out}",
                   highlight=False, soft_wrap=True)
     try:

