@@ -183,3 +183,20 @@ def test_greedy_output_equals_transformers_on_the_same_weights(policy: object) -
         expected = model.generate(**ids, max_new_tokens=24, do_sample=False)[0, ids["input_ids"].shape[1]:]
     completion = asyncio.run(policy.generate(prompt, seed=0))  # type: ignore[attr-defined]
     assert completion.text == tokenizer.decode(expected.tolist(), skip_special_tokens=True)
+
+
+@pytest.mark.slow
+def test_a_prompt_sharing_a_cached_prefix_prefills_only_the_rest_and_samples_the_same(engine: LlamaEngine) -> None:
+    stem = tuple(range(2000, 2060))
+    first = GenerationRequest(stem + (5, 6, 7), 12, temperature=0.0)
+    other = GenerationRequest(stem + (8, 9), 12, temperature=0.0)
+    fresh = LlamaEngine(find_embedded_gguf(), slots=1, context_per_slot=256)
+    cold = wait_all(fresh, [other])[0]
+    fresh.close()
+    wait_all(engine, [first])
+    before = engine.stats()
+    warm = wait_all(engine, [other])[0]
+    after = engine.stats()
+    assert after.cached_tokens - before.cached_tokens >= len(stem)
+    assert after.prefill_tokens - before.prefill_tokens <= 2
+    assert isinstance(warm, GenerationResult) and isinstance(cold, GenerationResult) and warm.tokens == cold.tokens

@@ -2,9 +2,11 @@
 
 Every request of one model in one process goes through one `LlamaEngine`: each step is a single `llama_decode` of
 one token per generating sequence plus prompt tokens of the newly admitted ones (chunked to `batch_tokens`), so a
-short answer never waits for a long one and a new prompt never waits for a batch to drain. Requests whose prompts
-are identical and are admitted together (a training group, several answers to one parent) prefill once and copy
-the cache. Each request samples with its own llama.cpp sampler chain (temperature, top-p, its own seed), so its
+short answer never waits for a long one and a new prompt never waits for a batch to drain. A slot keeps its last
+sequence's cache when it frees: a new request goes to the free slot whose cached tokens share the longest prefix
+with its prompt and prefills only the rest (the engine's prompts share their instructions and problem statement,
+about three quarters of their tokens). Requests whose prompts are identical and are admitted together (a training
+group, several answers to one parent) prefill once and copy the cache. Each request samples with its own llama.cpp sampler chain (temperature, top-p, its own seed), so its
 tokens do not depend on which other requests share its steps beyond the float noise of batched matrix products.
 
 Token ids in, token ids out: rendering, tokenising and stop strings belong to the caller (`stop` sees the tokens so
@@ -57,6 +59,7 @@ class EngineStats:
     steps: int
     generated_tokens: int
     prefill_tokens: int  # prompt tokens decoded (a prompt shared by several requests counts once)
+    cached_tokens: int  # prompt tokens found in a slot's cache, not decoded again
     shared_prefills: int  # requests that copied another's prompt cache instead of decoding their own
     max_active: int  # most requests generating in one step
 
@@ -89,6 +92,7 @@ class _Slot:
     sampler: Any = None
     fed: int = 0  # prompt tokens already in the cache
     tokens: list[int] = field(default_factory=list)
+    cached: list[int] = field(default_factory=list)  # the tokens in this sequence's cache, positions 0, 1, ...
     leader: _Slot | None = None  # prefill shared: copy this slot's cache when its prompt is in
     output_index: int = -1  # row of this step's logits to sample from, -1: none this step
 
@@ -151,7 +155,7 @@ class LlamaEngine:
         self._waiting: deque[Ticket] = deque()
         self._wake = threading.Condition()
         self._closed = False
-        self._steps = self._generated = self._prefilled = self._shared = self._max_active = 0
+        self._steps = self._generated = self._prefilled = self._reused = self._shared = self._max_active = 0
         self._thread = threading.Thread(target=self._run, name="llama-engine", daemon=True)
         self._thread.start()
 
@@ -195,9 +199,12 @@ class LlamaEngine:
             if self._adapter is not None:
                 llama.llama_adapter_lora_free(self._adapter)
             self._adapter = adapter
+            llama.llama_memory_clear(self._memory, True)  # caches made with the old weights are not theirs
+            for slot in self._slots:
+                slot.cached = []
 
     def stats(self) -> EngineStats:
-        return EngineStats(self._steps, self._generated, self._prefilled, self._shared, self._max_active)
+        return EngineStats(self._steps, self._generated, self._prefilled, self._reused, self._shared, self._max_active)
 
     def close(self) -> None:
         """Stop after the current step; every request not finished gets an EngineError. Idempotent."""
@@ -238,23 +245,30 @@ class LlamaEngine:
                         self._release(slot, EngineError(f"llama.cpp decode failed: {exc}"))
 
     def _admit(self) -> None:
-        """Move waiting requests into free slots; identical prompts admitted together share one prefill."""
+        """Move waiting requests into free slots: the one whose cache shares the longest prefix with the prompt;
+        identical prompts admitted together share one prefill."""
         free = [slot for slot in self._slots if slot.ticket is None]
         leaders: dict[tuple[int, ...], _Slot] = {}
         for slot in self._slots:
-            if slot.ticket is not None and slot.fed == 0 and slot.leader is None:
+            if slot.ticket is not None and not slot.tokens and slot.leader is None:
                 leaders[slot.ticket.request.prompt_ids] = slot
         while free and self._waiting:
             ticket = self._waiting.popleft()
             if ticket.cancelled:
                 ticket.finish(GenerationResult((), "cancelled", len(ticket.request.prompt_ids), 0.0))
                 continue
-            slot = free.pop(0)
-            slot.ticket, slot.tokens, slot.fed = ticket, [], 0
+            prompt = ticket.request.prompt_ids
+            slot = max(free, key=lambda candidate: _common_prefix(candidate.cached, prompt))
+            free.remove(slot)
+            slot.ticket, slot.tokens = ticket, []
             slot.sampler = self._sampler(ticket.request)
-            slot.leader = leaders.get(ticket.request.prompt_ids)
+            slot.leader = leaders.get(prompt)
             if slot.leader is None:
-                leaders[ticket.request.prompt_ids] = slot
+                leaders[prompt] = slot
+                kept = min(_common_prefix(slot.cached, prompt), len(prompt) - 1)  # the last one yields the logits
+                self._llama.llama_memory_seq_rm(self._memory, slot.index, kept, -1)
+                slot.fed, slot.cached = kept, list(prompt[:kept])
+                self._reused += kept
 
     def _sampler(self, request: GenerationRequest) -> Any:
         llama = self._llama
@@ -286,8 +300,8 @@ class LlamaEngine:
         for slot in active:  # one token for every generating sequence first: decoding never waits for prefill
             slot.output_index = -1
             if slot.tokens:
-                prompt_length = len(slot.ticket.request.prompt_ids)  # type: ignore[union-attr]
-                slot.output_index = add(slot.tokens[-1], prompt_length + len(slot.tokens) - 1, slot.index, True)
+                slot.output_index = add(slot.tokens[-1], len(slot.cached), slot.index, True)
+                slot.cached.append(slot.tokens[-1])
                 budget -= 1
         prefilling = [slot for slot in active if not slot.tokens and slot.leader is None]
         for slot in prefilling:
@@ -298,6 +312,7 @@ class LlamaEngine:
             for offset in range(take):
                 position = slot.fed + offset
                 add(prompt[position], position, slot.index, position == len(prompt) - 1)
+            slot.cached.extend(prompt[slot.fed:slot.fed + take])
             slot.fed += take
             budget -= take
             self._prefilled += take
@@ -316,9 +331,8 @@ class LlamaEngine:
             if leader is not None and leader.ticket is not None and leader.output_index >= 0 and not leader.tokens:
                 llama.llama_memory_seq_cp(self._memory, leader.index, slot.index, -1, -1)
                 slot.fed, slot.output_index, slot.leader = leader.fed, leader.output_index, None
+                slot.cached = list(leader.cached)
                 self._shared += 1
-            elif leader is not None and leader.ticket is None:  # the leader left before its prefill: go alone
-                slot.leader = None
         for slot in active:
             if slot.output_index >= 0 and slot.ticket is not None:
                 self._sample(slot)
@@ -335,14 +349,20 @@ class LlamaEngine:
             self._release(slot, None, "length")
 
     def _release(self, slot: _Slot, error: Exception | None, reason: FinishReason = "stop") -> None:
+        """Free the slot; its cache stays for the next prompt that shares a prefix, unless the request failed or was
+        cancelled (its cache may hold a prefill that never ran)."""
         ticket = slot.ticket
         assert ticket is not None
-        self._llama.llama_memory_seq_rm(self._memory, slot.index, -1, -1)
+        if error is not None or reason == "cancelled" or slot.leader is not None:
+            self._llama.llama_memory_seq_rm(self._memory, slot.index, -1, -1)
+            slot.cached = []
         self._free_sampler(slot)
         tokens, slot.ticket, slot.tokens, slot.fed, slot.leader, slot.output_index = slot.tokens, None, [], 0, None, -1
         for other in self._slots:  # followers waiting on this slot's prefill prefill on their own
             if other.leader is slot:
                 other.leader = None
+                self._llama.llama_memory_seq_rm(self._memory, other.index, -1, -1)
+                other.fed, other.cached = 0, []
         ticket.finish(error if error is not None else GenerationResult(
             tuple(tokens), reason, len(ticket.request.prompt_ids), time.monotonic() - ticket.submitted))
 
@@ -350,3 +370,12 @@ class LlamaEngine:
         if slot.sampler is not None:
             self._llama.llama_sampler_free(slot.sampler)
             slot.sampler = None
+
+
+def _common_prefix(cached: Sequence[int], prompt: Sequence[int]) -> int:
+    length = 0
+    for a, b in zip(cached, prompt):
+        if a != b:
+            break
+        length += 1
+    return length
