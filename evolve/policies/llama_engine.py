@@ -7,7 +7,8 @@ sequence's cache when it frees: a new request goes to the free slot whose cached
 with its prompt and prefills only the rest (the engine's prompts share their instructions and problem statement,
 about three quarters of their tokens). Requests whose prompts are identical and are admitted together (a training
 group, several answers to one parent) prefill once and copy the cache. Each request samples with its own llama.cpp
-sampler chain (temperature, top-p, its own seed), so its tokens do not depend on which other requests share its steps beyond the float noise of batched matrix products.
+sampler chain (temperature, top-p, its own seed), so its tokens do not depend on which other requests share its
+steps beyond the float noise of batched matrix products.
 
 Token ids in, token ids out: rendering, tokenising and stop strings belong to the caller (`stop` sees the tokens so
 far after every token). Only `llama_cpp.llama_cpp` (the raw ctypes API of llama-cpp-python) is used.
