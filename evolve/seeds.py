@@ -11,7 +11,8 @@ Streams and their widths:
 - SELECTION (iteration,): the `random.Random` of one iteration's parent and inspiration draws; 63 bits.
 - BATCH: the torch seed of one hf `generate()` call, from its requests' seeds in order (they stand in for the
   run seed: they already carry it); 63 bits, the non-negative int64 that `torch.manual_seed` takes.
-- ROLLOUT_SAMPLING (step, group): the torch or vLLM seed of one training group's G samples; 63 bits.
+- ROLLOUT_SAMPLING (step, group): the torch or vLLM seed of one training group's G samples; 63 bits. llama.cpp
+  rollouts sample row g of the group with derive(that seed, ROLLOUT_SAMPLING, g, bits=32).
 - VPO_WEIGHTS (step, group): the Dirichlet (or Sobol) weight rows of one training group; 63 bits. Its own
   purpose, so the weights are independent of the rollouts they score.
 - MODEL_INIT: torch's global seed when `evolve train` builds its model (the LoRA initialisation); 63 bits.

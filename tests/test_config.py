@@ -9,6 +9,7 @@ from evolve.cli.main import main
 from evolve.config import (
     ConfigError,
     HFPolicySection,
+    LlamaCppPolicySection,
     OpenAIPolicySection,
     VLLMPolicySection,
     load_config,
@@ -26,8 +27,10 @@ def write(tmp_path: Path, text: str) -> Path:
 
 def test_shipped_default_config_is_valid() -> None:
     config = load_config(ROOT / "evolve.toml")
-    assert config.policy.backend == "hf"
+    assert config.policy.backend == "llamacpp"
     assert (ROOT / "programs" / config.run.problem).is_dir()
+    # the reference backend is one --set away: the llamacpp settings of the file are dropped, not refused
+    assert load_config(ROOT / "evolve.toml", {"policy.backend": "hf"}).policy.backend == "hf"
 
 
 def test_unknown_key_names_file_key_and_allowed_keys(tmp_path: Path) -> None:
@@ -102,7 +105,7 @@ def test_cli_reports_config_error_and_runs_nothing(tmp_path: Path, capsys: pytes
         ('[policy]\nbackend = "openai"\n', "the openai backend needs url"),
         ('[policy]\nserve = true\n', "policy.serve is an openai setting; this policy's backend is hf"),
         ('[policy]\nlora = "adapters/x"\n', "policy.lora is a vllm or openai setting; this policy's backend is hf"),
-        ('[policy]\nbackend = "vllm"\nthreads = 2\n', "policy.threads is an hf setting; this policy's backend is vllm"),
+        ('[policy]\nbackend = "vllm"\nthreads = 2\n', "policy.threads is an hf or llamacpp setting; this policy's backend is vllm"),
         ('[policy]\nbackend = "openai"\nurl = "http://h/v1"\nmax_batch = 4\n', "policy.max_batch is an hf setting"),
         ('[policy]\nbackend = "openai"\nurl = "http://h/v1"\nlora = "a"\n', "this openai policy has serve = false"),
         ('[policy]\nthreds = 2\n', "unknown key 'policy.threds' (allowed here: name, backend, model"),
@@ -200,7 +203,7 @@ def test_every_shipped_config_and_experiment_file_still_parses() -> None:
     from evolve.engine.experiment_spec import load_experiment
     from evolve.engine.study_config import load_study
 
-    assert isinstance(load_config(ROOT / "evolve.toml").policy, HFPolicySection)
+    assert isinstance(load_config(ROOT / "evolve.toml").policy, LlamaCppPolicySection)
     studies = sorted((ROOT / "experiments").glob("study*.toml"))
     assert studies, "the shipped study files are gone"
     for path in sorted((ROOT / "experiments").glob("*.toml")):

@@ -196,7 +196,8 @@ class LlamaEngine:
             if adapter is None:
                 llama.llama_set_adapters_lora(self._context, None, 0, None)
             else:
-                llama.llama_set_adapter_lora(self._context, adapter, scale)
+                llama.llama_set_adapters_lora(self._context, (llama.llama_adapter_lora_p_ctypes * 1)(adapter), 1,
+                                              (ctypes.c_float * 1)(scale))
             if self._adapter is not None:
                 llama.llama_adapter_lora_free(self._adapter)
             self._adapter = adapter

@@ -28,7 +28,7 @@ from evolve.errors import UserError
 from evolve.policies.base import cut_at_stop
 from evolve.policies.llama_engine import GenerationRequest, GenerationResult, LlamaEngine
 from evolve.rl.rollouts import Group, Rollout, Task, score_group
-from evolve.seeds import derive
+from evolve.seeds import ROLLOUT_SAMPLING, derive
 
 _PROJECTIONS = {"q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "o_proj": "attn_output",
                 "gate_proj": "ffn_gate", "up_proj": "ffn_up", "down_proj": "ffn_down"}
@@ -134,7 +134,7 @@ class LlamaCppSampler:
 
             for row in range(group_size):
                 request = GenerationRequest(tuple(task.prompt_ids), task.prompt.max_new_tokens, temperature, 1.0,
-                                            derive(seed, row) & 0xFFFFFFFF, stop)
+                                            derive(seed, ROLLOUT_SAMPLING, row, bits=32), stop)
                 self.engine.submit(request, done((index, row)))
         for _ in range(len(tasks) * group_size):
             finished.acquire()
