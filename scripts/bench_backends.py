@@ -7,11 +7,13 @@ and the iterations/min of the default `evolve run` on each.
     .venv/bin/python scripts/bench_backends.py --backends openai --set policy.url=http://HOST:PORT/v1 --runs 0
 
 Any `--set` of `evolve run` works (policy.answers=3, ...). The prompts are the engine's own, built from the problem's
-initial program; every completion goes through the real edit step, so "mutations" counts answers that became a
+initial program, each request's parent made distinct by a comment line at the top of its EVOLVE block (so prompts
+share their instructions and differ from the parent's code on, as in a run: a prefix cache helps as much as it
+would there, no more); every completion goes through the real edit step, so "mutations" counts answers that became a
 changed, parsing child (not yet evaluated). Each level runs `--requests` requests (at least the level) with distinct
-seeds, after one warm-up request. Decode tokens/s is generated tokens over the level's wall time; prefill is
-measured alone first (`--requests` requests of one new token each, one at a time: prompt tokens/s). `--runs N`
-then runs the default `evolve run` (evolve.toml, `--iterations`, same problem and seed) N times per backend, one
+seeds, after one warm-up request. tokens/s is generated tokens over the level's wall time (prefill included);
+prefill is measured alone first (`--requests` requests of one new token each, one at a time: prompt tokens/s).
+`--runs N` then runs the default `evolve run` (evolve.toml, `--iterations`, same problem and seed) N times per backend, one
 after the other, and prints iterations/min (median). Prints one table row per measurement and a JSON line per row.
 """
 
@@ -37,6 +39,7 @@ from evolve.policies.base import Policy
 from evolve.policies.factory import open_policy
 from evolve.problems.problem import load_problem
 from evolve.records import Completion, MutationRequest, Program
+from evolve.search.edits import EVOLVE_START
 from evolve.search.prompt_templates import load_template
 from evolve.search.prompts import Prompt, PromptOptions, build_prompt
 
@@ -47,36 +50,35 @@ def mutations(parent: str, prompt: Prompt, completion: Completion, options: Prom
     return sum(child.code is not None for child in offspring(parent, prompt.prefill + completion.text, options))
 
 
-async def level(policy: Policy, prompt: Prompt, concurrency: int, requests: int, seed0: int,
-                check: Callable[[Completion], int]) -> dict[str, float]:
+async def level(policy: Policy, prompts: Callable[[int], Prompt], concurrency: int, requests: int, seed0: int,
+                check: Callable[[int, Completion], int]) -> dict[str, float]:
     semaphore = asyncio.Semaphore(concurrency)
     latencies: list[float] = []
 
-    async def one(seed: int) -> Completion:
+    async def one(seed: int) -> int:
         async with semaphore:
             started = time.monotonic()
-            completion = await policy.generate(prompt, seed)
+            completion = await policy.generate(prompts(seed), seed)
             latencies.append(time.monotonic() - started)
-            return completion
+            tokens.append(completion.completion_tokens)
+            return check(seed, completion)
 
+    tokens: list[int] = []
     started = time.monotonic()
-    completions = await asyncio.gather(*(one(seed0 + i) for i in range(requests)))
+    made = sum(await asyncio.gather(*(one(seed0 + i) for i in range(requests))))
     wall = time.monotonic() - started
-    tokens = sum(c.completion_tokens for c in completions)
-    made = sum(check(c) for c in completions)
     return {"concurrency": concurrency, "requests": requests, "wall_s": round(wall, 2),
-            "tokens_per_s": round(tokens / wall, 1), "requests_per_min": round(60 * requests / wall, 1),
+            "tokens_per_s": round(sum(tokens) / wall, 1), "requests_per_min": round(60 * requests / wall, 1),
             "mutations_per_min": round(60 * made / wall, 1), "median_latency_s": round(statistics.median(latencies), 2),
-            "mean_completion_tokens": round(tokens / requests, 1)}
+            "mean_completion_tokens": round(sum(tokens) / requests, 1)}
 
 
-async def prefill(policy: Policy, prompt: Prompt, requests: int) -> dict[str, float]:
-    """Prompt tokens per second: requests of one new token each, one at a time."""
-    one_token = replace(prompt, max_new_tokens=1)
+async def prefill(policy: Policy, prompts: Callable[[int], Prompt], requests: int) -> dict[str, float]:
+    """Prompt tokens per second: requests of one new token each, one at a time, each on a prompt of its own."""
     started = time.monotonic()
     prompt_tokens = 0
-    for seed in range(requests):
-        prompt_tokens += (await policy.generate(one_token, 500_000 + seed)).prompt_tokens
+    for seed in range(500_000, 500_000 + requests):
+        prompt_tokens += (await policy.generate(replace(prompts(seed), max_new_tokens=1), seed)).prompt_tokens
     wall = time.monotonic() - started
     return {"prompt_tokens": round(prompt_tokens / requests), "prefill_tokens_per_s": round(prompt_tokens / wall, 1)}
 
@@ -88,33 +90,40 @@ async def bench_backend(args: argparse.Namespace, backend: str) -> None:
     config = load_config(args.config, overrides)
     section = config.policy
     problem = load_problem(config.run.problem, Path(config.run.programs_dir))
-    parent = Program(id=1, run_id=1, code=problem.initial_code, parent_id=None, island=0, iteration=0, policy="",
-                     edit="", scores={name: 0.5 for name in problem.objectives}, scalar=0.5, solved=False)
-    request = MutationRequest(1, 0, parent, (), problem.description, problem.objectives)
     options = PromptOptions.from_policy(section)
-    prompt = build_prompt(request, options, load_template(section.template))
-    if args.max_new_tokens:
-        prompt = replace(prompt, max_new_tokens=args.max_new_tokens, stop=() if args.no_stop else prompt.stop)
+    template = load_template(section.template)
+    def parent_code(seed: int) -> str:
+        return problem.initial_code.replace(EVOLVE_START, f"{EVOLVE_START}\n# variant {seed}", 1)
 
-    def check(completion: Completion) -> int:
-        return mutations(problem.initial_code, prompt, completion, options)
+    def prompts(seed: int) -> Prompt:
+        code = parent_code(seed)
+        parent = Program(id=1, run_id=1, code=code, parent_id=None, island=0, iteration=0, policy="", edit="",
+                         scores={name: 0.5 for name in problem.objectives}, scalar=0.5, solved=False)
+        request = MutationRequest(1, 0, parent, (), problem.description, problem.objectives)
+        prompt = build_prompt(request, options, template, problem.prompt)
+        if args.max_new_tokens:
+            prompt = replace(prompt, max_new_tokens=args.max_new_tokens, stop=() if args.no_stop else prompt.stop)
+        return prompt
+
+    def check(seed: int, completion: Completion) -> int:
+        return mutations(parent_code(seed), prompts(seed), completion, options)
 
     levels = [int(x) for x in args.concurrency.split(",")]
     started = time.monotonic()
     with open_policy(section, config.run.seed, max(levels)) as policy:
         ready = time.monotonic() - started
         try:
-            await policy.generate(prompt, 999_999)  # warm-up: compilation, caches, first connection
-            pre = await prefill(policy, prompt, args.requests)
+            await policy.generate(prompts(999_999), 999_999)  # warm-up: compilation, caches, first connection
+            pre = await prefill(policy, prompts, args.requests)
             print(f"backend {section.backend} ({section.name}), problem {problem.name}, m={section.answers}, "
                   f"ready in {ready:.1f} s; prompt {pre['prompt_tokens']} tokens, prefill "
-                  f"{pre['prefill_tokens_per_s']} tokens/s (one at a time); max_new_tokens {prompt.max_new_tokens}")
+                  f"{pre['prefill_tokens_per_s']} tokens/s (one at a time); max_new_tokens {prompts(0).max_new_tokens}")
             print(json.dumps({"backend": section.backend, "kind": "prefill", **pre}))
             print(f"{'backend':>9} {'in flight':>9} {'tokens/s':>9} {'requests/min':>13} {'mutations/min':>14} "
                   f"{'median s':>9} {'tokens/req':>10}")
             for index, concurrency in enumerate(levels):
-                row = await level(policy, prompt, concurrency, max(args.requests, concurrency), 1000 * (index + 1),
-                                  check)
+                row = await level(policy, prompts, concurrency, max(args.requests, concurrency),
+                                  1000 * (index + 1), check)
                 print(f"{section.backend:>9} {concurrency:>9} {row['tokens_per_s']:>9} {row['requests_per_min']:>13} "
                       f"{row['mutations_per_min']:>14} {row['median_latency_s']:>9} "
                       f"{row['mean_completion_tokens']:>10}", flush=True)
