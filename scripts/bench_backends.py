@@ -13,8 +13,9 @@ would there, no more); every completion goes through the real edit step, so "mut
 changed, parsing child (not yet evaluated). Each level runs `--requests` requests (at least the level) with distinct
 seeds, after one warm-up request. tokens/s is generated tokens over the level's wall time (prefill included);
 prefill is measured alone first (`--requests` requests of one new token each, one at a time: prompt tokens/s).
-`--runs N` then runs the default `evolve run` (evolve.toml, `--iterations`, same problem and seed) N times per backend, one
-after the other, and prints iterations/min (median). Prints one table row per measurement and a JSON line per row.
+`--runs N` then runs the default `evolve run` (evolve.toml, `--iterations`, same problem and seed) N times per
+backend, one after the other, and prints iterations/min (median). Prints one table row per measurement and a JSON
+line per row.
 """
 
 from __future__ import annotations
