@@ -17,6 +17,7 @@ import argparse
 import json
 import threading
 import time
+from pathlib import Path
 
 from evolve.config import load_config
 from evolve.policies.base import render_prompt
@@ -33,7 +34,7 @@ def default_prompts(count: int) -> list[list[int]]:
     from transformers import AutoTokenizer
 
     config = load_config(None, {})
-    problem = load_problem(config.run.problem, config.run.programs_dir)
+    problem = load_problem(config.run.problem, Path(config.run.programs_dir))
     parent = Program(id=1, run_id=1, code=problem.initial_code, parent_id=None, island=0, iteration=0, policy="",
                      edit="", scores={name: 0.5 for name in problem.objectives}, scalar=0.5, solved=False)
     prompt = build_prompt(MutationRequest(1, 0, parent, (), problem.description, problem.objectives),

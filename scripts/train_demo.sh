@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${STEPS:-3} G=${G:-4} TOKENS=${TOKENS:-128} THREADS=${THREADS:-0} SEED=${SEED:-0} LR=${LR:-1e-5}
-VENV=${VENV:-.venv} ROLLOUTS=${ROLLOUTS:-local} DEVICE=${DEVICE:-auto}
+VENV=${VENV:-.venv} ROLLOUTS=${ROLLOUTS:-auto} DEVICE=${DEVICE:-auto}
 OUT=${OUT:-$(mktemp -d /tmp/evolve-train-demo.XXXXXX)}
 ALGOS=${ALGOS:-"vpo grpo multi-rlvr"}
 for algo in $ALGOS; do
