@@ -98,6 +98,7 @@ class _Slot:
     output_index: int = -1  # row of this step's logits to sample from, -1: none this step
 
 
+_COPY_AT_LEAST = 32  # prompt tokens a copy from another slot's cache must save over the slot's own
 _LOG_SILENCER: list[Any] = []  # keeps the ctypes callback alive for as long as llama.cpp may call it
 _BACKEND_LOCK = threading.Lock()
 
@@ -267,10 +268,20 @@ class LlamaEngine:
             slot.leader = leaders.get(prompt)
             if slot.leader is None:
                 leaders[prompt] = slot
-                kept = min(_common_prefix(slot.cached, prompt), len(prompt) - 1)  # the last one yields the logits
-                self._llama.llama_memory_seq_rm(self._memory, slot.index, kept, -1)
-                slot.fed, slot.cached = kept, list(prompt[:kept])
-                self._reused += kept
+                self._reuse_prefix(slot, prompt)
+
+    def _reuse_prefix(self, slot: _Slot, prompt: tuple[int, ...]) -> None:
+        """Keep the longest prefix of the prompt found in this slot's cache, or copy a longer one from any other
+        slot's (a whole-stream copy, then its tail dropped); the last prompt token is always decoded (its logits)."""
+        donor = max(self._slots, key=lambda other: _common_prefix(other.cached, prompt))
+        own = _common_prefix(slot.cached, prompt)
+        if donor is not slot and _common_prefix(donor.cached, prompt) > own + _COPY_AT_LEAST:
+            self._llama.llama_memory_seq_cp(self._memory, donor.index, slot.index, -1, -1)
+            slot.cached, own = list(donor.cached), _common_prefix(donor.cached, prompt)
+        kept = min(own, len(prompt) - 1)
+        self._llama.llama_memory_seq_rm(self._memory, slot.index, kept, -1)
+        slot.fed, slot.cached = kept, list(prompt[:kept])
+        self._reused += kept
 
     def _sampler(self, request: GenerationRequest) -> Any:
         llama = self._llama
