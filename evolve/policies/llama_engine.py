@@ -252,6 +252,8 @@ class LlamaEngine:
         identical prompts admitted together share one prefill."""
         free = [slot for slot in self._slots if slot.ticket is None]
         leaders: dict[tuple[int, ...], _Slot] = {}
+        copied: set[int] = set()
+        lent: set[int] = set()
         for slot in self._slots:
             if slot.ticket is not None and not slot.tokens and slot.leader is None:
                 leaders[slot.ticket.request.prompt_ids] = slot
@@ -268,16 +270,22 @@ class LlamaEngine:
             slot.leader = leaders.get(prompt)
             if slot.leader is None:
                 leaders[prompt] = slot
-                self._reuse_prefix(slot, prompt)
+                self._reuse_prefix(slot, prompt, copied, lent)
 
-    def _reuse_prefix(self, slot: _Slot, prompt: tuple[int, ...]) -> None:
+    def _reuse_prefix(self, slot: _Slot, prompt: tuple[int, ...], copied: set[int], lent: set[int]) -> None:
         """Keep the longest prefix of the prompt found in this slot's cache, or copy a longer one from any other
         slot's (a whole-stream copy, then its tail dropped); the last prompt token is always decoded (its logits)."""
-        donor = max(self._slots, key=lambda other: _common_prefix(other.cached, prompt))
+        # copies run lazily before the next decode: a slot that receives one this round is no donor, and a donor
+        # receives none, so no copy can read a stream another copy is about to overwrite
+        donors = [other for other in self._slots if other.index not in copied]
+        donor = max(donors, key=lambda other: _common_prefix(other.cached, prompt))
         own = _common_prefix(slot.cached, prompt)
-        if donor is not slot and _common_prefix(donor.cached, prompt) > own + _COPY_AT_LEAST:
+        if (donor is not slot and slot.index not in lent
+                and _common_prefix(donor.cached, prompt) > own + _COPY_AT_LEAST):
             self._llama.llama_memory_seq_cp(self._memory, donor.index, slot.index, -1, -1)
             slot.cached, own = list(donor.cached), _common_prefix(donor.cached, prompt)
+            copied.add(slot.index)
+            lent.add(donor.index)
         kept = min(own, len(prompt) - 1)
         self._llama.llama_memory_seq_rm(self._memory, slot.index, kept, -1)
         slot.fed, slot.cached = kept, list(prompt[:kept])
