@@ -200,3 +200,21 @@ def test_a_prompt_sharing_a_cached_prefix_prefills_only_the_rest_and_samples_the
     assert after.cached_tokens - before.cached_tokens >= len(stem)
     assert after.prefill_tokens - before.prefill_tokens <= 2
     assert isinstance(warm, GenerationResult) and isinstance(cold, GenerationResult) and warm.tokens == cold.tokens
+
+
+@pytest.mark.slow
+def test_a_prefix_copied_from_another_slot_samples_what_a_cold_engine_samples() -> None:
+    stem = tuple(range(3000, 3100))
+    prompts = [stem + (10 + i, 20 + i) for i in range(3)]
+    fresh = LlamaEngine(find_embedded_gguf(), slots=1, context_per_slot=256)
+    cold = [wait_all(fresh, [GenerationRequest(p, 10, temperature=0.0)])[0] for p in prompts]
+    fresh.close()
+    warm_engine = LlamaEngine(find_embedded_gguf(), slots=3, context_per_slot=256)
+    try:
+        wait_all(warm_engine, [GenerationRequest(stem + (1,), 4, temperature=0.0)])  # one slot holds the stem
+        warm = wait_all(warm_engine, [GenerationRequest(p, 10, temperature=0.0) for p in prompts])
+        stats = warm_engine.stats()
+    finally:
+        warm_engine.close()
+    assert stats.cached_tokens >= 3 * len(stem)  # the two empty slots copied the stem instead of prefilling it
+    assert [getattr(r, "tokens", None) for r in warm] == [getattr(r, "tokens", None) for r in cold]
