@@ -9,7 +9,13 @@ from dataclasses import dataclass
 from sqlalchemy.engine import make_url
 
 from evolve.cluster import ClusterError
-from evolve.config import HFPolicySection, OpenAIPolicySection, PolicySection, VLLMPolicySection
+from evolve.config import (
+    HFPolicySection,
+    LlamaCppPolicySection,
+    OpenAIPolicySection,
+    PolicySection,
+    VLLMPolicySection,
+)
 from evolve.engine.experiment_spec import ExperimentSpec
 from evolve.store.connection import database_url
 
@@ -63,8 +69,10 @@ def refuse_unplaceable(requests: dict[str, CellResources], nodes: list[dict[str,
 
 
 def policy_for_cell(policy: PolicySection, cpus: float) -> PolicySection:
-    """The policy as a cell's task opens it: an hf model on the CPU with threads = 0 ("all cores") gets the cell's
-    CPUs instead, so cells sharing a node do not each start a thread per core."""
-    if isinstance(policy, HFPolicySection) and policy.threads == 0 and not policy.device.startswith("cuda"):
+    """The policy as a cell's task opens it: an hf or llamacpp model on the CPU with threads = 0 ("all cores") gets
+    the cell's CPUs instead, so cells sharing a node do not each start a thread per core."""
+    on_cpu = isinstance(policy, LlamaCppPolicySection) or (isinstance(policy, HFPolicySection)
+                                                           and not policy.device.startswith("cuda"))
+    if on_cpu and policy.threads == 0:  # type: ignore[union-attr]
         return policy.model_copy(update={"threads": max(1, int(cpus))})
     return policy
