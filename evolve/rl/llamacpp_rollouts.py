@@ -14,7 +14,6 @@ measures how much).
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Sequence
@@ -23,11 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from evolve.engine.offspring import ChildScorer
 from evolve.errors import UserError
 from evolve.policies.base import cut_at_stop
 from evolve.policies.llama_engine import GenerationRequest, GenerationResult, LlamaEngine
-from evolve.rl.rollouts import Group, Rollout, Task, score_group
+from evolve.rl.rollouts import Rollout, Task
 from evolve.seeds import ROLLOUT_SAMPLING, derive
 
 _PROJECTIONS = {"q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "o_proj": "attn_output",
@@ -152,16 +150,3 @@ class LlamaCppSampler:
 
     def _decode(self, tokens: Sequence[int]) -> str:
         return str(self.tokenizer.decode(list(tokens), skip_special_tokens=True))
-
-
-async def collect_llamacpp(sampler: LlamaCppSampler, tasks: Sequence[Task], group_size: int, seeds: Sequence[int],
-                           scorer: ChildScorer, temperature: float = 1.0) -> list[Group]:
-    """One group per task, all sampled together by the engine (in a worker thread), then scored in the sandbox."""
-    started = time.monotonic()
-    sampled = await asyncio.to_thread(sampler.sample, tasks, group_size, seeds, temperature)
-    spent = time.monotonic() - started
-    groups = list(await asyncio.gather(*(score_group(task, rollouts, scorer)
-                                         for task, rollouts in zip(tasks, sampled, strict=True))))
-    for group in groups:
-        group.seconds_generating = spent / len(groups)
-    return groups

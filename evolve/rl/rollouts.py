@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -221,4 +221,24 @@ async def collect(model: Any, tokenizer: Any, tasks: Sequence[Task], group_size:
     groups = list(await asyncio.gather(*scoring))
     for group, spent in zip(groups, seconds, strict=True):
         group.seconds_generating = spent
+    return groups
+
+
+class EngineSampler(Protocol):
+    """A rollout engine outside torch (vLLM, llama.cpp): G completions of each task's prompt, seeded per task."""
+
+    def sample(self, tasks: Sequence[Task], group_size: int, seeds: Sequence[int],
+               temperature: float = 1.0) -> list[list[Rollout]]: ...
+
+
+async def collect_sampled(sampler: EngineSampler, tasks: Sequence[Task], group_size: int, seeds: Sequence[int],
+                          scorer: ChildScorer, temperature: float = 1.0) -> list[Group]:
+    """One group per task, all sampled by the engine in one call (in a worker thread), then scored in the sandbox."""
+    started = time.monotonic()
+    sampled = await asyncio.to_thread(sampler.sample, tasks, group_size, seeds, temperature)
+    spent = time.monotonic() - started
+    groups = list(await asyncio.gather(*(score_group(task, rollouts, scorer)
+                                         for task, rollouts in zip(tasks, sampled, strict=True))))
+    for group in groups:
+        group.seconds_generating = spent / len(groups)
     return groups

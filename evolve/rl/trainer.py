@@ -32,7 +32,7 @@ from evolve.problems.problem import load_problem
 from evolve.rl.checkpoints import load_state, save_checkpoint, save_state
 from evolve.rl.estimators import compute_advantages
 from evolve.rl.loss import completion_logprobs, rl_loss
-from evolve.rl.rollouts import Group, Task, collect, make_task, parents_store, stored_parents
+from evolve.rl.rollouts import Group, Task, collect, collect_sampled, make_task, parents_store, stored_parents
 from evolve.rl.train_config import ESTIMATOR_NAMES, TrainConfig
 from evolve.search.prompt_templates import PromptTemplate, load_template
 from evolve.search.prompts import PromptOptions
@@ -188,16 +188,9 @@ async def sample_step(config: TrainConfig, step: int, tasks: list[Task], model: 
     """The step's groups: `prompts_per_step` tasks in turn, G rollouts each, from vLLM or the model."""
     chosen = [tasks[((step - 1) * config.prompts_per_step + i) % len(tasks)] for i in range(config.prompts_per_step)]
     seeds = [derive(config.seed, ROLLOUT_SAMPLING, step, i) for i in range(len(chosen))]
-    if sampler is not None and config.rollout_engine == "llamacpp":
-        from evolve.rl.llamacpp_rollouts import collect_llamacpp
-
+    if sampler is not None:  # vLLM or llama.cpp, sampling with the adapter as it is now
         sampler.sync(model, step)
-        return await collect_llamacpp(sampler, chosen, config.group_size, seeds, scorer, config.temperature)
-    if sampler is not None:
-        from evolve.rl.vllm_rollouts import collect_vllm
-
-        sampler.sync(model, step)
-        return await collect_vllm(sampler, chosen, config.group_size, seeds, scorer, config.temperature)
+        return await collect_sampled(sampler, chosen, config.group_size, seeds, scorer, config.temperature)
     return await collect(model, tokenizer, chosen, config.group_size, seeds, scorer, config.temperature)
 
 

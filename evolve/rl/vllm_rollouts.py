@@ -11,18 +11,15 @@ The loss then recomputes every sampled token's log-probability with the transfor
 
 from __future__ import annotations
 
-import asyncio
 import shutil
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from evolve.engine.offspring import ChildScorer
 from evolve.errors import UserError
 from evolve.policies.base import cut_at_stop
 from evolve.policies.vllm_engine import NO_VLLM, vllm_environment
-from evolve.rl.rollouts import Group, Rollout, Task, score_group
+from evolve.rl.rollouts import Rollout, Task
 
 # the LoRA ranks vLLM accepts for max_lora_rank
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -89,16 +86,3 @@ class VllmSampler:
             groups.append([Rollout(list(sample.token_ids), cut_at_stop(prompt.prefill, sample.text, prompt.stop)[0])
                            for sample in output.outputs])
         return groups
-
-
-async def collect_vllm(sampler: VllmSampler, tasks: Sequence[Task], group_size: int, seeds: Sequence[int],
-                       scorer: ChildScorer, temperature: float = 1.0) -> list[Group]:
-    """One group per task, all sampled in one vLLM call (in a worker thread), then scored in the sandbox."""
-    started = time.monotonic()
-    sampled = await asyncio.to_thread(sampler.sample, tasks, group_size, seeds, temperature)
-    spent = time.monotonic() - started
-    groups = list(await asyncio.gather(*(score_group(task, rollouts, scorer)
-                                         for task, rollouts in zip(tasks, sampled, strict=True))))
-    for group in groups:
-        group.seconds_generating = spent / len(groups)
-    return groups
