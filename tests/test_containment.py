@@ -97,10 +97,10 @@ def test_each_network_layer_stops_a_datagram_on_its_own() -> None:
         """)
         seccomp_only = run_python(f"""
             import ctypes, socket
-            from evolve.sandbox._isolation import refuse_sockets
+            from evolve.sandbox._isolation import refuse_syscalls
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(38, 1, 0, 0, 0)
-            assert refuse_sockets(libc)
+            assert refuse_syscalls(libc)
             left, right = socket.socketpair()
             left.send(b"y")
             assert right.recv(1) == b"y"
@@ -139,10 +139,10 @@ def test_another_processes_command_line_is_unreadable() -> None:
 def test_without_landlock_the_mount_namespace_alone_hides_every_process(tmp_path: Path) -> None:
     hidden = run_python(f"""
         import ctypes, os
-        from evolve.sandbox._isolation import enter_namespaces, hide_processes, private_folder
+        from evolve.sandbox._isolation import enter_namespaces, hide_system, private_folder
         libc = ctypes.CDLL(None, use_errno=True)
         assert enter_namespaces(libc) and private_folder(libc, {str(tmp_path)!r}, 1 << 20, 100, None)
-        assert hide_processes(libc)
+        assert "/proc" in hide_system(libc, 1 << 20, None)
         print(os.listdir("/proc"), os.path.exists("/proc/1/cmdline"), os.path.exists("/proc/self/status"))
     """)
     assert hidden.stdout.split("\n")[0] == "[] False False", hidden

@@ -8,6 +8,7 @@ import gc
 import json
 import mmap
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -19,10 +20,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from host_processes import none_left, sleep_marker
 
 from evolve.sandbox._isolation import landlock_abi
 from evolve.sandbox.core import Sandbox, SandboxLimits, SandboxResult
-from evolve.sandbox.forkserver import ForkServer
+from evolve.sandbox.forkserver import ForkServer, process_state
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = Path(__file__).parent / "hostile"
@@ -158,9 +160,42 @@ def test_a_forked_child_cannot_kill_the_fork_server(served: Sandbox) -> None:
     forked_run(served, "good_numpy", 1)
     pid = server.pid
     assert pid is not None
-    result = forked_run(served, "kill_parent", pid)
-    assert result.status == "crash" and "PermissionError" in result.detail, result
+    result = forked_run(served, "kill_parent", pid)  # the server's pid names nothing in the child's PID namespace
+    assert result.status == "crash" and "ProcessLookupError" in result.detail, result
     assert alive(pid) and server.pid == pid
+    result = forked_run(served, "kill_parent", 1)  # its namespace's init: shielded, and of another uid as root
+    assert result.status == "crash" and "PermissionError" in result.detail or result.status == "ok", result
+    assert alive(pid) and server.pid == pid and forked_run(served, "good_numpy", 1).status == "ok"
+
+
+def test_a_hostile_child_then_ten_honest_ones_all_valid_and_the_server_unchanged() -> None:
+    with Sandbox(SandboxLimits(wall_time_s=20.0, cpu_time_s=5.0, preload=("numpy",),
+                               fresh_children_first=0)) as sandbox:
+        server = sandbox._fork_server
+        assert server is not None
+        assert sandbox.call(HOSTILE / "good_numpy.py", "solve", 1).status == "ok"
+        pid = server.pid
+        assert pid is not None
+        before = process_state(pid)
+        hostile = sandbox.call(HOSTILE / "other_process.py", "solve", pid)  # the server's limits, priority, CPUs
+        assert hostile.status == "ok" and "done" not in hostile.value.values(), hostile
+        honest = [sandbox.call(HOSTILE / "good_numpy.py", "solve", 1) for _ in range(10)]
+        assert [result.status for result in honest] == ["ok"] * 10, honest
+        assert process_state(pid) == before and server.pid == pid and server.replaced == 0
+
+
+def test_a_server_changed_from_outside_is_replaced_before_the_next_child() -> None:
+    with Sandbox(SandboxLimits(wall_time_s=20.0, cpu_time_s=5.0, fresh_children_first=0)) as sandbox:
+        server = sandbox._fork_server
+        assert server is not None
+        assert sandbox.call(HOSTILE / "good_numpy.py", "solve", 1).status == "ok"
+        damaged = server.pid
+        assert damaged is not None
+        resource.prlimit(damaged, resource.RLIMIT_NOFILE, (8, 8))  # what a same-uid process once could do
+        results = [sandbox.call(HOSTILE / "good_numpy.py", "solve", 1) for _ in range(3)]
+        assert [result.status for result in results] == ["ok"] * 3, results
+        assert server.replaced == 1 and server.pid != damaged and server.starts == 2
+        assert wait_until(lambda: not alive(damaged))
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="capabilities matter only as root")
@@ -180,9 +215,10 @@ def test_a_forked_child_keeps_the_process_limits(served: Sandbox) -> None:
     assert result.status in ("ok", "timeout"), result
     assert result.status == "timeout" or result.value["children"] < LIMITS.max_processes
     for name in ("daemon", "orphan_grandchild"):
-        result = forked_run(served, name, 1)
-        assert result.status == "ok", result
-        assert wait_until(lambda: not alive(int(result.value)), 2.0)  # noqa: B023
+        marker = sleep_marker()
+        result = forked_run(served, name, marker)
+        assert result.status == "ok" and result.value == {"sleeping": True}, result
+        assert none_left(marker)
 
 
 @pytest.mark.parametrize("name", ["memory_bomb", "numpy_memory_bomb"])

@@ -173,9 +173,12 @@ def invoke(job: dict, candidate: object, driver: object | None, payload: object)
     return function(*payload)  # type: ignore[misc]
 
 
-def confine(job: dict, opened: dict[str, tuple[int, bool]] | None = None) -> dict | object | None:
+def confine(job: dict, opened: dict[str, tuple[int, bool]] | None = None,
+            outer_fds: tuple[int, ...] = ()) -> dict | object | None:
     """Set the limits, load the trusted driver (if any) while the project is still readable, then lock this
-    process down. Returns the driver module (None without one), or the failure message if it did not load.
+    process down: from the namespaces on, it is the PID namespace's pid 2, under an init and an outer process
+    that only wait for it (`outer_fds`, the pipes to the supervisor, are closed there). Returns the driver module
+    (None without one), or the failure message if it did not load or the private uid cannot read the interpreter.
     `opened`: read roots a fork server opened (_isolation.open_paths), closed here once Landlock is applied."""
     parent = os.getppid()
     sys.path.extend(path for path in job["site_dirs"] if path not in sys.path)  # a fork server added them
@@ -188,17 +191,27 @@ def confine(job: dict, opened: dict[str, tuple[int, bool]] | None = None) -> dic
             print_traceback(exc)
             return {"ok": False, "kind": "crash", "detail": f"the driver failed to load: {describe(exc)}"}
     libc = ctypes.CDLL(None, use_errno=True)
-    limits = job["limits"]
+    limits, uid = job["limits"], job["uid"]
+    writable = []
+    _isolation.die_with_parent(libc, parent)
     if _isolation.enter_namespaces(libc):
-        _isolation.private_folder(libc, job["workdir"], limits["folder_bytes"], limits["folder_entries"], job["uid"])
-        _isolation.hide_processes(libc)
+        _isolation.become_pid_two(libc, outer_fds)
+        parent = 1  # the namespace's init
+        _isolation.private_folder(libc, job["workdir"], limits["folder_bytes"], limits["folder_entries"], uid)
+        if uid is not None:
+            _isolation.expose(libc, job["expose"])
+        if "/dev/shm" in _isolation.hide_system(libc, limits["folder_bytes"], uid):
+            writable.append("/dev/shm")
     _isolation.no_new_privileges(libc)
-    _isolation.landlock(libc, job["workdir"], job["read_roots"], job["list_roots"], opened)
+    _isolation.landlock(libc, job["workdir"], job["read_roots"], job["list_roots"], opened, writable)
     for fd, _ in (opened or {}).values():
         os.close(fd)
-    _isolation.drop_privileges(libc, job["uid"])  # raises (and the candidate is never run) if it cannot
+    _isolation.drop_privileges(libc, uid)  # raises (and the candidate is never run) if it cannot
     _isolation.die_with_parent(libc, parent)
-    _isolation.refuse_sockets(libc)
+    if uid is not None and not os.access(os.path.dirname(os.__file__), os.R_OK | os.X_OK):
+        return {"ok": False, "kind": "crash", "detail": f"the sandbox's private uid cannot read the interpreter "
+                f"at {os.path.dirname(os.__file__)}: make it readable to other users, or allow mount namespaces"}
+    _isolation.refuse_syscalls(libc)
     return driver
 
 
@@ -224,7 +237,7 @@ def report(result_fd: int, message: dict) -> None:
 def run(job: dict, result_fd: int, request_fd: int | None, opened: dict[str, tuple[int, bool]] | None = None) -> None:
     """One call (request_fd None): load, call once, report. A session: load, report ready, then one reply
     line per request line until the parent closes the request pipe or kills this process."""
-    driver = confine(job, opened)
+    driver = confine(job, opened, tuple(fd for fd in (result_fd, request_fd) if fd is not None))
     if isinstance(driver, dict):
         report(result_fd, driver)
         return

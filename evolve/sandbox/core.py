@@ -55,7 +55,6 @@ import json
 import os
 import shutil
 import site
-import stat
 import subprocess
 import sys
 import threading
@@ -65,12 +64,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from evolve.sandbox.forkserver import SERVER, ForkedChild, ForkServer
+from evolve.sandbox.forkserver import ForkedChild, ForkServer
 from evolve.sandbox.housekeeping import make_owned_folder, remove_stale_folders
 from evolve.sandbox.processes import (
     RunCgroup,
     cgroup_parents,
-    others_can_read,
     processes,
     spare_uid,
 )
@@ -84,7 +82,8 @@ from evolve.sandbox.supervisor import (
 )
 
 _HARNESS = Path(__file__).with_name("_child.py")
-_SYSTEM_READ_ROOTS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/dev", "/sys", "/etc/ld.so.cache",
+_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")  # not /dev/pts, /dev/shm, /sys
+_SYSTEM_READ_ROOTS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", *_DEVICES, "/etc/ld.so.cache",
                       "/etc/localtime", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/mime.types")
 _MAX_FILE_BYTES = 64 * 1024 * 1024
 FOLDER_PREFIX = "evolve-sandbox-"
@@ -109,8 +108,9 @@ class Sandbox:
         hidden = hidden_package_paths(self._site_dirs, prefixes)
         self._read_roots, self._list_roots = readable_roots(roots, hidden)
         self._root = os.geteuid() == 0
-        needed = (sys.executable, os.path.dirname(os.__file__), str(_HARNESS), str(SERVER), *self._site_dirs)
-        self._others_can_run = self._root and all(others_can_read(path) for path in needed)
+        # folders a private uid must reach: made reachable in the child's mount namespace (_isolation.expose)
+        self._expose = sorted(path for path in {*prefixes, os.path.dirname(os.__file__), str(_HARNESS.parent),
+                                                *self._site_dirs} if os.path.isdir(path))
         answers = [name for name in self.limits.preload if name.split(".")[0].lower() in ANSWER_PACKAGES]
         if answers:
             raise ValueError(f"preload names {answers[0]}, which holds a benchmark's answers")
@@ -202,11 +202,13 @@ class Sandbox:
         try:
             program = workdir / "candidate.py"
             shutil.copyfile(program_path, program)
-            cgroup = RunCgroup.create(self._cgroup_parents(), self.limits.max_processes)
+            cgroup = RunCgroup.create(self._cgroup_parents(), self.limits.max_processes,
+                                      (self.limits.memory_mb + self.limits.max_written_mb) * 1024 * 1024)
             uid = None
-            if self._root and self._others_can_run and others_can_read(workdir.parent, stat.S_IXOTH):
+            if self._root:  # never uid 0: a private unused uid owning only its folder
                 uid = spare_uid()
-            if uid is not None:
+                if uid is None:
+                    raise OSError("no unused uid is mapped in this user namespace to run the candidate as")
                 os.chown(workdir, uid, uid)
                 os.chown(program, uid, uid)
             job = self._job(driver, program, target, payload, workdir, uid)
@@ -264,7 +266,7 @@ class Sandbox:
         return json.dumps({
             "driver": driver, "program": str(program), "target": target, "payload": payload,
             "workdir": str(workdir), "site_dirs": list(self._site_dirs), "read_roots": list(self._read_roots),
-            "list_roots": list(self._list_roots),
+            "list_roots": list(self._list_roots), "expose": [*self._expose, str(workdir.parent)],
             "uid": uid, "limits": {
                 "cpu_s": max(1, int(limits.cpu_time_s + 0.999)), "memory_bytes": limits.memory_mb * 1024 * 1024,
                 "file_bytes": min(_MAX_FILE_BYTES, limits.max_written_mb * 1024 * 1024), "nproc": nproc,

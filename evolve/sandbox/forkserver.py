@@ -5,13 +5,17 @@ The server (evolve/sandbox/_forkserver.py, whose docstring gives the protocol) i
 It imports the problem's `preload` modules once; each call's child is forked from it and confines itself as a
 fresh child does. A server that died (killed, or its control socket broken) is replaced on the next call; when
 none can be started, `spawn` returns None and the caller starts a fresh child. The server ends when `stop` is
-called, when this process dies (its control socket reaches EOF) or when its parent changes.
+called, when this process dies (its control socket reaches EOF) or when its parent changes. Before each fork its
+state as the kernel shows it from here (every resource limit, its priority, its CPU affinity) is compared with the
+state it started with: no child can change it (another uid or user namespace, its own PID namespace, and a seccomp
+filter stand in the way), but a server changed anyway is replaced before it forks another child (`replaced`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -67,6 +71,8 @@ class ForkServer:
         self.failed_to_start = ""  # why the last start failed; then every call gets a fresh child
         self.starts = 0  # servers started so far
         self.forks = 0  # children forked so far
+        self.replaced = 0  # servers replaced because their limits, priority or affinity had changed
+        self._fingerprint: tuple[object, ...] | None = None
 
     @property
     def pid(self) -> int | None:
@@ -118,7 +124,9 @@ class ForkServer:
     def _running(self) -> socket.socket | None:
         """The live server's control socket, starting one if there is none; None if it cannot start."""
         if self._process is not None and self._process.poll() is None and self._control is not None:
-            return self._control
+            if process_state(self._process.pid) == self._fingerprint:
+                return self._control
+            self.replaced += 1
         self._stop_locked()
         if self.failed_to_start:
             return None
@@ -147,6 +155,7 @@ class ForkServer:
             self.failed_to_start = f"the fork server did not start: {ready.get('detail', 'it exited')}"
             self._stop_locked()
             return None
+        self._fingerprint = process_state(self._process.pid)
         return control
 
     def _discard(self, control: socket.socket) -> None:
@@ -168,6 +177,22 @@ class ForkServer:
                 self._process.kill()
             self._process.wait()
             self._process = None
+
+
+_LIMITS = tuple(getattr(resource, name) for name in dir(resource) if name.startswith("RLIMIT_"))
+
+
+def process_state(pid: int) -> tuple[object, ...]:
+    """What a hostile process of the same uid could once change about another: every resource limit, the
+    priority and the CPU affinity, as read from here (or the error reading them gave)."""
+    state: list[object] = []
+    for read in ([lambda limit=limit: resource.prlimit(pid, limit) for limit in _LIMITS]
+                 + [lambda: os.getpriority(os.PRIO_PROCESS, pid), lambda: sorted(os.sched_getaffinity(pid))]):
+        try:
+            state.append(read())
+        except OSError as exc:
+            state.append(exc.errno)
+    return tuple(state)
 
 
 def _read_line(sock: socket.socket) -> str:

@@ -34,12 +34,19 @@ def mapped_ids(map_path: str) -> list[range]:
 
 
 def spare_uid() -> int | None:
-    """A random uid (used as gid too) that this user namespace maps and nothing is likely to use."""
+    """A random uid (used as gid too) that this user namespace maps and nothing is likely to use: drawn from
+    SPARE_UIDS, or where the namespace maps none of those (a container's 65,536 ids), from the upper half of the
+    largest range it maps, above 1000. None where nothing qualifies."""
     maps = mapped_ids("/proc/self/uid_map"), mapped_ids("/proc/self/gid_map")
-    for _ in range(20):
-        uid = SPARE_UIDS[0] + secrets.randbelow(SPARE_UIDS[1] - SPARE_UIDS[0])
-        if all(any(uid in ids for ids in ranges) for ranges in maps):
-            return uid
+    pools = [range(*SPARE_UIDS)]
+    widest = max((ids for ids in maps[0] if len(ids) > 2000), key=len, default=None)
+    if widest is not None:
+        pools.append(range(max(1001, widest.start + len(widest) // 2), widest.stop - 2))  # below nobody (65534)
+    for pool in pools:
+        for _ in range(20):
+            uid = pool[secrets.randbelow(len(pool))] if len(pool) else -1
+            if uid >= 0 and all(any(uid in ids for ids in ranges) for ranges in maps):
+                return uid
     return None
 
 
@@ -93,16 +100,33 @@ def cgroup_parents() -> list[Path]:
     return parents
 
 
-class RunCgroup:
-    """A cgroup for one run, nested under the caller's own: it finds (and kills) every process of the
-    run, setsid or not; where the pids controller is available (`capped`), it also caps their number."""
+def memory_v1_parent() -> Path | None:
+    """This process's cgroup in a v1 memory hierarchy (the hybrid layout), None where there is none."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, where = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            return Path("/sys/fs/cgroup/memory", where.lstrip("/"))
+    return None
 
-    def __init__(self, path: Path, capped: bool) -> None:
+
+class RunCgroup:
+    """A cgroup for one run, nested under the caller's own: it finds (and kills) every process of the run, setsid
+    or not; where the pids controller is available (`capped`), it also caps their number. Where a memory
+    controller is available (v2 in the same cgroup, or v1's memory hierarchy beside it), `memory` is the cgroup
+    whose limit counts what the kernel charges the run: its pages, page cache, tmpfs and memfd files, pipe buffers
+    and other kernel memory; past the limit the kernel's OOM killer ends the run (`oom_killed`)."""
+
+    def __init__(self, path: Path, capped: bool, memory: Path | None = None) -> None:
         self.path = path
         self.capped = capped
+        self.memory = memory
 
     @classmethod
-    def create(cls, parents: list[Path], maxprocesses: int) -> RunCgroup | None:
+    def create(cls, parents: list[Path], maxprocesses: int, memory_bytes: int | None = None) -> RunCgroup | None:
         for parent in parents:
             if not os.access(parent, os.W_OK):
                 continue
@@ -114,12 +138,43 @@ class RunCgroup:
                 continue
             try:
                 (path / "pids.max").write_text(str(maxprocesses))
-                return cls(path, capped=True)
+                cgroup = cls(path, capped=True)
             except OSError:
-                if (parent / "cgroup.controllers").exists():  # v2 without the pids controller: tracks, no cap
-                    return cls(path, capped=False)
-                cls(path, capped=False).kill_all_and_remove()
+                if not (parent / "cgroup.controllers").exists():
+                    cls(path, capped=False).kill_all_and_remove()
+                    continue
+                cgroup = cls(path, capped=False)  # v2 without the pids controller: tracks, no cap
+            if memory_bytes is not None:
+                cgroup.memory = cgroup._limit_memory(parent, memory_bytes)
+            return cgroup
         return None
+
+    def _limit_memory(self, parent: Path, memory_bytes: int) -> Path | None:
+        """The memory cgroup of this run with its limit set, None where no memory controller is writable."""
+        try:
+            if "memory" in (parent / "cgroup.subtree_control").read_text().split():
+                (self.path / "memory.max").write_text(str(memory_bytes))
+                swap = self.path / "memory.swap.max"
+                if swap.exists():
+                    swap.write_text("0")
+                return self.path
+        except OSError:
+            return None
+        v1 = memory_v1_parent()
+        if v1 is None or not os.access(v1, os.W_OK):
+            return None
+        self._remove_stale(v1)
+        path = v1 / self.path.name
+        try:
+            path.mkdir()
+            (path / "memory.limit_in_bytes").write_text(str(memory_bytes))
+            both = path / "memory.memsw.limit_in_bytes"
+            if both.exists():
+                both.write_text(str(memory_bytes))
+        except OSError:
+            _remove_cgroup(path)
+            return None
+        return path
 
     @classmethod
     def _remove_stale(cls, parent: Path) -> None:
@@ -132,6 +187,8 @@ class RunCgroup:
     def add(self, pid: int) -> bool:
         try:
             (self.path / "cgroup.procs").write_text(str(pid))
+            if self.memory is not None and self.memory != self.path:
+                (self.memory / "cgroup.procs").write_text(str(pid))
             return True
         except OSError:
             return False
@@ -141,6 +198,17 @@ class RunCgroup:
             return [int(pid) for pid in (self.path / "cgroup.procs").read_text().split()]
         except OSError:
             return []
+
+    def oom_killed(self) -> bool:
+        """Whether the kernel's OOM killer killed a process of this run at its memory limit."""
+        if self.memory is None:
+            return False
+        name = "memory.events" if self.memory == self.path else "memory.oom_control"
+        try:
+            fields = dict(line.split() for line in (self.memory / name).read_text().splitlines() if line.strip())
+        except (OSError, ValueError):
+            return False
+        return int(fields.get("oom_kill", "0")) > 0
 
     def kill_all(self) -> None:
         kill_file = self.path / "cgroup.kill"  # cgroup v2, Linux >= 5.14: atomic
@@ -158,11 +226,17 @@ class RunCgroup:
 
     def kill_all_and_remove(self) -> None:
         self.kill_all()
-        for _ in range(200):
-            try:
-                self.path.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                time.sleep(0.005)
+        _remove_cgroup(self.path)
+        if self.memory is not None and self.memory != self.path:
+            _remove_cgroup(self.memory)
+
+
+def _remove_cgroup(path: Path) -> None:
+    for _ in range(200):
+        try:
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.005)

@@ -213,6 +213,9 @@ class RunningChild:
         if message is not None and "ok" in message:
             return self._from_message(message, started, marks)
         returncode = self.process.returncode
+        if self.cgroup is not None and self.cgroup.oom_killed():
+            return result("memory", f"over its memory limit of {limits.memory_mb + limits.max_written_mb} MiB "
+                                    "(memory, files and kernel buffers, as the kernel counts them)")
         if returncode < 0:
             name = signal_name(-returncode)
             if -returncode == signal.SIGXCPU or cpu_s >= limits.cpu_time_s:
