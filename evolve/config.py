@@ -2,40 +2,75 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Discriminator, Field, Tag, ValidationError, model_validator
+from pydantic import BaseModel, Discriminator, Field, StrictInt, Tag, ValidationError, field_validator, model_validator
 
 from evolve import toml_files
 from evolve.errors import UserError
 from evolve.toml_files import StrictModel
 
 MAX_SEED = 2**63 - 1  # a seed is stored in a signed 64-bit column
+MAX_TIMEOUT_S = 3600.0  # one policy request (and a retry's delay): past an hour a stalled server holds the run
+MAX_STARTUP_S = 86400.0  # a `vllm serve` this run starts (a large model's download and load)
 
 
 class ConfigError(UserError):
     """A configuration mistake, worded as one line that names the file, the key and what is allowed."""
 
 
+def check_base_url(url: str) -> str:
+    """`url` when it is a base URL a policy can send requests to: http or https, a host that parses (a name, an IPv4
+    or a bracketed IPv6 address), a port in 1..65535 if given, no query or fragment (the request path is appended);
+    else ValueError saying what is wrong."""
+    if any(character.isspace() or not character.isprintable() for character in url):
+        raise ValueError("a URL holds no spaces or control characters")
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # ValueError past 65535 or not a number
+        host = parts.hostname
+    except ValueError as exc:
+        raise ValueError(f"not a URL: {exc}") from None
+    if parts.scheme not in ("http", "https"):
+        raise ValueError("the URL must start with http:// or https://")
+    if not host:
+        raise ValueError("the URL names no host")
+    if parts.netloc.endswith("]") or "[" in parts.netloc:
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"[{host}] is not an IPv6 address") from None
+    elif not re.fullmatch(r"[A-Za-z0-9._~%-]+", host):
+        raise ValueError(f"{host!r} is not a host name")
+    if port == 0 or (port is None and parts.netloc.rsplit("]", 1)[-1].endswith(":")):
+        raise ValueError("the URL's port must be 1..65535")
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        raise ValueError("a base URL takes no ?query or #fragment (the request's path is appended to it)")
+    return url
+
+
 class RunSection(StrictModel):
     problem: str = "symbolic_regression"
-    iterations: int = Field(40, ge=1, le=10_000_000,
+    iterations: StrictInt = Field(40, ge=1, le=10_000_000,
                             description="iterations in the run (each: answers_per_iteration / answers calls)")
-    seed: int = Field(0, ge=0, le=MAX_SEED, description="the run's seed; every random stream derives from it")
+    seed: StrictInt = Field(0, ge=0, le=MAX_SEED, description="the run's seed; every random stream derives from it")
     db: str = Field("evolve.db", description="SQLite file path or any SQLAlchemy URL")
     programs_dir: str = "programs"
-    concurrency: int = Field(4, ge=1, le=256, description="policy requests in flight")
-    eval_workers: int = Field(2, ge=1, le=256, description="evaluations running in parallel")
+    concurrency: StrictInt = Field(4, ge=1, le=256, description="policy requests in flight")
+    eval_workers: StrictInt = Field(2, ge=1, le=256, description="evaluations running in parallel")
     warm_evaluators: bool = Field(True, description="score children on long-lived evaluator processes (the problem's "
                                   "evaluator imported once); false: a fresh process per evaluation")
-    evaluator_recycle: int = Field(100, ge=1, le=1_000_000, description="evaluations a warm evaluator process serves "
-                                   "before it is replaced")
+    evaluator_recycle: StrictInt = Field(100, ge=1, le=1_000_000, description="evaluations a warm evaluator process "
+                                         "serves before it is replaced")
     name: str = ""
-    stop_after_policy_errors: int = Field(16, ge=0, description="stop the run (resumable) after this many failed "
+    stop_after_policy_errors: StrictInt = Field(16, ge=0, description="stop the run (resumable) after this many failed "
                                           "policy calls in a row, rather than spend its budget on errors; 0: never")
-    answers_per_iteration: int = Field(0, ge=0, le=256, description="candidate answers asked for per iteration: "
+    answers_per_iteration: StrictInt = Field(0, ge=0, le=256, description="candidate answers asked for per iteration: "
                                        "answers_per_iteration / policy.answers requests on one parent; "
                                        "0: policy.answers (one request)")
     stop_when_solved: bool = Field(False, description="finish the run as soon as a program solves the problem "
@@ -54,7 +89,7 @@ class BasePolicySection(StrictModel):
                                         "openai: the served model name, or '' for the server's first model")
     # prompting
     edit_format: Literal["rewrite", "diff"] = "rewrite"
-    answers: int = Field(1, ge=1, le=16, description="answers per completion (m)")
+    answers: StrictInt = Field(1, ge=1, le=16, description="answers per completion (m)")
     answer_tag: str = Field("response", pattern=r"^[A-Za-z_][A-Za-z0-9_-]*$", description="<tag_1>...</tag_1>")
     template: str = Field("default", description="built-in template name or a template folder")
     api: Literal["chat", "completions"] = Field("chat", description="completions: the template renders the text")
@@ -62,7 +97,7 @@ class BasePolicySection(StrictModel):
     # sampling
     temperature: float = Field(0.8, ge=0.0, le=5.0)
     top_p: float = Field(0.95, gt=0.0, le=1.0)
-    max_new_tokens: int = Field(384, ge=8, le=8192, description="upper bound; the prompt fits it to the block")
+    max_new_tokens: StrictInt = Field(384, ge=8, le=8192, description="upper bound; the prompt fits it to the block")
     # ensembles ([[policies]])
     weight: float = Field(1.0, gt=0.0, le=1e6, description="[[policies]] with ensemble.choice = 'weights': this "
                           "policy's share of the iterations, relative to the others' weights")
@@ -73,8 +108,8 @@ class VLLMEngineSettings(StrictModel):
 
     lora: str = Field("", description="a LoRA adapter folder applied to the model")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    tensor_parallel_size: int = Field(1, ge=1, le=64)
-    max_model_len: int = Field(4096, ge=256)
+    tensor_parallel_size: StrictInt = Field(1, ge=1, le=64)
+    max_model_len: StrictInt = Field(4096, ge=256)
     gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0)
 
 
@@ -82,19 +117,19 @@ class HFPolicySection(BasePolicySection):
     """A policy generated by transformers in this process (CPU by default), requests batched together."""
 
     backend: Literal["hf"] = "hf"
-    max_batch: int = Field(8, ge=1, le=256, description="requests generated together")
+    max_batch: StrictInt = Field(8, ge=1, le=256, description="requests generated together")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     device: str = "cpu"
-    threads: int = Field(0, ge=0, description="torch threads; 0 = all cores")
+    threads: StrictInt = Field(0, ge=0, description="torch threads; 0 = all cores")
 
 
 class LlamaCppPolicySection(BasePolicySection):
     """A policy generated by llama.cpp in this process on CPU, every request in flight continuously batched."""
 
     backend: Literal["llamacpp"] = "llamacpp"
-    slots: int = Field(16, ge=1, le=256, description="requests generated together; more wait for a free slot")
-    context: int = Field(2048, ge=256, le=32768, description="tokens per slot: a prompt and its answer")
-    threads: int = Field(0, ge=0, description="CPU threads; 0 = all cores")
+    slots: StrictInt = Field(16, ge=1, le=256, description="requests generated together; more wait for a free slot")
+    context: StrictInt = Field(2048, ge=256, le=32768, description="tokens per slot: a prompt and its answer")
+    threads: StrictInt = Field(0, ge=0, description="CPU threads; 0 = all cores")
 
 
 class VLLMPolicySection(VLLMEngineSettings, BasePolicySection):
@@ -112,20 +147,34 @@ class OpenAIPolicySection(VLLMEngineSettings, BasePolicySection):
                                  "http://127.0.0.1:8000/v1, or a list of URLs: replicas of one model, each request "
                                  "going to the healthy one with the fewest requests in flight")
     api_key_env: str = Field("", description="environment variable holding the API key (never the key itself)")
-    timeout_s: float = Field(300.0, gt=0, description="hard limit on one request, retries not included")
-    retries: int = Field(3, ge=0, le=20)
-    max_stops: int = Field(4, ge=0, le=256, description="stop strings sent (OpenAI allows 4); all apply client-side")
-    backoff_s: float = Field(1.0, ge=0.0, description="first retry delay; doubles each retry")
+    timeout_s: float = Field(300.0, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False,
+                             description="hard limit on one request, retries not included")
+    retries: StrictInt = Field(3, ge=0, le=20)
+    max_stops: StrictInt = Field(4, ge=0, le=256,
+                                 description="stop strings sent (OpenAI allows 4); all apply client-side")
+    backoff_s: float = Field(1.0, ge=0.0, le=MAX_TIMEOUT_S, allow_inf_nan=False,
+                             description="first retry delay; doubles each retry")
     replica_retry_s: float = Field(5.0, gt=0.0, le=3600.0, description="with several urls: seconds a replica that "
                                    "failed is left alone before it is tried again; doubles while it keeps failing")
     serve: bool = Field(False, description="start `vllm serve` for this policy and stop it at the end")
-    serve_port: int = Field(0, ge=0, le=65535, description="0: a free port")
+    serve_port: StrictInt = Field(0, ge=0, le=65535, description="0: a free port")
     serve_args: tuple[str, ...] = Field((), description="extra arguments for `vllm serve`")
-    startup_timeout_s: float = Field(900.0, gt=0)
+    startup_timeout_s: float = Field(900.0, gt=0, le=MAX_STARTUP_S, allow_inf_nan=False)
 
     def replica_urls(self) -> list[str]:
         """The servers' URLs: url as a list (one element for a single url)."""
         return list(self.url) if isinstance(self.url, list) else [self.url]
+
+    @field_validator("url")
+    @classmethod
+    def _urls_parse(cls, url: str | list[str]) -> str | list[str]:
+        for one in url if isinstance(url, list) else [url]:
+            try:
+                if one:
+                    check_base_url(one)
+            except ValueError as exc:
+                raise ValueError(f"{one!r}: {exc}" if isinstance(url, list) else str(exc)) from None
+        return url
 
     @staticmethod
     def server_keys() -> tuple[str, ...]:
@@ -173,22 +222,30 @@ how it is sampled and prompted; each backend's own settings are refused on the o
 
 
 class MapElitesSection(StrictModel):
-    features: tuple[str, ...] = ("code_length", "scalar")
-    bins: int = Field(8, ge=1, le=1000)
+    features: tuple[str, ...] = Field(("code_length", "scalar"), max_length=8, description="grid axes: "
+                                      "code_length, scalar or objective names of the problem")
+    bins: StrictInt = Field(8, ge=1, le=1000)
+
+    @field_validator("features")
+    @classmethod
+    def _features_are_names(cls, features: tuple[str, ...]) -> tuple[str, ...]:
+        toml_files.check_names(features, "feature")
+        return features
 
 
 class SelectionConfig(StrictModel):
     strategy: Literal["islands", "lexicase", "seed"] = Field(
         "islands", description="seed: every parent is the seed program, with no inspirations (plain sampling)")
-    islands: int = Field(3, ge=1, le=1000)
-    population_size: int = Field(40, ge=2, description="programs kept per island")
-    archive_size: int = Field(20, ge=1, description="elite archive size")
-    migration_interval: int = Field(20, ge=1, description="iterations between migrations")
-    migration_count: int = Field(1, ge=0, description="best programs copied to the next island")
+    islands: StrictInt = Field(3, ge=1, le=1000)
+    population_size: StrictInt = Field(40, ge=2, description="programs kept per island")
+    archive_size: StrictInt = Field(20, ge=1, description="elite archive size")
+    migration_interval: StrictInt = Field(20, ge=1, description="iterations between migrations")
+    migration_count: StrictInt = Field(1, ge=0, description="best programs copied to the next island")
     exploration_ratio: float = Field(0.2, ge=0.0, le=1.0, description="parent drawn uniformly from the island")
     exploitation_ratio: float = Field(0.7, ge=0.0, le=1.0, description="parent drawn from the elite archive")
-    inspirations: int = Field(2, ge=0, le=16)
-    lexicase_epsilon: float = Field(0.0, ge=0.0, description="epsilon-lexicase tolerance per objective")
+    inspirations: StrictInt = Field(2, ge=0, le=16)
+    lexicase_epsilon: float = Field(0.0, ge=0.0, allow_inf_nan=False,
+                                    description="epsilon-lexicase tolerance per objective")
     map_elites: MapElitesSection = MapElitesSection()
 
     @model_validator(mode="after")
@@ -213,10 +270,10 @@ class PromptEvolutionSection(StrictModel):
     """Co-evolution of the system instruction: a small population of instructions scored by their children."""
 
     enabled: bool = False
-    population: int = Field(4, ge=2, le=32, description="instructions alive at once (the template's own is one)")
-    replace_every: int = Field(10, ge=1, le=100_000, description="committed iterations between replacing the "
+    population: StrictInt = Field(4, ge=2, le=32, description="instructions alive at once (the template's own is one)")
+    replace_every: StrictInt = Field(10, ge=1, le=100_000, description="committed iterations between replacing the "
                                "weakest instruction by a mutant of the strongest")
-    min_uses: int = Field(3, ge=1, le=100_000, description="iterations an instruction is tried before it can be "
+    min_uses: StrictInt = Field(3, ge=1, le=100_000, description="iterations an instruction is tried before it can be "
                           "replaced")
 
 
@@ -227,8 +284,8 @@ class NoveltySection(StrictModel):
     enabled: bool = False
     threshold: float = Field(0.95, gt=0.0, le=1.0, description="estimated Jaccard similarity of token shingles "
                              "at or above which a child is a near-duplicate; 1.0: only identical signatures")
-    shingle_size: int = Field(5, ge=1, le=64, description="tokens per shingle")
-    num_perm: int = Field(128, ge=16, le=1024, description="MinHash signature length (estimate error ~ 1/sqrt)")
+    shingle_size: StrictInt = Field(5, ge=1, le=64, description="tokens per shingle")
+    num_perm: StrictInt = Field(128, ge=16, le=1024, description="MinHash signature length (estimate error ~ 1/sqrt)")
     in_flight: bool = Field(False, description="also reject a child that copies a sibling accepted but not yet "
                             "committed (generated at the same time, being evaluated)")
 

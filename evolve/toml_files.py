@@ -22,6 +22,15 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def check_names(names: tuple[str, ...], what: str) -> None:
+    """ValueError unless every name is non-blank and given once; `what` names them ("objective", "feature")."""
+    if any(not name.strip() for name in names):
+        raise ValueError(f"{what} names must not be empty")
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValueError(f"{what} names must be distinct; repeated: {', '.join(repeated)}")
+
+
 def read_toml(path: str | Path, error: type[UserError]) -> dict[str, Any]:
     """A TOML file's table, or `error` naming the file (not found, unreadable, not TOML)."""
     try:

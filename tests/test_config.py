@@ -1,6 +1,8 @@
 """Config parsing: every mistake is one clear line naming the file, the key and what is allowed."""
 
 import json
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -219,3 +221,97 @@ def test_a_sampling_run_stored_with_another_backend_names_the_backend_and_the_co
     stored = load_config(None)
     wanted = load_config(None, {"policy.backend": "openai", "policy.url": "http://h/v1", "policy.temperature": 1.0})
     assert settings_changed(stored, wanted) == ["policy.backend 'hf' -> 'openai'", "policy.temperature 0.8 -> 1.0"]
+
+
+def one_error_line(capsys: pytest.CaptureFixture[str], code: int) -> str:
+    out = capsys.readouterr()
+    text = " ".join((out.out + out.err).split())
+    assert code == 2 and "Traceback" not in out.out + out.err and text.startswith("config error:"), (code, text)
+    assert len((out.out + out.err).strip().splitlines()) == 1, out
+    return text
+
+
+def featureless_problem(tmp_path: Path) -> Path:
+    """A copy of fizzbuzz whose problem.toml declares no [map_elites] features: the run's own features are used."""
+    folder = tmp_path / "programs" / "fizzbuzz"
+    shutil.copytree(ROOT / "programs" / "fizzbuzz", folder)
+    toml = folder / "problem.toml"
+    toml.write_text(re.sub(r"\[map_elites\]\nfeatures = .*\n", "", toml.read_text()))
+    assert "map_elites" not in toml.read_text()
+    return folder.parent
+
+
+@pytest.mark.parametrize("problem", ["featureless", "shipped"])
+def test_an_unknown_map_elites_feature_is_one_config_line_before_any_model_loads_or_run_is_written(
+        problem: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    programs = featureless_problem(tmp_path) if problem == "featureless" else ROOT / "programs"
+    name = "fizzbuzz" if problem == "featureless" else "symbolic_regression"
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "runs.db"
+    code = main(["run", "--plain", "--db", str(db), "--problem", name, "--set", f"run.programs_dir={programs}",
+                 "--set", 'selection.map_elites.features=["nope"]'])
+    text = one_error_line(capsys, code)
+    assert "selection.map_elites.features" in text and "'nope'" in text and name in text, text
+    assert "code_length, scalar" in text
+    assert not db.exists()  # no store, so no run row either
+
+
+def test_map_elites_features_naming_an_objective_are_accepted_and_a_repeated_one_is_refused(tmp_path: Path) -> None:
+    from evolve.engine.controller import check_features
+    from evolve.problems.problem import load_problem
+
+    problem = load_problem("fizzbuzz", featureless_problem(tmp_path))
+    check_features(("test_03", "scalar"), problem)
+    with pytest.raises(ConfigError, match="'test_99' is no feature of problem fizzbuzz"):
+        check_features(("test_99",), problem)
+    with pytest.raises(ConfigError, match="feature names must be distinct; repeated: scalar"):
+        load_config(None, {"selection.map_elites.features": ["scalar", "scalar"]})
+
+
+@pytest.mark.parametrize(("url", "reason"), [
+    ("http://[::1", "Invalid IPv6 URL"),
+    ("ftp://127.0.0.1/v1", "http:// or https://"),
+    ("127.0.0.1:8000/v1", "http:// or https://"),
+    ("http:///v1", "names no host"),
+    ("http://127.0.0.1:99999/v1", "Port out of range"),
+    ("http://127.0.0.1:0/v1", "port must be 1..65535"),
+    ("http://127.0.0.1:80x/v1", "Port could not be cast"),
+    ("http://local host/v1", "no spaces"),
+    ("http://[fe80::zz]/v1", "not a URL"),
+    ("http://127.0.0.1:8000/v1?key=1", "no ?query"),
+])
+def test_a_policy_url_that_does_not_parse_is_refused_at_config_load(url: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, {"policy.backend": "openai", "policy.url": url}, {"policy.url": f"--set policy.url={url}"})
+    message = str(caught.value)
+    assert message.startswith(f"--set policy.url={url}: invalid value for 'policy.url'") and reason in message
+    assert "\n" not in message
+    with pytest.raises(ConfigError, match=reason.replace("?", r"\?").replace("(", r"\(")):
+        load_config(None, {"policy.backend": "openai", "policy.url": ["http://127.0.0.1:8000/v1", url]})
+    for good in ("http://127.0.0.1:8000/v1", "https://api.example.com/v1", "http://[::1]:8000/v1", "http://h"):
+        assert load_config(None, {"policy.backend": "openai", "policy.url": good}).policy.replica_urls() == [good]
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("policy.timeout_s", 1e300), ("policy.timeout_s", 3601), ("policy.timeout_s", float("inf")),
+    ("policy.timeout_s", float("nan")), ("policy.backoff_s", float("inf")), ("policy.startup_timeout_s", 1e300)])
+def test_policy_timeouts_are_finite_and_bounded(key: str, value: float) -> None:
+    settings = {"policy.backend": "openai", "policy.url": "http://127.0.0.1:8000/v1", key: value}
+    if key == "policy.startup_timeout_s":
+        settings = {"policy.backend": "openai", "policy.serve": True, key: value}
+    with pytest.raises(ConfigError, match=rf"invalid value for '{key}'"):
+        load_config(None, settings)
+    assert load_config(None, {**settings, key: 3600}).policy.model_dump()[key.split(".")[1]] == 3600
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("run.iterations", True), ("run.iterations", False), ("run.seed", True), ("run.concurrency", 2.0),
+    ("selection.islands", True), ("selection.map_elites.bins", True), ("policy.answers", True),
+    ("novelty.num_perm", 64.0), ("prompt_evolution.population", "3")])
+def test_counts_are_strict_integers_not_booleans_floats_or_strings(key: str, value: object, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=rf"invalid value for '{key}'.*valid integer"):
+        load_config(None, {key: value})
+    section, name = key.rsplit(".", 1)
+    path = write(tmp_path, f"[{section}]\n{name} = true\n")
+    with pytest.raises(ConfigError, match=rf"{path}: invalid value for '{key}': True"):
+        load_config(path)

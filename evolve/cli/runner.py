@@ -13,7 +13,7 @@ from rich.syntax import Syntax
 
 from evolve.cli.progress import ProgressView
 from evolve.config import RunConfig
-from evolve.engine.controller import Controller
+from evolve.engine.controller import Controller, check_features
 from evolve.engine.driving import RunError, cancelled_by_signals, resumed_config
 from evolve.engine.run_stats import RunStats
 from evolve.policies.base import Policy, PolicyUnavailable
@@ -75,14 +75,17 @@ def run_evolution(config: RunConfig, resume: int | None = None, console: Console
     refused (LeaseHeldError, one line) before the problem or the model loads. A new run is written to the store
     only once its problem and its policy have loaded, so a failed start leaves no run behind."""
     console = console or Console()
-    store = ProgramStore(config.run.db, mode="create" if resume is None else "existing")
+    store = ProgramStore(config.run.db, mode="existing") if resume is not None else None
     with ExitStack() as held:
-        if resume is not None:
+        if store is not None and resume is not None:
             config = resumed(store, config, resume)
             held.enter_context(store.driving(resume))
         problem = problem_for(config)
+        check_features(config.selection.map_elites.features, problem)  # one line, before a model loads
         for section in config.ensemble_policies():  # a missing template stops us before a model loads, too
             load_template(section.template)
+        if store is None:  # a new run's store, made once the problem and the settings are known to be usable
+            store = ProgramStore(config.run.db, mode="create")
         console.print("loading " + ", ".join(f"{section.name} ({section.backend}: {section.model or 'default'})"
                                              for section in config.ensemble_policies()) + " ...", highlight=False)
         policies = held.enter_context(open_policies(config.ensemble_policies(), config.run.seed,

@@ -24,7 +24,7 @@ from evolve.config import (
     PolicySection,
     RunConfig,
 )
-from evolve.engine.controller import Controller
+from evolve.engine.controller import Controller, check_features
 from evolve.engine.driving import cancelled_by_signals, resumed_config
 from evolve.engine.experiment_spec import CellKey, ExperimentSpec, refuse_policies_trained_on_tests
 from evolve.engine.offspring import SeedProgramError
@@ -111,7 +111,8 @@ class ExperimentRunner:
             raise ConfigError(f"experiment {self.spec.name}: [[ensembles]] arms run in this process only; run it "
                               "without --cluster, or move the ensembles to an experiment of their own")
         for problem in self.spec.problems:  # a missing or broken problem folder stops us before any model loads
-            load_problem(problem, Path(self.spec.run.programs_dir))
+            check_features(self.spec.selection.map_elites.features,
+                           load_problem(problem, Path(self.spec.run.programs_dir)))
         refuse_policies_trained_on_tests(self.spec)  # before any model loads, too
         for policy in self.spec.policies:
             load_template(policy.template)

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, StrictInt, ValidationError, model_validator
 
 from evolve.config import (
     MAX_SEED,
@@ -32,10 +32,10 @@ class CellDefaults(StrictModel):
     """Run settings every cell shares."""
 
     programs_dir: str = "programs"
-    concurrency: int = Field(4, ge=1, le=256, description="policy requests in flight per cell")
-    eval_workers: int = Field(2, ge=1, le=256, description="evaluations in parallel, all cells together")
+    concurrency: StrictInt = Field(4, ge=1, le=256, description="policy requests in flight per cell")
+    eval_workers: StrictInt = Field(2, ge=1, le=256, description="evaluations in parallel, all cells together")
     warm_evaluators: bool = Field(True, description="score on long-lived evaluator processes shared by the cells")
-    evaluator_recycle: int = Field(100, ge=1, le=1_000_000, description="evaluations per warm evaluator process")
+    evaluator_recycle: StrictInt = Field(100, ge=1, le=1_000_000, description="evaluations per warm evaluator process")
     stop_when_solved: bool = Field(False, description="a cell finishes as soon as a program solves its problem")
     target_score: float | None = Field(None, allow_inf_nan=False, description="a cell finishes as soon as a "
                                        "program's scalar reaches this")
@@ -56,12 +56,12 @@ class ExperimentSpec(StrictModel):
     problems: tuple[str, ...] = Field(min_length=1, description="the test problems")
     train_problems: tuple[str, ...] = Field((), description="problems a policy may be trained on (`evolve train "
                                             "--experiment`); never any of the test problems")
-    seeds: tuple[Annotated[int, Field(ge=0, le=MAX_SEED)], ...] = Field((0,), min_length=1)
-    iterations: int = Field(ge=1, description="iterations per cell")
-    answers_per_iteration: int = Field(0, ge=0, le=256, description="candidate answers per iteration for every "
+    seeds: tuple[Annotated[StrictInt, Field(ge=0, le=MAX_SEED)], ...] = Field((0,), min_length=1)
+    iterations: StrictInt = Field(ge=1, description="iterations per cell")
+    answers_per_iteration: StrictInt = Field(0, ge=0, le=256, description="candidate answers per iteration for every "
                                        "policy (a policy with answers = a makes answers_per_iteration / a requests); "
                                        "0: the largest answers of the policies")
-    parallel_cells: int = Field(2, ge=1, le=256, description="cells of one policy running at once")
+    parallel_cells: StrictInt = Field(2, ge=1, le=256, description="cells of one policy running at once")
     run: CellDefaults = CellDefaults()
     selection: SelectionConfig = SelectionConfig()
     policies: tuple[PolicySection, ...] = Field(min_length=1)

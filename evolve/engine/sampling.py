@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evolve.config import RunConfig, stored_config
-from evolve.engine.controller import Controller
+from evolve.engine.controller import Controller, check_features
 from evolve.engine.driving import RunError
 from evolve.engine.experiment import run_sharing_backend
 from evolve.engine.offspring import SeedProgramError
@@ -129,6 +129,7 @@ def plan_samples(store: ProgramStore, base: RunConfig, problems: Sequence[str], 
     plans: list[SamplePlan] = []
     for spec in problems:
         problem = load_problem(spec, programs_dir)
+        check_features(base.selection.map_elites.features, problem)
         twin = next((plan.config.run.problem for plan in plans if plan.problem.name == problem.name), None)
         if twin is not None:
             raise SampleError(f"{twin} and {spec} are the same problem ({problem.name}); name it once")

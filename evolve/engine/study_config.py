@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, StrictInt, ValidationError, model_validator
 
 from evolve.config import (
     MAX_SEED,
@@ -41,12 +41,13 @@ STUDY_POLICY_KEYS = ("name", "model", "answers")
 class TrainingSection(StrictModel):
     algorithms: tuple[StudyAlgo, ...] = Field(("vpo", "grpo", "multi-rlvr"), min_length=1)
     problems: tuple[str, ...] = Field(min_length=1, description="the train problems (never a test problem)")
-    steps: int = Field(ge=1, description="gradient steps, the same for every algorithm")
-    prompts_per_step: int = Field(1, ge=1, description="prompts (groups) per step, the same for every algorithm")
-    answers_per_prompt: int = Field(ge=2, description="candidate answers per prompt, the same for every algorithm: "
-                                    "an algorithm writing m answers per completion samples answers_per_prompt / m")
-    answers: int = Field(3, ge=1, le=16, description="m of vpo and multi-rlvr (grpo writes one answer)")
-    seed: int = Field(0, ge=0)
+    steps: StrictInt = Field(ge=1, description="gradient steps, the same for every algorithm")
+    prompts_per_step: StrictInt = Field(1, ge=1, description="prompts (groups) per step, the same for every algorithm")
+    answers_per_prompt: StrictInt = Field(ge=2, description="candidate answers per prompt, the same for every "
+                                          "algorithm: an algorithm writing m answers per completion samples "
+                                          "answers_per_prompt / m")
+    answers: StrictInt = Field(3, ge=1, le=16, description="m of vpo and multi-rlvr (grpo writes one answer)")
+    seed: StrictInt = Field(0, ge=0)
     settings: dict[str, Any] = Field(default_factory=dict, description="any other `evolve train` setting (lr, "
                                      "max_new_tokens, kl_coef, threads, device, dtype, rollouts, lora, ...)")
 
@@ -80,17 +81,17 @@ class TrainingSection(StrictModel):
 
 
 class SamplingSection(StrictModel):
-    answers: int = Field(10, ge=1, description="answers per test problem and policy (`evolve sample -n`)")
-    seed: int = Field(0, ge=0, le=MAX_SEED)
-    parallel: int = Field(2, ge=1, le=256, description="problems sampled at once, sharing the policy")
+    answers: StrictInt = Field(10, ge=1, description="answers per test problem and policy (`evolve sample -n`)")
+    seed: StrictInt = Field(0, ge=0, le=MAX_SEED)
+    parallel: StrictInt = Field(2, ge=1, le=256, description="problems sampled at once, sharing the policy")
 
 
 class EvolutionSection(StrictModel):
-    iterations: int = Field(ge=1, description="iterations per cell")
+    iterations: StrictInt = Field(ge=1, description="iterations per cell")
     seeds: tuple[Annotated[int, Field(ge=0, le=MAX_SEED)], ...] = Field((0,), min_length=1)
-    answers_per_iteration: int = Field(0, ge=0, le=256, description="candidate answers per iteration for every "
+    answers_per_iteration: StrictInt = Field(0, ge=0, le=256, description="candidate answers per iteration for every "
                                        "policy; 0: the largest m")
-    parallel_cells: int = Field(2, ge=1, le=256)
+    parallel_cells: StrictInt = Field(2, ge=1, le=256)
     run: CellDefaults = CellDefaults()
     selection: SelectionConfig = SelectionConfig()
 
@@ -102,7 +103,7 @@ class StudySpec(StrictModel):
                       "HF folder")
     programs_dir: str = "programs"
     test_problems: tuple[str, ...] = Field(min_length=1, description="held out: sampled and evolved, never trained on")
-    base_answers: int = Field(1, ge=1, le=16, description="m of the untrained base policy")
+    base_answers: StrictInt = Field(1, ge=1, le=16, description="m of the untrained base policy")
     training: TrainingSection
     sampling: SamplingSection = SamplingSection()
     evolution: EvolutionSection

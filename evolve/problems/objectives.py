@@ -5,15 +5,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, StrictInt, ValidationError, field_validator
 
-from evolve.toml_files import StrictModel
+from evolve.toml_files import StrictModel, check_names
 
 
 class ObjectiveCount(StrictModel):
     """`objectives = {count = 100, name = "test_{i:02d}"}`: names made by formatting `name` with i = 0..count-1."""
 
-    count: int = Field(ge=1, le=1_000_000)
+    count: StrictInt = Field(ge=1, le=1_000_000)
     name: str = Field("test_{i}", description="each objective's name; {i} is its number, {i:03d} pads it")
 
     @field_validator("name")
@@ -83,9 +83,5 @@ def checked_names(names: tuple[str, ...] | ObjectiveCount | ObjectivePattern,
         names = names.names()
     if not names:
         raise ValueError("declare at least one objective")
-    if any(not name.strip() for name in names):
-        raise ValueError("objective names must not be empty")
-    duplicates = sorted({name for name in names if names.count(name) > 1})
-    if duplicates:
-        raise ValueError(f"objective names must be distinct; repeated: {', '.join(duplicates)}")
+    check_names(names, "objective")
     return names

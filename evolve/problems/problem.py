@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, StrictInt, ValidationError, field_validator
 
 from evolve.errors import UserError
 from evolve.problems.cascade import CascadeStage, CascadeStageSection, stages_of
@@ -47,10 +47,10 @@ class SolvedSection(StrictModel):
 class LimitsSection(StrictModel):
     wall_time_s: float = Field(SandboxLimits.wall_time_s, gt=0)
     cpu_time_s: float = Field(SandboxLimits.cpu_time_s, gt=0)
-    memory_mb: int = Field(SandboxLimits.memory_mb, ge=32)
-    max_processes: int = Field(SandboxLimits.max_processes, ge=1)
-    max_output_bytes: int = Field(SandboxLimits.max_output_bytes, ge=1024)
-    max_written_mb: int = Field(SandboxLimits.max_written_mb, ge=1, description="all files the candidate writes")
+    memory_mb: StrictInt = Field(SandboxLimits.memory_mb, ge=32)
+    max_processes: StrictInt = Field(SandboxLimits.max_processes, ge=1)
+    max_output_bytes: StrictInt = Field(SandboxLimits.max_output_bytes, ge=1024)
+    max_written_mb: StrictInt = Field(SandboxLimits.max_written_mb, ge=1, description="all files the candidate writes")
     preload: tuple[str, ...] = Field((), description="modules the sandbox's fork server imports once, e.g. numpy")
 
     @field_validator("preload")
@@ -77,7 +77,8 @@ class PromptSection(StrictModel):
     docstrings: bool = Field(False, description="show the EVOLVE block's docstrings (else they are left out)")
     description: Literal["flattened", "as_written"] = Field(
         "flattened", description="the description on one line, or with its line breaks and indentation")
-    description_chars: int = Field(700, ge=0, description="cut the description past this many characters; 0: never")
+    description_chars: StrictInt = Field(700, ge=0,
+                                         description="cut the description past this many characters; 0: never")
     context: Literal["none", "used", "all"] = Field(
         "none", description="show the code outside the block, as written: none; what the block uses (names it "
                             "mentions, helpers and constants, and what they use in turn); or all of it")
