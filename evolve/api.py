@@ -20,23 +20,32 @@ if TYPE_CHECKING:
 
 
 def run(config: RunConfig | str | Path | None = None, *, overrides: Mapping[str, Any] | None = None,
-        resume: int | None = None, console: Console | None = None, live: bool | None = None) -> RunOutcome:
+        resume: int | None = None, console: Console | None = None, live: bool | None = None,
+        blame: Mapping[str, str] | None = None) -> RunOutcome:
     """Run an evolution to its end (or resume run `resume` in the config's store) and return its outcome: run_id,
     status ('finished', 'interrupted' or 'policy_unavailable'; a resumable run either way) and stats.
 
     config: a RunConfig, an evolve.toml path, or None for the defaults; overrides: {'section.key': value} applied
-    on top of a path or the defaults. Progress goes to `console` (Console(quiet=True) for none); live: the live
+    on top of a path or the defaults. With `resume`, the config (and an override of run.db) only says where the
+    store is: the other overrides apply to the run's stored config, checked against its own policy's backend
+    (run.problem, run.seed, run.iterations and policy.name stay as stored). blame: {'section.key': how the user
+    wrote it} for the error lines. Progress goes to `console` (Console(quiet=True) for none); live: the live
     panel (None: on a terminal only). A mistake in the config, the problem or the store raises a UserError."""
     from evolve.cli.runner import run_evolution
     from evolve.config import ConfigError, RunConfig, load_config
 
+    given = {key: value for key, value in (overrides or {}).items() if value is not None}
+    located = {key: value for key, value in given.items() if key == "run.db" or resume is None}
     if isinstance(config, RunConfig):
-        if overrides:
+        if resume is None and given:
             raise ConfigError("evolve.run: overrides apply to a config file or the defaults; "
                               "change a RunConfig with model_copy(update=...) instead")
+        if "run.db" in located:
+            config = config.model_copy(update={"run": config.run.model_copy(update={"db": located["run.db"]})})
     else:
-        config = load_config(config, dict(overrides or {}))
-    return run_evolution(config, resume=resume, console=console, live=live)
+        config = load_config(config, located, dict(blame or {}))
+    return run_evolution(config, resume=resume, console=console, live=live,
+                         overrides=given if resume is not None else None, blame=blame)
 
 
 def experiment_file(name_or_path: str | Path) -> Path:

@@ -358,13 +358,32 @@ def parse_config(data: dict[str, Any], source: str = "<config>", blame: dict[str
 
 def stored_config(config_json: str) -> RunConfig:
     """A run's config as the store holds it. A run stored before the policy settings were split by backend holds
-    every backend's settings, those of the other backends unused: they are dropped, so the run resumes."""
+    every backend's settings, those of the other backends unused: they are dropped, so the run resumes. Raises
+    ValueError (pydantic's ValidationError, or not JSON) for a config this version cannot read."""
+    return RunConfig.model_validate(_stored_data(config_json))
+
+
+def stored_config_with(config_json: str, overrides: dict[str, Any], source: str,
+                       blame: dict[str, str] | None = None) -> RunConfig:
+    """A stored config (see stored_config) with `section.key` overrides applied to it, as load_config applies them to
+    a file, so each is checked against the stored policy's own backend. Any mistake is one ConfigError line naming
+    the override in `blame` that set its key, else `source` (the stored config)."""
+    try:
+        data = _stored_data(config_json)
+    except ValueError as exc:
+        raise ConfigError(f"{source} is not a config this version reads ({str(exc).splitlines()[0]})") from None
+    return parse_config(data, source, _apply_overrides(data, overrides, source, blame))
+
+
+def _stored_data(config_json: str) -> dict[str, Any]:
     data = json.loads(config_json)
+    if not isinstance(data, dict):
+        raise ValueError(f"a JSON {type(data).__name__}, not an object")
     if "policy" in data:
         data["policy"] = _used_policy_keys(data["policy"])
     if isinstance(data.get("policies"), list):  # an ensemble's: cleaned alike, so [policy] still equals the first
         data["policies"] = [_used_policy_keys(policy) for policy in data["policies"]]
-    return RunConfig.model_validate(data)
+    return data
 
 
 def _used_policy_keys(policy: Any) -> Any:
@@ -389,10 +408,17 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
     `blame` names the flag behind each override (see parse_config); a mistake in any other key names the file."""
     data: dict[str, Any] = read_toml(path) if path is not None else {}
     source = str(path) if path is not None else "<defaults>"
-    new_backend = POLICY_BACKENDS.get(str((overrides or {}).get("policy.backend")))
+    return parse_config(data, source, _apply_overrides(data, overrides or {}, source, blame))
+
+
+def _apply_overrides(data: dict[str, Any], overrides: dict[str, Any], source: str,
+                     blame: dict[str, str] | None) -> dict[str, str]:
+    """Set each `section.key` override (None: skipped) in the config table `data`, in place; an override of
+    policy.backend first drops the settings of the old backend. Returns the labels of the overrides applied."""
+    new_backend = POLICY_BACKENDS.get(str(overrides.get("policy.backend")))
     if new_backend is not None and isinstance(data.get("policy"), dict):
         data["policy"] = {key: value for key, value in data["policy"].items() if key in new_backend.model_fields}
-    for dotted, value in (overrides or {}).items():
+    for dotted, value in overrides.items():
         if value is None:
             continue
         *sections, key = dotted.split(".")
@@ -403,5 +429,4 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
                 raise ConfigError(f"{(blame or {}).get(dotted, source)}: cannot set '{dotted}': '{section}' is not "
                                   "a table")
         table[key] = value
-    blamed = {key: label for key, label in (blame or {}).items() if (overrides or {}).get(key) is not None}
-    return parse_config(data, source, blamed)
+    return {key: label for key, label in (blame or {}).items() if overrides.get(key) is not None}

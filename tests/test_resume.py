@@ -124,3 +124,47 @@ def test_kill_9_mid_run_then_resume_loses_nothing_and_honours_budget(store_url: 
     assert orphans == 0
     assert policy_calls <= ITERATIONS  # every iteration's terminal records commit together
     assert status == "finished"
+
+
+def stored_openai_run(db: Path, url: str) -> bytes:
+    """A store holding run 1 (fizzbuzz, 2 iterations, never driven) of an openai policy at `url`; its bytes."""
+    from evolve.config import load_config
+
+    config = load_config(None, {"run.problem": "fizzbuzz", "run.programs_dir": str(ROOT / "programs"),
+                                "run.iterations": 2, "run.concurrency": 1, "run.eval_workers": 1,
+                                "policy.backend": "openai", "policy.url": url, "policy.model": "fake",
+                                "policy.retries": 0})
+    store = ProgramStore(str(db))
+    store.create_run("r", "fizzbuzz", config.policy.name, 0, config.model_dump_json(), 2)
+    store.set_run_status(1, "interrupted")
+    store.close()
+    return db.read_bytes()
+
+
+def test_a_set_on_resume_applies_to_the_stored_config_of_its_own_backend(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from fake_policy_server import FakePolicyServer
+
+    from evolve.cli.main import main
+
+    monkeypatch.setenv("COLUMNS", "1000")
+    monkeypatch.chdir(tmp_path)  # no evolve.toml: the defaults' backend is hf, the stored run's openai
+    db = tmp_path / "runs.db"
+    before = stored_openai_run(db, "http://127.0.0.1:9/v1")  # nothing listens on port 9
+    for flags, message in [(["--set", "policy.max_batch=4"], "policy.max_batch is an hf setting; this policy's "
+                                                              "backend is openai"),
+                           (["--set", "policy.timeout_s=1e300"], "--set policy.timeout_s=1e300: invalid value"),
+                           (["--seed", "5"], "--seed: run 1 keeps its run.seed (0) when it resumes")]:
+        code = main(["run", "--plain", "--resume", "1", "--db", str(db), *flags])
+        text = " ".join(capsys.readouterr().out.split())
+        assert code == 2 and text.startswith("config error:") and message in text, text
+        assert db.read_bytes() == before  # refused before the store is written (no lease, no status)
+    with FakePolicyServer(latency_s=0.0) as server:
+        code = main(["run", "--plain", "--resume", "1", "--db", str(db), "--set", "policy.timeout_s=7",
+                     "--set", f"policy.url={server.url}"])
+        out = capsys.readouterr().out
+        assert code == 0, out
+        assert server.requests == 2  # the stored url (a dead port) was replaced by the --set
+    store = ProgramStore(str(db), mode="read")
+    assert store.get_run(1).status == "finished" and max(store.completed_iterations(1)) == 2
+    assert "backend is hf" not in out

@@ -57,13 +57,20 @@ def toml_value(raw: str) -> Any:
 def run_config(args: argparse.Namespace, overrides: dict[str, Any] | None = None) -> RunConfig:
     """The config file (see config_path), then `overrides` (flags; None values are skipped), then every --set.
     A bad value names what set it: the --set, the flag (--iterations for run.iterations), or the file."""
+    merged, blame = command_settings(args, overrides)
+    return load_config(config_path(getattr(args, "config", None)), merged, blame)
+
+
+def command_settings(args: argparse.Namespace, overrides: dict[str, Any] | None = None
+                     ) -> tuple[dict[str, Any], dict[str, str]]:
+    """`overrides` (flags) then every --set, as ({'section.key': value}, {'section.key': how the user wrote it})."""
     merged: dict[str, Any] = dict(overrides or {})
     blame = {key: f"--{key.rpartition('.')[2].replace('_', '-')}" for key in merged}
     for item in getattr(args, "set", []):
         setting = parse_setting(item)
         merged.update(setting)
         blame.update({key: f"--set {item.strip()}" for key in setting})
-    return load_config(config_path(getattr(args, "config", None)), merged, blame)
+    return merged, blame
 
 
 def read_store(args: argparse.Namespace) -> ProgramStore:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from evolve.cli.common import DEFAULT_CONFIG, run_config
+from evolve.cli.common import DEFAULT_CONFIG, command_settings, config_path, run_config
 from evolve.cli.conventions import add_out_flag, add_set_flag, make_console
 from evolve.cli.help_texts import apply_help
 from evolve.errors import UserError
@@ -87,7 +87,9 @@ def _flag_overrides(args: argparse.Namespace) -> dict[str, object]:
 def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     from evolve.api import run
 
-    outcome = run(run_config(args, _flag_overrides(args)), resume=args.resume, console=console,
+    # a resume reads the file for the store only: the flags and --set apply to the run's stored config
+    overrides, blame = command_settings(args, _flag_overrides(args))
+    outcome = run(config_path(args.config), overrides=overrides, blame=blame, resume=args.resume, console=console,
                   live=False if args.plain else None)
     return {"finished": 0, "interrupted": 130}.get(outcome.status, 1)
 

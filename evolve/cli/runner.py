@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.syntax import Syntax
@@ -50,10 +51,11 @@ def new_run(store: ProgramStore, config: RunConfig) -> int:
     )
 
 
-def resumed(store: ProgramStore, config: RunConfig, resume: int) -> RunConfig:
-    """The stored run's own config, found in config.run.db."""
+def resumed(store: ProgramStore, config: RunConfig, resume: int, overrides: Mapping[str, Any] | None = None,
+            blame: Mapping[str, str] | None = None) -> RunConfig:
+    """The stored run's own config, found in config.run.db, with `overrides` applied (see resumed_config)."""
     try:
-        return resumed_config(store, resume, config.run.db)
+        return resumed_config(store, resume, config.run.db, overrides, blame)
     except UnknownIdError as exc:
         raise RunError(f"no run {resume} in {config.run.db}") from exc
 
@@ -68,8 +70,10 @@ async def _drive(controller: Controller, policies: Mapping[str, Policy]) -> RunS
 
 
 def run_evolution(config: RunConfig, resume: int | None = None, console: Console | None = None,
-                  live: bool | None = None) -> RunOutcome:
-    """Start a run of `config`, or resume run `resume` with its stored config, and drive it to its budget.
+                  live: bool | None = None, overrides: Mapping[str, Any] | None = None,
+                  blame: Mapping[str, str] | None = None) -> RunOutcome:
+    """Start a run of `config`, or resume run `resume` with its stored config (plus `overrides`, checked against it:
+    see resumed_config; `blame` names the flag behind each), and drive it to its budget.
 
     The process holds the run's lease while it drives it: a resume of a run another live process drives is
     refused (LeaseHeldError, one line) before the problem or the model loads. A new run is written to the store
@@ -78,7 +82,7 @@ def run_evolution(config: RunConfig, resume: int | None = None, console: Console
     store = ProgramStore(config.run.db, mode="existing") if resume is not None else None
     with ExitStack() as held:
         if store is not None and resume is not None:
-            config = resumed(store, config, resume)
+            config = resumed(store, config, resume, overrides, blame)
             held.enter_context(store.driving(resume))
         problem = problem_for(config)
         check_features(config.selection.map_elites.features, problem)  # one line, before a model loads

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
-from evolve.config import RunConfig, stored_config
+from evolve.config import ConfigError, RunConfig, stored_config_with
 from evolve.errors import UserError
 from evolve.store.program_store import ProgramStore
 
@@ -19,11 +20,29 @@ class RunError(UserError, RuntimeError):
     """A run cannot start or resume; the message is one line for the user."""
 
 
-def resumed_config(store: ProgramStore, run_id: int, db: str) -> RunConfig:
-    """The run's own config as stored (UnknownIdError, one line, for no such run), pointed at `db`: the store is
-    where the run was found, wherever its stored config said it was."""
-    stored = stored_config(store.get_run(run_id).config_json)
-    return stored.model_copy(update={"run": stored.run.model_copy(update={"db": db})})
+# what the run's row records besides its config: a resume cannot change them
+KEPT_ON_RESUME = ("run.problem", "run.seed", "run.iterations", "policy.name")
+
+
+def resumed_config(store: ProgramStore, run_id: int, db: str, overrides: Mapping[str, Any] | None = None,
+                   blame: Mapping[str, str] | None = None) -> RunConfig:
+    """The run's own config as stored (UnknownIdError, one line, for no such run), with `overrides` ({'section.key':
+    value}, None values skipped) applied to it and checked against its own policy's backend, pointed at `db`: the
+    store is where the run was found, wherever its stored config said it was. An override that names the store
+    (run.db) is left out, and one that would change what the run's row records (KEPT_ON_RESUME) is refused: every
+    mistake is one ConfigError line naming the override (its label in `blame`) or the stored config."""
+    source = f"run {run_id}'s stored config"
+    config_json = store.get_run(run_id).config_json
+    wanted = {key: value for key, value in (overrides or {}).items() if value is not None and key != "run.db"}
+    stored = stored_config_with(config_json, {}, source)
+    resumed = stored_config_with(config_json, wanted, source, dict(blame or {})) if wanted else stored
+    for key in KEPT_ON_RESUME:
+        section, name = key.split(".")
+        before, after = getattr(getattr(stored, section), name), getattr(getattr(resumed, section), name)
+        if before != after:
+            raise ConfigError(f"{(blame or {}).get(key, key)}: run {run_id} keeps its {key} ({before!r}) when it "
+                              f"resumes; start a new run for {key} = {after!r}")
+    return resumed.model_copy(update={"run": resumed.run.model_copy(update={"db": db})})
 
 
 @contextmanager
