@@ -193,6 +193,7 @@ def confine(job: dict, opened: dict[str, tuple[int, bool]] | None = None,
     libc = ctypes.CDLL(None, use_errno=True)
     limits, uid = job["limits"], job["uid"]
     writable = []
+    memory_cgroup = os.open(job["memory_cgroup"], os.O_WRONLY | os.O_CLOEXEC) if job.get("memory_cgroup") else -1
     _isolation.die_with_parent(libc, parent)
     if _isolation.enter_namespaces(libc):
         _isolation.become_pid_two(libc, outer_fds)
@@ -206,6 +207,9 @@ def confine(job: dict, opened: dict[str, tuple[int, bool]] | None = None,
     _isolation.landlock(libc, job["workdir"], job["read_roots"], job["list_roots"], opened, writable)
     for fd, _ in (opened or {}).values():
         os.close(fd)
+    if memory_cgroup >= 0:  # "0": this process; what it allocates from here on counts (see RunCgroup.joined_late)
+        os.write(memory_cgroup, b"0")
+        os.close(memory_cgroup)
     _isolation.drop_privileges(libc, uid)  # raises (and the candidate is never run) if it cannot
     _isolation.die_with_parent(libc, parent)
     if uid is not None and not os.access(os.path.dirname(os.__file__), os.R_OK | os.X_OK):

@@ -126,11 +126,21 @@ def refused_names(machine: str) -> list[str]:
     return [rule[0] for rules in (_NETWORK, _REFUSED, _NO_SUCH_CALL) for rule in rules if rule[arch[1]] is not None]
 
 
+def _compile(machine: str) -> tuple[ctypes.Array[_SockFilter], int] | None:
+    code = program(machine)
+    if code is None:
+        return None
+    return (_SockFilter * len(code))(*(_SockFilter(*instruction) for instruction in code)), len(code)
+
+
+# Built once at import (a fork server's children inherit it): building it costs more than installing it.
+_COMPILED = _compile(os.uname().machine)
+
+
 def install(libc: ctypes.CDLL) -> bool:
     """Install the filter on this process (needs no_new_privs, or CAP_SYS_ADMIN); True if installed."""
-    code = program(os.uname().machine)
-    if code is None:
+    if _COMPILED is None:
         return False
-    filters = (_SockFilter * len(code))(*(_SockFilter(*instruction) for instruction in code))
-    fprog = _SockFprog(len(code), filters)
+    filters, length = _COMPILED
+    fprog = _SockFprog(length, filters)
     return libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) == 0
