@@ -7,8 +7,9 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,7 @@ from evolve.policies.base import PolicyError, PolicyUnavailable
 from evolve.policies.openai_api import OpenAIPolicy
 from evolve.search.prompts import Prompt
 
+ROOT = Path(__file__).resolve().parents[1]
 PROMPT = Prompt([{"role": "user", "content": "hi"}], "def f(x):", ("\ndef",), 16)
 Reply = tuple[int, dict[str, str], bytes]  # status, headers, body
 
@@ -143,18 +145,60 @@ def test_an_unknown_model_stops_the_run_at_once(serve) -> None:
     assert len(server.bodies) == 1
 
 
-def test_a_reply_that_is_not_a_completion_is_a_clear_error(serve) -> None:
-    server = serve(lambda n, body: (200, {}, b"<html>proxy error</html>") if n == 1 else (200, {}, b'{"id": 1}'))
+@pytest.mark.parametrize(("body", "says"), [
+    (b"<html>proxy error</html>", "a body that is not JSON: '<html>proxy error</html>'"),
+    (b"[1, 2]", "a body that is not a JSON object: '[1, 2]'"),
+    (b'{"id": 1}', "a JSON reply that has no message: \"{'id': 1}\""),
+    (b'{"choices": [{"message": {"content": 7}}]}', "a reply whose text is not a string: '7'"),
+])
+def test_a_200_that_is_not_a_completion_stops_the_policy_at_once_in_one_line(serve, body: bytes, says: str) -> None:
+    server = serve(lambda n, request: (200, {}, body))
     p = policy(server.url)
 
-    async def both() -> None:
-        with pytest.raises(PolicyError, match="not JSON"):
-            await p.generate(PROMPT, 1)
-        with pytest.raises(PolicyError, match="has no message"):
-            await p.generate(PROMPT, 2)
+    async def twice() -> list[BaseException]:
+        failures = [await _failure(p.generate(PROMPT, seed)) for seed in (1, 2)]
         await p.close()
+        return failures
 
-    asyncio.run(both())
+    first, second = asyncio.run(twice())
+    assert isinstance(first, PolicyUnavailable) and str(first) == (
+        f"policy p: {server.url}/chat/completions answered HTTP 200 with {says}; it does not speak the OpenAI API "
+        "(check the policy's url)")
+    assert isinstance(second, PolicyUnavailable) and str(second) == str(first)
+    assert len(server.bodies) == 1  # not retried, and the second request was never sent
+
+
+async def _failure(call: Awaitable[object]) -> BaseException:
+    try:
+        await call
+    except PolicyError as exc:
+        return exc
+    raise AssertionError("the request did not fail")
+
+
+def test_a_run_whose_server_answers_200_with_no_json_stops_at_the_first_request_with_one_error_line(
+        serve, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from evolve.cli.main import main
+    from evolve.store.program_store import ProgramStore
+
+    server = serve(lambda n, body: (200, {"Content-Type": "text/html"}, b"<html>Welcome to nginx!</html>"))
+    monkeypatch.setenv("COLUMNS", "1000")
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "runs.db"
+    code = main(["run", "--plain", "--db", str(db), "--problem", "fizzbuzz", "--iterations", "20",
+                 "--set", f"run.programs_dir={ROOT / 'programs'}", "--set", "run.concurrency=1",
+                 "--set", "policy.backend=openai", "--set", f"policy.url={server.url}", "--set", "policy.model=m"])
+    out = capsys.readouterr().out
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert code == 1 and "Traceback" not in out, out
+    assert errors == [f"error: policy smollm2-135m: {server.url}/chat/completions answered HTTP 200 with a body that "
+                      "is not JSON: '<html>Welcome to nginx!</html>'; it does not speak the OpenAI API (check the "
+                      "policy's url)"], out
+    assert len(server.bodies) == 1  # the first request stopped the run; no iteration spent on the others
+    store = ProgramStore(str(db), mode="read")
+    (run,) = store.list_runs()
+    assert run.status == "interrupted" and store.completed_iterations(run.id) == {0}  # the seed only: resumable
+    assert store.attempt_counts(run.id).get("policy_error", 0) == 0
 
 
 def test_a_stalled_server_is_abandoned_at_the_deadline(serve) -> None:

@@ -91,7 +91,10 @@ class OpenAIPolicy:
         body = self._body(prompt, seed, await self._model_name())
         path = "/chat/completions" if self.api == "chat" else "/completions"
         data = await self._post(path, body)
-        text, finish, usage = _parse(data, self.api)
+        try:
+            text, finish, usage = _parse(data, self.api)
+        except _NotACompletion as exc:
+            raise self._protocol_error(f"{self.url}{path}", str(exc)) from None
         text, cut = cut_at_stop(prompt.prefill, _without_echoed_prefill(text, prompt.prefill), prompt.stop)
         return Completion(text, int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
                           time.monotonic() - started, "stop" if cut else finish)
@@ -176,10 +179,12 @@ class OpenAIPolicy:
         if response.status_code == 200:
             try:
                 data = response.json()
-            except ValueError:
-                raise PolicyError(f"the server's reply is not JSON: {response.text[:200]!r}") from None
+            except (ValueError, RecursionError):
+                raise self._protocol_error(str(response.request.url),
+                                           f"a body that is not JSON: {_excerpt(response)}") from None
             if not isinstance(data, dict):
-                raise PolicyError(f"the server's reply is not a JSON object: {response.text[:200]!r}")
+                raise self._protocol_error(str(response.request.url),
+                                           f"a body that is not a JSON object: {_excerpt(response)}")
             return data
         message = f"HTTP {response.status_code}: {_error_message(response)}"
         if response.status_code in RETRY_STATUS:
@@ -189,6 +194,14 @@ class OpenAIPolicy:
             self._unavailable = f"policy {self.name}: {response.request.url} answered {message}"
             raise PolicyUnavailable(self._unavailable)
         raise PolicyError(message)  # e.g. 400 for a prompt past the context: this request only
+
+    def _protocol_error(self, where: str, what: str) -> PolicyUnavailable:
+        """A 200 that is no OpenAI reply (a proxy's page, another service at this URL): not transient, so the run stops
+        at once, resumable, and every later request of this policy fails at once, rather than each spending an
+        iteration until run.stop_after_policy_errors."""
+        self._unavailable = (f"policy {self.name}: {where} answered HTTP 200 with {what}; it does not speak the OpenAI "
+                             "API (check the policy's url)")
+        return PolicyUnavailable(self._unavailable)
 
     def _delay(self, attempt: int, last: str) -> float:
         delay = self.backoff_s * 2 ** (attempt - 1)
@@ -210,18 +223,26 @@ def _error_message(response: httpx.Response) -> str:
     return " ".join(str(message).split())[:300]
 
 
+class _NotACompletion(PolicyError):
+    """A JSON reply that holds no completion: what it is instead."""
+
+
+def _excerpt(response: httpx.Response) -> str:
+    return repr(" ".join(response.text[:200].split()))
+
+
 def _parse(data: dict[str, Any], api: str) -> tuple[str, str, dict[str, Any]]:
-    """(text, finish_reason, usage) from a chat or completions reply; PolicyError if it has none."""
+    """(text, finish_reason, usage) from a chat or completions reply; _NotACompletion if it has none."""
     try:
         choice = data["choices"][0]
         text = choice["message"]["content"] if api == "chat" else choice["text"]
     except (KeyError, IndexError, TypeError):
-        raise PolicyError(f"the server's reply has no {'message' if api == 'chat' else 'text'}: "
-                          f"{str(data)[:200]}") from None
+        raise _NotACompletion(f"a JSON reply that has no {'message' if api == 'chat' else 'text'}: "
+                              f"{str(data)[:200]!r}") from None
     if text is None:
         text = ""
     if not isinstance(text, str):
-        raise PolicyError(f"the server's reply text is not a string: {str(text)[:100]}")
+        raise _NotACompletion(f"a reply whose text is not a string: {str(text)[:100]!r}")
     text = text.encode("utf-8", "replace").decode("utf-8")  # a lone surrogate ("\\ud800" in JSON): no store takes it
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
     return text, str(choice.get("finish_reason") or ""), usage
