@@ -147,15 +147,24 @@ def resumed_config(args: argparse.Namespace) -> Any:  # -> TrainConfig
 def held_out_config(args: argparse.Namespace, config: Any) -> Any:  # -> TrainConfig
     """The training problems (with --experiment and none named: its train_problems), refused with one line when
     any is a test problem of --experiment, or of an experiment saved in the --parents-db store."""
+    config, _ = held_out_split(args, config)
+    return config
+
+
+def held_out_split(args: argparse.Namespace, config: Any) -> tuple[Any, tuple[str, ...] | None]:
+    """held_out_config's config, and the test problems it was checked against (--experiment's), None when no
+    test list was given."""
     from evolve.config import ConfigError
     from evolve.rl.checkpoints import problem_keys
 
+    held_out: tuple[str, ...] | None = None
     if args.experiment:
         from evolve.api import experiment_file
         from evolve.engine.experiment_spec import load_experiment
 
         source = experiment_file(args.experiment)
         spec = load_experiment(source)
+        held_out = tuple(spec.problems)
         if "problems" not in config.model_fields_set:
             if not spec.train_problems:
                 raise ConfigError(f"{source}: no train_problems to train on; add train_problems = [...] to it, "
@@ -170,7 +179,14 @@ def held_out_config(args: argparse.Namespace, config: Any) -> Any:  # -> TrainCo
         from evolve.rl.rollouts import refuse_tested_parents
 
         refuse_tested_parents(config.parents_db, config.problems)
-    return config
+    return config, held_out
+
+
+def no_test_list_warning(problems: tuple[str, ...]) -> str:
+    """The one line `evolve train` prints to stderr when it was given no held-out test list."""
+    return (f"warning: evolve train: no held-out test list (--experiment FILE), so the held-out guard cannot check "
+            f"that {', '.join(problems)} {'is' if len(problems) == 1 else 'are'} not a test problem; the checkpoint "
+            "records its training problems, and experiments refuse it on any of them")
 
 
 def training_provenance(config: Any) -> Any:  # -> TrainingProvenance
@@ -178,20 +194,22 @@ def training_provenance(config: Any) -> Any:  # -> TrainingProvenance
     from pathlib import Path
 
     from evolve.problems.problem import load_problem
-    from evolve.rl.checkpoints import TrainingProvenance
+    from evolve.rl.trainer import training_provenance as provenance_of
 
-    names = tuple(load_problem(name, Path(config.programs_dir)).name for name in config.problems)
-    return TrainingProvenance(problems=names, algo=config.algo, steps=config.steps, base=config.base)
+    return provenance_of(config, tuple(load_problem(name, Path(config.programs_dir)).name
+                                       for name in config.problems))
 
 
 def cmd_train(args: argparse.Namespace, console: Console) -> int:
-    from evolve.rl.checkpoints import write_provenance
+    import sys
+
     from evolve.rl.trainer import train
 
-    config = held_out_config(args, resumed_config(args) if args.resume else train_config(args))
-    provenance = training_provenance(config)
-    final = train(config, console, resume=bool(args.resume))
-    write_provenance(final, provenance)
+    config, held_out = held_out_split(args, resumed_config(args) if args.resume else train_config(args))
+    training_provenance(config)  # a bad problem folder is one line before the model loads
+    if held_out is None:
+        print(no_test_list_warning(config.problems), file=sys.stderr)
+    final = train(config, console, resume=bool(args.resume), held_out=held_out or ())
     console.print(f"log: {final.parent / 'train_log.jsonl'}; search with it: evolve run --set policy.model={final}"
                   + (f" --set policy.answers={config.m}" if config.m > 1 else ""), highlight=False, soft_wrap=True)
     return 0

@@ -66,6 +66,9 @@ class ExperimentSpec(StrictModel):
     selection: SelectionConfig = SelectionConfig()
     policies: tuple[PolicySection, ...] = Field(min_length=1)
     ensembles: tuple[EnsembleArm, ...] = Field((), max_length=16, description="arms running several policies")
+    allow_unverified_checkpoint: bool = Field(False, description="use a trained checkpoint whose provenance "
+                                              "(evolve_training.json in its folder) is missing or does not match "
+                                              "its weights; the held-out guard cannot check such a one")
 
     @model_validator(mode="after")
     def _names_are_unique(self) -> ExperimentSpec:
@@ -170,15 +173,14 @@ def load_experiment(path: str | Path, db: str | None = None, overrides: Mapping[
 
 
 def refuse_policies_trained_on_tests(spec: ExperimentSpec) -> None:
-    """ConfigError naming the policy, its checkpoint and the problems when a policy's checkpoint (its model folder
-    or LoRA adapter, as `evolve train` wrote it) was trained on any of the experiment's test problems."""
-    from evolve.rl.checkpoints import trained_on
+    """ConfigError naming the policy, its checkpoint and the reason when a policy's checkpoint (its model folder or
+    LoRA adapter, wherever it lies) was trained on any of the experiment's test problems, or, unless
+    allow_unverified_checkpoint, has no provenance of its own that matches its weights (rl/checkpoints.py)."""
+    from evolve.rl.checkpoints import held_out_refusal
 
     for policy in spec.policies:
         for checkpoint in (policy.model, policy.lora if isinstance(policy, VLLMEngineSettings) else ""):
-            found = trained_on(checkpoint, spec.problems) if checkpoint else None
-            if found is not None:
-                path, overlap = found
-                raise ConfigError(f"policy '{policy.name}': its checkpoint {checkpoint} was trained on test problems "
-                                  f"of experiment {spec.name}: {', '.join(overlap)} (see {path}); evaluate it on "
-                                  "problems it was not trained on")
+            reason = held_out_refusal(checkpoint, spec.problems, f"experiment {spec.name}",
+                                      spec.allow_unverified_checkpoint) if checkpoint else ""
+            if reason:
+                raise ConfigError(f"policy '{policy.name}': its checkpoint {checkpoint} {reason}")

@@ -124,19 +124,16 @@ def _refuse_changed_training(config: Any) -> None:
                          f"the study file, or delete {config.out} to train it again")
 
 
-def run_training(config: Any, console: Console) -> None:
-    """Train (or resume) one algorithm to its steps, then write the checkpoint's provenance."""
-    from evolve.problems.problem import load_problem
-    from evolve.rl.checkpoints import STATE_FILE, TrainingProvenance, write_provenance
+def run_training(config: Any, console: Console, held_out: tuple[str, ...] = ()) -> None:
+    """Train (or resume) one algorithm to its steps; each checkpoint folder it saves carries its provenance (the
+    training problems, `held_out` test problems, the hashes of its weights)."""
+    from evolve.rl.checkpoints import STATE_FILE
     from evolve.rl.trainer import train
 
     resume = (Path(config.out) / STATE_FILE).is_file()
     if resume:
         _refuse_changed_training(config)
-    names = tuple(load_problem(name, Path(config.programs_dir)).name for name in config.problems)
-    final = train(config, console, resume=resume)
-    write_provenance(final, TrainingProvenance(problems=names, algo=config.algo, steps=config.steps,
-                                               base=config.base))
+    train(config, console, resume=resume, held_out=held_out)
     gc.collect()  # the trained model is unreachable now: give its memory back before the next one loads
     _empty_gpu_cache()
 
@@ -255,7 +252,7 @@ class Study:
                                highlight=False, soft_wrap=True)
             try:
                 with self.state.timed(f"train/{algo}"):
-                    run_training(config, self.console)
+                    run_training(config, self.console, self.spec.test_problems)
             except KeyboardInterrupt:
                 outcome.interrupted = True
                 return

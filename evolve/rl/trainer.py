@@ -5,7 +5,9 @@ One step: sample G completions for each of `prompts_per_step` prompts (rollouts.
 of `minibatches` AdamW steps each on the dual-clip PPO loss plus k3 KL to the reference (loss.py), append the step's
 statistics to OUT/train_log.jsonl. Checkpoints OUT/step_N/ and OUT/final/ are full HF folders (LoRA merged) that
 `evolve run --set policy.model=OUT/final` loads; OUT/final/adapter/ holds the LoRA adapter alone (for vLLM's
-`policy.lora`). OUT/resume/state.pt (checkpoints.py) lets `evolve train --resume OUT` go on after a kill.
+`policy.lora`). Every checkpoint folder (and its adapter/) holds its own evolve_training.json: the training problems,
+algorithm, seed, base model, the held-out test problems training was checked against and the hashes of its weights
+(checkpoints.py). OUT/resume/state.pt (checkpoints.py) lets `evolve train --resume OUT` go on after a kill.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from evolve.engine.offspring import ChildScorer
 from evolve.problems.evaluation import resolve_objectives
 from evolve.problems.evaluator_pool import EvaluatorPool
 from evolve.problems.problem import load_problem
-from evolve.rl.checkpoints import load_state, save_checkpoint, save_state
+from evolve.rl.checkpoints import TrainingProvenance, load_state, save_checkpoint, save_state
 from evolve.rl.estimators import compute_advantages
 from evolve.rl.loss import completion_logprobs, rl_loss
 from evolve.rl.rollouts import Group, Task, collect, collect_sampled, make_task, parents_store, stored_parents
@@ -206,13 +208,20 @@ def llamacpp_sampler(config: TrainConfig, out: Path, tokenizer: Any, model: Any,
                            slots=config.rollout_slots, context=max(256, longest + 16), threads=config.threads)
 
 
+def training_provenance(config: TrainConfig, problem_names: tuple[str, ...],
+                        held_out: tuple[str, ...] = ()) -> TrainingProvenance:
+    """The record every checkpoint of this run carries (its `steps` set per checkpoint): the problems by name."""
+    return TrainingProvenance(problems=problem_names, algo=config.algo, steps=config.steps, base=config.base,
+                              seed=config.seed, held_out=held_out)
+
+
 def step_line(record: dict[str, Any], steps: int) -> str:
     return (f"step {record['step']}/{steps}: reward {record['reward']:.3f}  scored {record['scored_answers']:.2f}  "
             f"diversity {record['diversity']:.2f}  adv_std {record['adv_std']:.2f}  kl {record['kl']:.2e}  "
             f"entropy {record['entropy']:.2f}  {record['tokens']} tokens  {record['seconds']:.0f}s")
 
 
-async def _train(config: TrainConfig, console: Console, resume: bool = False) -> Path:
+async def _train(config: TrainConfig, console: Console, resume: bool, held_out: tuple[str, ...]) -> Path:
     if config.parents_db:  # before the model loads: a wrong path is one line at once
         parents_store(config.parents_db)
     torch.set_num_threads(config.threads or os.cpu_count() or 1)
@@ -233,6 +242,7 @@ async def _train(config: TrainConfig, console: Console, resume: bool = False) ->
     options = PromptOptions.from_policy(config.prompt_policy)
     template = load_template(config.template)
     tasks = await training_tasks(config, tokenizer, options, template)
+    provenance = training_provenance(config, tuple(dict.fromkeys(task.problem.name for task in tasks)), held_out)
     # one cache for the run (each child is evaluated once), on warm evaluator processes closed when training ends
     scorer = ChildScorer(config.eval_workers, pool=EvaluatorPool(config.eval_workers))
     sampler: Any = None
@@ -272,21 +282,24 @@ async def _train(config: TrainConfig, console: Console, resume: bool = False) ->
                 progress.console.print(step_line(record, config.steps), highlight=False, soft_wrap=True)
                 progress.update(bar, advance=1, description=f"{config.algo} reward {record['reward']:.3f}")
                 if config.save_every and step % config.save_every == 0 and step < config.steps:
-                    save_checkpoint(model, tokenizer, out / f"step_{step}", config.lora.enabled)
+                    save_checkpoint(model, tokenizer, out / f"step_{step}", config.lora.enabled,
+                                    provenance.model_copy(update={"steps": step}))
     finally:
         if sampler is not None:
             sampler.close()
         if scorer.pool is not None:
             await scorer.pool.close()
     final = out / "final"
-    save_checkpoint(model, tokenizer, final, config.lora.enabled)
+    save_checkpoint(model, tokenizer, final, config.lora.enabled, provenance)
     console.print(f"saved {final} (evolve run --set policy.model={final})", highlight=False, soft_wrap=True)
     return final
 
 
-def train(config: TrainConfig, console: Console | None = None, resume: bool = False) -> Path:
-    """Run the training loop to its step budget (with `resume`, from OUT's saved state); the final checkpoint."""
+def train(config: TrainConfig, console: Console | None = None, resume: bool = False,
+          held_out: tuple[str, ...] = ()) -> Path:
+    """Run the training loop to its step budget (with `resume`, from OUT's saved state); the final checkpoint.
+    `held_out`: the test problems the training problems were checked against (recorded in each checkpoint)."""
     from evolve.policies.model_files import offline_hub
 
     offline_hub()
-    return asyncio.run(_train(config, console or Console(), resume))
+    return asyncio.run(_train(config, console or Console(), resume, tuple(held_out)))
