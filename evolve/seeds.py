@@ -4,7 +4,23 @@
 `bits` bits, so a value depends on nothing but its parts: the same in every process, on every Python version,
 and after a resume. Two streams never share a value by accident, because the purpose is part of the hash.
 
-Streams and their widths:
+Run seeds. A run's streams all derive from its run seed (`run.seed` of its stored config). `evolve run --seed S`
+runs on S itself. Experiment cells and plain sampling (what a study compares) run on a seed derived from the seed S
+they were given and the problem's name, and their runs row (and cells row) records S:
+
+- CELL (problem name): an experiment cell (problem, policy, seed S) runs on `cell_seed(S, problem)`, the same for
+  every policy on that problem and seed (the arms are paired: each policy sees the same streams), different for
+  every problem (the cells of one seed index are independent across problems, as the sign, permutation and
+  betting statistics of the report take them to be).
+- SAMPLE (problem name): `evolve sample --seed S` samples each problem on `sample_seed(S, problem)`, so plain
+  sampling never makes the same draws as the evolution of that problem's cell, nor as another problem's sampling.
+
+The problem's name (its folder's name, `problem_key` of a path) is hashed by `name_index` (blake2b of its UTF-8
+text, never Python's salted `hash`). A run keeps the run seed it was created with: a resume reads it from the
+stored config and never derives it again, so runs stored before these two streams existed (on S itself) continue
+on S.
+
+Streams within a run, and their widths:
 
 - REQUEST (iteration, attempt): the sampling seed sent with one policy request; 31 bits, because servers
   speaking the OpenAI API may hold it in a signed 32-bit int.
@@ -20,10 +36,11 @@ Streams and their widths:
 - PROMPT_EVOLUTION (iteration,) / (generation,): the draw of one iteration's instruction, and the mutation that
   makes one new instruction; 63 bits.
 
-Not derived here: a policy backend's engine seed (`open_policy(section, seed)`) is the run seed, or an
-experiment's first seed for a backend that serves all its cells; every request the engine sends carries its
-own REQUEST seed, so the engine seed draws nothing. The HumanEval test inputs use a fixed seed by design
-(part of the problem), and `stats.sign_flip_p_value` seeds its own resampling (analysis, not a run).
+Not derived here: a policy backend's engine seed (`open_policy(section, seed)`) is the run seed of `evolve run`,
+the seed S given to `evolve sample`, or an experiment's first seed S for a backend that serves all its cells;
+every request the engine sends carries its own REQUEST seed, so the engine seed draws nothing. The HumanEval test
+inputs use a fixed seed by design (part of the problem), and `stats.sign_flip_p_value` seeds its own resampling
+(analysis, not a run).
 """
 
 from __future__ import annotations
@@ -40,8 +57,10 @@ VPO_WEIGHTS = "vpo_weights"
 MODEL_INIT = "model_init"
 ENSEMBLE = "ensemble"
 PROMPT_EVOLUTION = "prompt_evolution"
+CELL = "cell"
+SAMPLE = "sample"
 PURPOSES = frozenset({REQUEST, SELECTION, BATCH, ROLLOUT_SAMPLING, VPO_WEIGHTS, MODEL_INIT, ENSEMBLE,
-                      PROMPT_EVOLUTION})
+                      PROMPT_EVOLUTION, CELL, SAMPLE})
 
 
 def derive(seed: int, purpose: str, *indices: int, bits: int = 63) -> int:
@@ -70,3 +89,21 @@ def batch_seed(seeds: Sequence[int]) -> int:
     if not seeds:
         raise ValueError("batch_seed: a batch has at least one request")
     return derive(seeds[0], BATCH, *seeds[1:])
+
+
+def name_index(name: str) -> int:
+    """A 63-bit index standing for a name in `derive`: blake2b of its UTF-8 text, the same in every process."""
+    if not name:
+        raise ValueError("name_index: a name is needed")
+    digest = hashlib.blake2b(name.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+def cell_seed(seed: int, problem: str) -> int:
+    """The 63-bit run seed of every experiment cell (problem, policy, seed) of the problem named `problem`."""
+    return derive(seed, CELL, name_index(problem))
+
+
+def sample_seed(seed: int, problem: str) -> int:
+    """The 63-bit run seed of plain sampling (`evolve sample --seed seed`) of the problem named `problem`."""
+    return derive(seed, SAMPLE, name_index(problem))

@@ -23,6 +23,7 @@ from evolve.engine.experiment_spec import load_experiment
 from evolve.problems.problem import list_problems
 from evolve.report.results import collect
 from evolve.report.terminal import render_report
+from evolve.seeds import cell_seed
 from evolve.store.program_store import ProgramStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,7 +58,7 @@ def test_name_and_store_default_to_the_files_stem_and_a_db_beside_it(tmp_path: P
     assert len(spec.cells()) == 4
     config = spec.cell_config("run_length", "smollm2", 1)
     assert (config.run.problem, config.run.seed, config.run.iterations, config.run.db) == (
-        "run_length", 1, 2, spec.db)
+        "run_length", cell_seed(1, "run_length"), 2, spec.db)
     assert config.run.name == "compare/run_length/smollm2/s1" and config.policy.max_new_tokens == 160
 
 

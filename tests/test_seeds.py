@@ -1,4 +1,5 @@
-"""Seed streams: one recipe, stable values, distinct purposes, and every experiment cell on its own seed."""
+"""Seed streams: one recipe, stable values, distinct purposes; every experiment cell on a seed of its problem and
+seed index, shared by its policies, and plain sampling on streams of its own."""
 
 from __future__ import annotations
 
@@ -8,19 +9,26 @@ from pathlib import Path
 
 import pytest
 
-from evolve.engine.experiment_spec import load_experiment
+from evolve.config import MAX_SEED, ConfigError, load_config
+from evolve.engine.experiment_spec import ExperimentSpec, load_experiment
+from evolve.engine.sampling import sample_config
 from evolve.seeds import (
+    CELL,
     PURPOSES,
     REQUEST,
     ROLLOUT_SAMPLING,
     VPO_WEIGHTS,
     batch_seed,
+    cell_seed,
     derive,
+    name_index,
     request_seed,
+    sample_seed,
     selection_rng,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
+PINNED_CELL, PINNED_SAMPLE = 2345751431028696251, 576081516455032696  # a recipe change is seen
 
 
 def test_values_are_pinned_so_a_recipe_change_is_seen() -> None:
@@ -76,15 +84,74 @@ def test_selection_rng_repeats_per_iteration_and_differs_between_iterations() ->
     assert len(set(draws)) == 20 and selection_rng(5, 0).random() != draws[0]
 
 
-def test_each_experiment_cell_runs_on_its_own_seed_and_sends_its_own_request_seeds(tmp_path: Path) -> None:
+def experiment(tmp_path: Path, problems: str, seeds: str = "[0, 1, 7]") -> ExperimentSpec:
     path = tmp_path / "exp.toml"
-    path.write_text(f'problems = ["run_length"]\nseeds = [0, 1, 7]\niterations = 3\n'
-                    f'[run]\nprograms_dir = "{ROOT / "programs"}"\n[[policies]]\nname = "p"\nbackend = "hf"\n')
-    spec = load_experiment(path)
-    configs = [spec.cell_config(problem, policy, seed) for problem, policy, seed in spec.cells()]
-    assert [config.run.seed for config in configs] == [0, 1, 7]
-    sent = [{request_seed(config.run.seed, iteration, attempt) for iteration in range(1, 4) for attempt in range(3)}
-            for config in configs]
-    assert all(len(seeds) == 9 for seeds in sent)
-    assert not (sent[0] & sent[1]) and not (sent[0] & sent[2]) and not (sent[1] & sent[2])
+    path.write_text(f'problems = {problems}\nseeds = {seeds}\niterations = 3\n'
+                    f'[run]\nprograms_dir = "{ROOT / "programs"}"\n[[policies]]\nname = "p"\nbackend = "hf"\n'
+                    f'[[policies]]\nname = "q"\nbackend = "hf"\ntemperature = 1.0\n'
+                    f'[[ensembles]]\nname = "pq"\nmembers = ["p", "q"]\n')
+    return load_experiment(path)
+
+
+def sent(run_seed: int, iterations: int = 3, attempts: int = 3) -> set[int]:
+    """The request seeds a run on `run_seed` sends in its first iterations."""
+    return {request_seed(run_seed, iteration, attempt) for iteration in range(1, iterations + 1)
+            for attempt in range(attempts)}
+
+
+def test_each_experiment_cell_runs_on_its_own_seed_and_sends_its_own_request_seeds(tmp_path: Path) -> None:
+    spec = experiment(tmp_path, '["run_length"]')
+    configs = [spec.cell_config(problem, policy, seed) for problem, policy, seed in spec.cells() if policy == "p"]
+    assert [config.run.seed for config in configs] == [cell_seed(seed, "run_length") for seed in (0, 1, 7)]
+    requests = [sent(config.run.seed) for config in configs]
+    assert all(len(seeds) == 9 for seeds in requests)
+    assert not (requests[0] & requests[1]) and not (requests[0] & requests[2]) and not (requests[1] & requests[2])
     assert derive(0, REQUEST, 1, 0) & (2**31 - 1) == request_seed(0, 1, 0)
+
+
+def test_two_problems_on_the_same_seed_index_send_different_request_seeds(tmp_path: Path) -> None:
+    spec = experiment(tmp_path, '["run_length", "fizzbuzz", "symbolic_regression"]')
+    for seed in spec.seeds:
+        run_seeds = [spec.cell_config(problem, "p", seed).run.seed for problem in spec.problems]
+        assert len(set(run_seeds)) == 3
+        requests = [sent(run_seed) for run_seed in run_seeds]
+        assert not (requests[0] & requests[1]) and not (requests[0] & requests[2]) and not (requests[1] & requests[2])
+        draws = [[selection_rng(run_seed, iteration).random() for iteration in range(1, 4)] for run_seed in run_seeds]
+        assert len({tuple(d) for d in draws}) == 3  # the parents drawn differ too
+
+
+def test_every_policy_and_ensemble_on_the_same_problem_and_seed_runs_on_the_same_seed(tmp_path: Path) -> None:
+    spec = experiment(tmp_path, '["run_length", "fizzbuzz"]')
+    for problem in spec.problems:
+        for seed in spec.seeds:
+            run_seeds = {spec.cell_config(problem, arm, seed).run.seed for arm in ("p", "q", "pq")}
+            assert run_seeds == {cell_seed(seed, problem)}
+
+
+def test_sampling_a_problem_draws_other_streams_than_its_experiment_cells(tmp_path: Path) -> None:
+    spec = experiment(tmp_path, '["run_length", "fizzbuzz"]')
+    base = load_config(None, {"run.seed": 1, "run.programs_dir": str(ROOT / "programs")})
+    for problem in spec.problems:
+        sampling = sample_config(base, problem, problem, 9)
+        assert sampling.run.seed == sample_seed(1, problem) != spec.cell_config(problem, "p", 1).run.seed
+        assert not sent(sampling.run.seed) & sent(spec.cell_config(problem, "p", 1).run.seed)
+    assert sample_config(base, "run_length", "run_length", 9).run.seed != \
+        sample_config(base, "fizzbuzz", "fizzbuzz", 9).run.seed
+
+
+def test_run_seeds_of_cells_and_samples_are_pinned_and_the_same_in_another_process() -> None:
+    assert cell_seed(0, "fizzbuzz") == derive(0, CELL, name_index("fizzbuzz"))
+    assert (cell_seed(0, "fizzbuzz"), sample_seed(0, "fizzbuzz")) == (PINNED_CELL, PINNED_SAMPLE)
+    code = "from evolve.seeds import cell_seed, sample_seed; print(cell_seed(0, 'fizzbuzz'), sample_seed(0, 'fizzbuzz'))"
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
+                           env={"PYTHONHASHSEED": "99"})
+    assert tuple(map(int, other.stdout.split())) == (PINNED_CELL, PINNED_SAMPLE)
+    assert all(0 <= cell_seed(seed, name) <= MAX_SEED for seed in (0, MAX_SEED) for name in ("a", "b" * 300))
+
+
+def test_a_problem_named_by_its_folder_path_runs_on_its_names_seed(tmp_path: Path) -> None:
+    by_path = experiment(tmp_path, f'["{ROOT / "programs" / "fizzbuzz"}"]', "[2]")
+    problem = by_path.problems[0]
+    assert by_path.cell_config(problem, "p", 2).run.seed == cell_seed(2, "fizzbuzz")
+    with pytest.raises(ConfigError, match="problems must have distinct names.*fizzbuzz"):
+        experiment(tmp_path, f'["fizzbuzz", "{ROOT / "programs" / "fizzbuzz"}"]')

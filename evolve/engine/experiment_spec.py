@@ -24,6 +24,7 @@ from evolve.config import (
     read_toml,
 )
 from evolve.problems.problem import problem_key
+from evolve.seeds import cell_seed
 
 CellKey = tuple[str, str, int]  # (problem, policy, seed)
 
@@ -78,6 +79,15 @@ class ExperimentSpec(StrictModel):
             repeated = sorted({str(v) for v in values if list(values).count(v) > 1})
             if repeated:
                 raise ValueError(f"{what} must be distinct; repeated: {', '.join(repeated)}")
+        return self
+
+    @model_validator(mode="after")
+    def _problem_names_are_distinct(self) -> ExperimentSpec:
+        keys = [problem_key(problem) for problem in self.problems]
+        repeated = sorted({problem for problem, key in zip(self.problems, keys, strict=True) if keys.count(key) > 1})
+        if repeated:
+            raise ValueError(f"problems must have distinct names (a cell's seed streams derive from its problem's "
+                             f"name); the same name: {', '.join(repeated)}")
         return self
 
     @model_validator(mode="after")
@@ -136,8 +146,10 @@ class ExperimentSpec(StrictModel):
         return tuple(self.policy(member) for member in arm.members) if arm is not None else (self.policy(name),)
 
     def cell_config(self, problem: str, policy: str, seed: int) -> RunConfig:
-        run = RunSection(problem=problem, iterations=self.iterations, seed=seed, db=self.db,
-                         programs_dir=self.run.programs_dir, concurrency=self.run.concurrency,
+        """The config a new cell (problem, policy, seed) starts with; its run seed is `seeds.cell_seed(seed,
+        problem's name)`: the same for every policy, another for every problem (a stored cell keeps its own)."""
+        run = RunSection(problem=problem, iterations=self.iterations, seed=cell_seed(seed, problem_key(problem)),
+                         db=self.db, programs_dir=self.run.programs_dir, concurrency=self.run.concurrency,
                          eval_workers=self.run.eval_workers, warm_evaluators=self.run.warm_evaluators,
                          evaluator_recycle=self.run.evaluator_recycle, name=f"{self.name}/{problem}/{policy}/s{seed}",
                          answers_per_iteration=self.answers_per_iteration_of_cells(),
