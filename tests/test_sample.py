@@ -21,6 +21,7 @@ from evolve.config import ConfigError, RunConfig, SelectionConfig, load_config
 from evolve.engine.sampling import SampleError, answer_outcomes, plan_samples, sample_config
 from evolve.records import Program
 from evolve.search.selection import Selector
+from evolve.seeds import sample_seed
 from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,7 +70,7 @@ def stored_sampling_run(store: ProgramStore, config: RunConfig, iterations: list
     return run_id
 
 
-CALL = AttemptRecord("policy_call", "stop", prompt="p", completion="c")
+CALL = AttemptRecord("policy_call", "stop", prompt="p", completion="c", completion_tokens=30)
 
 
 def three_answer_requests() -> list[list[AttemptRecord | ChildRecord]]:
@@ -91,11 +92,11 @@ def test_each_request_gives_m_answers_scored_as_children_duplicates_and_failures
     config = sample_config(base_config(tmp_path / "s.db", "policy.answers=3"), "fizzbuzz", "fizzbuzz", 12)
     assert config.run.iterations == 4 and config.selection.strategy == "seed"
     run_id = stored_sampling_run(store, config, three_answer_requests())
-    scalars, solved, requests, failed = answer_outcomes(store, run_id, 3, 4)
-    assert (requests, failed) == (4, 1)
+    scalars, solved, requests, failed, tokens = answer_outcomes(store, run_id, 3, 4)
+    assert (requests, failed, tokens) == (4, 1, 3 * 30)  # the failed request generated nothing
     assert scalars == [1.0, 0.25, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
     assert solved == [True, False, True] + [False] * 9
-    assert answer_outcomes(store, run_id, 3, 1)[:2] == ([1.0, 0.25, 1.0], [True, False, True])
+    assert answer_outcomes(store, run_id, 3, 1) == ([1.0, 0.25, 1.0], [True, False, True], 1, 0, 30)
 
 
 def test_a_finished_store_is_reported_without_loading_a_model(tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -140,6 +141,21 @@ def test_a_stored_run_with_other_sampling_settings_is_refused_and_a_larger_n_ext
     (plan,) = plan_samples(store, base, ["fizzbuzz"], 5)
     assert (plan.run_id, plan.finished, plan.config.run.iterations) == (run_id, False, 5)
     assert store.get_run(run_id).iterations_target == 5
+
+
+def test_a_run_sampled_on_the_seed_itself_before_seeds_were_derived_per_problem_keeps_it(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    store = ProgramStore(str(db))
+    base = base_config(db, "run.seed=4")
+    fresh = sample_config(base, "fizzbuzz", "fizzbuzz", 2)
+    assert fresh.run.seed == sample_seed(4, "fizzbuzz")
+    legacy = fresh.model_copy(update={"run": fresh.run.model_copy(update={"seed": 4})})  # as stored before
+    empty: list[AttemptRecord | ChildRecord] = [CALL, AttemptRecord("edit_failed", "no answer in the completion")]
+    run_id = stored_sampling_run(store, legacy, [empty])
+    (plan,) = plan_samples(store, base, ["fizzbuzz"], 2)
+    assert (plan.run_id, plan.finished, plan.config.run.seed, plan.seed) == (run_id, False, 4, 4)
+    with pytest.raises(SampleError, match=r"run.seed 4 -> 5"):
+        plan_samples(store, base_config(db, "run.seed=5"), ["fizzbuzz"], 2)
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -226,7 +242,7 @@ def test_sample_end_to_end_through_an_openai_server_counts_resumes_and_filters(t
         assert extended.returncode == 0, extended.stdout[-3000:] + extended.stderr[-3000:]
         sent = [json.loads(line) for line in log.read_text().splitlines()]
         assert len(sent) == 4  # one more request per problem; the first ones are reused
-        assert len({request["seed"] for request in sent}) == 2  # seeds by request index, the same for each problem
+        assert len({request["seed"] for request in sent}) == 4  # each problem samples its own streams
         again = sample(4)
         assert again.returncode == 0 and len(log.read_text().splitlines()) == 4, again.stdout[-3000:]
         document = json.loads(report.read_text())
