@@ -101,6 +101,14 @@ def test_token_budget_fits_the_block_and_respects_the_cap() -> None:
     assert capped.max_new_tokens == 100
 
 
+@pytest.mark.parametrize("code", [PARENT_CODE, LONG_BLOCK])
+def test_the_token_cap_is_per_answer_so_m_answers_may_take_m_times_one_answers_tokens(code: str) -> None:
+    for cap in (100, 384):
+        one = build_prompt(request(program(code, 0.25)), PromptOptions(max_new_tokens_cap=cap))
+        three = build_prompt(request(program(code, 0.25)), PromptOptions(answers=3, max_new_tokens_cap=cap))
+        assert three.max_new_tokens == 3 * one.max_new_tokens and one.max_new_tokens <= cap
+
+
 def test_a_higher_scoring_inspiration_is_shown_and_a_lower_one_is_not() -> None:
     better = build_prompt(request(program(PARENT_CODE, 0.25), program(BETTER_CODE, 0.5)))
     assert "return x * x * x + x" in user_text(better.messages)

