@@ -22,7 +22,7 @@ from evolve.engine.experiment_spec import ExperimentSpec
 from evolve.problems.check import new_problem
 from evolve.report.results import ExperimentResults, collect
 from evolve.report.results_files import write_csvs, write_json
-from evolve.report.stats import clopper_pearson
+from evolve.report.stats import BET_FRACTIONS, clopper_pearson
 from evolve.report.terminal import render_report
 from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore
 
@@ -131,7 +131,9 @@ def test_first_crack_counts_a_seed_that_never_cracked_as_censored(results: Exper
 def test_mean_best_interval_never_has_zero_width_when_seeds_agree(results: ExperimentResults) -> None:
     agree = results.row("alpha", "A").mean_best_scalar  # every seed reached 1.0
     assert agree is not None and agree.estimate == 1.0 and agree.n == 3
-    assert agree.low == pytest.approx(0.025 ** (1 / 3)) and agree.high == 1.0
+    # the betting bound for three values at the top: where the gambler betting "above m" reaches 2 / alpha = 40
+    assert 0.2 < agree.low < 0.3 and agree.high == 1.0 and agree.width == pytest.approx(1.0 - agree.low)
+    assert np.mean((1 + BET_FRACTIONS * (1 - agree.low) / agree.low) ** 3) == pytest.approx(40.0, rel=1e-6)
 
 
 def test_curves_exist_against_all_four_axes_on_a_common_grid(results: ExperimentResults) -> None:

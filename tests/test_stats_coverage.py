@@ -1,8 +1,9 @@
 """Every 95% interval the report prints covers a known truth at least 93% of the time, at n = 3, 5 and 10 seeds.
 
 Simulations with a known truth, seeded, vectorised (a few seconds in all): Clopper-Pearson for "cracked k of n",
-the mean interval (the report's mean best scalar and every point of its curve bands), the paired per-problem
-difference between two policies, and the bands of best-so-far and share-cracked curves.
+the mean interval (the betting interval: the report's mean best scalar and every point of its curve bands), the
+paired per-problem difference between two policies, and the bands of best-so-far and share-cracked curves. The
+betting interval's own tests (n = 30, unequal means, width against Hoeffding's) are in tests/test_stats_betting.py.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from evolve.report.stats import clopper_pearson, curve_bands, mean_interval, paired_difference
+from evolve.report.stats import BET_FRACTIONS, clopper_pearson, curve_bands, mean_interval, paired_difference
 
 REPLICATES = 2000
 LEVEL = 0.95
@@ -99,7 +100,7 @@ def test_paired_difference_interval_covers_the_mean_true_difference_over_problem
 @pytest.mark.parametrize("n", SEED_COUNTS)
 def test_curve_bands_cover_the_true_best_so_far_and_share_cracked_at_every_point(n: int) -> None:
     rng = np.random.default_rng(1000 + n)
-    horizon, replicates = 12, REPLICATES
+    horizon, replicates = 12, REPLICATES // 2  # 13 points each: 13 000 intervals per n
     t = np.arange(horizon + 1)
     # best so far: the seed program scores 0, then one uniform(0, 1) child per iteration: E[max] = t / (t + 1)
     draws = rng.random((replicates, n, horizon))
@@ -124,7 +125,11 @@ def test_seeds_that_agree_give_an_interval_of_nonzero_width() -> None:
     for values in ([0.0, 0.0, 0.0], [1.0, 1.0, 1.0], [0.5, 0.5, 0.5]):
         interval = mean_interval(np.array(values), LEVEL)
         assert interval.high - interval.low > 0.25, (values, interval)
-    assert mean_interval(np.zeros(3)).high == pytest.approx(1 - 0.025 ** (1 / 3))  # = Clopper-Pearson's 0 of 3
+    # three zeros: the upper bound is where the gambler betting on "below m" reaches 2 / alpha = 40, a little
+    # above Clopper-Pearson's 0 of 3 (1 - 0.025^(1/3) = 0.708)
+    high = mean_interval(np.zeros(3)).high
+    assert np.mean((1 + BET_FRACTIONS * high / (1 - high)) ** 3) == pytest.approx(40.0, rel=1e-6)
+    assert 0.70 < high < 0.78
     assert clopper_pearson(0, 3) == pytest.approx((0.0, 1 - 0.025 ** (1 / 3)))
     assert clopper_pearson(3, 3)[0] == pytest.approx(0.025 ** (1 / 3))
     _, low, high, _ = curve_bands(np.zeros((3, 4)))

@@ -2,19 +2,29 @@
 
 Every interval here has AT LEAST its nominal coverage for every distribution its docstring names, at every n (none
 rests on a normal approximation or on resampling), and none has zero width: three seeds that agree still leave
-room for a fourth that does not. Bounds are found by bisection on exact binomial sums or on the relative entropy,
-so no special-function library is needed. Tests: tests/test_stats.py and the simulation tests/test_stats_coverage.py.
+room for a fourth that does not. Bounds are found by bisection on exact binomial sums, on the relative entropy or
+on a betting capital, so no special-function library is needed. p-values of several comparisons in one report are
+Holm-adjusted together (`holm`, `holm_correct`). Tests: tests/test_stats.py and the simulations
+tests/test_stats_coverage.py and tests/test_stats_betting.py.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from itertools import product
 
 import numpy as np
 
 _BISECTIONS = 64  # halvings of [0, 1]: far below float resolution of any printed bound
+_PRODUCT_ROWS = 12  # factors multiplied before a log: each <= n * 2^40 (bisection stays 2^-40 of the mean
+# away from 0 and 1), so twelve of them stay far inside a float
+_BET_BISECTIONS = 40  # halvings for a betting bound: 1e-12, far below any printed digit
+_CANDIDATES = 256  # candidate means tried at once per pass of a betting bound's search (few columns only)
+# The betting interval's bets: fractions s of the largest bet a candidate mean m allows (1/m betting that values
+# exceed m, 1/(1 - m) that they fall short). Small fractions win on spread-out values and many of them, large ones
+# on values that agree; fixed in advance (never tuned to the data), so the mixture is a valid e-value.
+BET_FRACTIONS = np.concatenate([0.5 ** np.arange(6, 0, -1), 1.0 - 0.5 ** np.arange(2, 9)])
 
 
 @dataclass(frozen=True)
@@ -29,6 +39,10 @@ class Interval:
     high: float
     n: int
     out_of_range: int = 0
+    width: float = field(init=False)  # high - low, carried so that report.json and study_report.json show it
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "width", self.high - self.low)
 
 
 def binomial_cdf(k: int, n: int, p: float) -> float:
@@ -82,7 +96,8 @@ def kl_bounds(means: np.ndarray, n: int, confidence: float = 0.95) -> tuple[np.n
     independent (not necessarily identically distributed) values in [0, 1] whose expectations average mu,
     P(mu < low) <= alpha/2 and P(mu > high) <= alpha/2 (Chernoff-Hoeffding: P(mean >= mu + t) <=
     exp(-n kl(mu + t, mu))), so coverage >= confidence for every distribution at every n. At mean 0 or 1 the
-    bound equals Clopper-Pearson's."""
+    bound equals Clopper-Pearson's. It sees only the mean, so values that agree get as wide an interval as values
+    spread over the range: the report uses `betting_bounds`; this is the reference the tests measure it against."""
     means = np.clip(np.asarray(means, dtype=float), 0.0, 1.0)
     budget = math.log(2.0 / (1.0 - confidence)) / n
     low, high = np.zeros_like(means), means.copy()  # lower bound: kl(mean, mu) falls as mu rises to mean
@@ -100,13 +115,83 @@ def kl_bounds(means: np.ndarray, n: int, confidence: float = 0.95) -> tuple[np.n
     return lower, upper
 
 
+def _log_capital(values: np.ndarray, candidate: np.ndarray, side: int) -> np.ndarray:
+    """log K(m) per column: the capital of a gambler who spreads one unit evenly over the constant bets
+    `BET_FRACTIONS` that the mean of `values` [n, columns] (in [0, 1]) is above (side +1) or below (side -1) the
+    column's candidate mean m: K(m) = mean over s of prod_i (1 + side * s / room * (x_i - m)), room = m or 1 - m.
+
+    Each factor is >= 0 for every x in [0, 1]. K(m) never rises as m rises (side +1) or falls (side -1): every
+    factor is monotone in m, so each one-sided bound is found by a search on m (`_boundary`)."""
+    room = np.maximum(candidate if side > 0 else 1.0 - candidate, 1e-300)  # [columns]
+    bets = side * BET_FRACTIONS[:, None] / room[None, :]  # [bets, columns]
+    logs = np.zeros((BET_FRACTIONS.size, values.shape[1]))
+    for start in range(0, values.shape[0], _PRODUCT_ROWS):  # multiply a block of factors, then one log per block
+        block = values[None, start:start + _PRODUCT_ROWS, :] - candidate[None, None, :]
+        factors = np.maximum(1.0 + bets[:, None, :] * block, 0.0).prod(axis=1)  # [bets, columns]
+        with np.errstate(divide="ignore"):
+            logs += np.log(factors)  # -inf where a bet lost everything
+    top = logs.max(axis=0)
+    finite = np.isfinite(top)
+    shift = np.where(finite, top, 0.0)
+    return np.where(finite, shift + np.log(np.exp(logs - shift).mean(axis=0)), -np.inf)
+
+
+def betting_bounds(values: np.ndarray, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Betting confidence bounds for the mean of each column of `values` [n, columns], values in [0, 1].
+
+    Waudby-Smith and Ramdas, "Estimating means of bounded random variables by betting" (JRSS-B 2024), with their
+    diversified-Kelly capital (a fixed mixture of constant bets, `_log_capital`), hedged: the interval is the set
+    of candidate means m where both one-sided capitals stay below 2 / alpha. Guarantee: for n independent values in
+    [0, 1] whose expectations mu_i average mu (not necessarily equal), E[K(mu)] = mean over s of
+    prod_i (1 + lambda_s (mu_i - mu)) <= 1 (arithmetic-geometric mean inequality), so by Markov
+    P(mu < low) <= alpha / 2 and P(mu > high) <= alpha / 2: coverage >= confidence for every distribution at every
+    n. Constant bets are what keep that guarantee when the means differ (problems of unequal difficulty); a
+    predictable plug-in bet learned from earlier values has no such bound there. Unlike `kl_bounds` the bounds use
+    the spread of the values, not only their mean: values that agree give a narrow interval, never a zero one.
+    Deterministic; the order of the values does not matter (the capital is a product of constant bets)."""
+    values = np.clip(np.asarray(values, dtype=float), 0.0, 1.0)
+    if values.ndim != 2 or values.shape[0] < 1:
+        raise ValueError("betting_bounds needs values as [n >= 1, columns]")
+    # a curve's columns repeat wherever it is flat: bound each distinct column once
+    values, inverse = np.unique(values, axis=1, return_inverse=True)
+    threshold = math.log(2.0 / (1.0 - confidence))
+    mean = values.mean(axis=0)  # never rejected (each capital is <= 1 there), so each bound is on its side of it
+    # lower bound: K+(m) >= threshold below it, < above; of its last bracket the rejected end (errs wide)
+    lower = _boundary(values, +1, threshold, np.zeros_like(mean), mean.copy())[0]
+    upper = _boundary(values, -1, threshold, mean.copy(), np.ones_like(mean))[1]
+    inverse = inverse.ravel()
+    return lower[inverse], upper[inverse]
+
+
+def _boundary(values: np.ndarray, side: int, threshold: float, low: np.ndarray,
+              high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Narrow each column's bracket [low, high] around the candidate mean where the side's log capital crosses
+    `threshold` (rejected below it for side +1, above it for side -1) to 2^-_BET_BISECTIONS: each pass tries
+    2^k - 1 evenly spaced candidates per column at once (k up to 6 when there are few columns), a bisection when
+    there are many."""
+    columns = values.shape[1]
+    bits = max(1, min(6, int(math.log2(max(1.0, _CANDIDATES / columns)))))
+    tried = 2 ** bits - 1
+    repeated = np.repeat(values, tried, axis=1)  # [n, columns * tried]
+    fractions = np.arange(1, tried + 1) / (tried + 1)
+    for _ in range(math.ceil(_BET_BISECTIONS / bits)):
+        candidates = low[:, None] + (high - low)[:, None] * fractions[None, :]  # [columns, tried], ascending
+        rejected = (_log_capital(repeated, candidates.ravel(), side) >= threshold).reshape(columns, tried)
+        if side < 0:
+            rejected = ~rejected  # flip so that "below the boundary" reads True for both sides
+        below = rejected.sum(axis=1)  # candidates on the low side of the boundary (monotone in m)
+        low = np.where(below > 0, candidates[np.arange(columns), np.maximum(below - 1, 0)], low)
+        high = np.where(below < tried, candidates[np.arange(columns), np.minimum(below, tried - 1)], high)
+    return low, high
+
+
 def mean_interval(values: np.ndarray, confidence: float = 0.95,
                   value_range: tuple[float, float] = (0.0, 1.0)) -> Interval:
-    """The mean of `values` (one per seed) with the inverted Hoeffding relative-entropy interval (`kl_bounds`).
+    """The mean of `values` (one per seed, or per problem) with the betting interval (`betting_bounds`).
 
     Values are scaled from `value_range` to [0, 1] first. Guarantee: coverage >= confidence for independent
-    values inside the range, whatever their distribution, at every n >= 1; never zero width. A value outside
-    the range widens the range to hold it and is counted in `out_of_range` (the report flags it)."""
+    values inside the range, whatever their distributions (equal means or not), at every n >= 1; never zero width.
+    A value outside the range widens the range to hold it and is counted in `out_of_range` (the report flags it)."""
     values = np.asarray(values, dtype=float).ravel()
     if values.size == 0:
         raise ValueError("mean_interval needs at least one value")
@@ -114,9 +199,9 @@ def mean_interval(values: np.ndarray, confidence: float = 0.95,
     outside = int(np.sum((values < low_end) | (values > high_end)))
     low_end, high_end = min(low_end, float(values.min())), max(high_end, float(values.max()))
     span = high_end - low_end
-    mean = float(values.mean())
-    low, high = kl_bounds(np.array([(mean - low_end) / span]), values.size, confidence)
-    return Interval(mean, low_end + span * float(low[0]), low_end + span * float(high[0]), int(values.size), outside)
+    low, high = betting_bounds(((values - low_end) / span)[:, None], confidence)
+    return Interval(float(values.mean()), low_end + span * float(low[0]), low_end + span * float(high[0]),
+                    int(values.size), outside)
 
 
 def curve_bands(matrix: np.ndarray, confidence: float = 0.95,
@@ -130,9 +215,8 @@ def curve_bands(matrix: np.ndarray, confidence: float = 0.95,
     if outside:
         low_end, high_end = min(low_end, float(matrix.min())), max(high_end, float(matrix.max()))
     span = high_end - low_end
-    mean = matrix.mean(axis=0)
-    low, high = kl_bounds((mean - low_end) / span, matrix.shape[0], confidence)
-    return mean, low_end + span * low, low_end + span * high, outside
+    low, high = betting_bounds((matrix - low_end) / span, confidence)
+    return matrix.mean(axis=0), low_end + span * low, low_end + span * high, outside
 
 
 def sign_test(differences: np.ndarray) -> float:
@@ -179,7 +263,11 @@ def permutation_test(differences: np.ndarray, exact_up_to: int = 20, samples: in
 
 @dataclass(frozen=True)
 class PairedDifference:
-    """Policy a minus policy b over the problems both ran: per problem, then the mean with interval and tests."""
+    """Policy a minus policy b over the problems both ran: per problem, then the mean with interval and tests.
+
+    The raw p-values test this comparison alone; the `_holm` ones are adjusted over every comparison of the report
+    (`holm_correct`; `family` counts them), and `significant` (Holm-adjusted permutation p <= alpha) is the only
+    verdict a report should print."""
 
     metric: str  # "cracked_share" (share of seeds cracked) or "mean_best" (mean over seeds of the best scalar)
     policy_a: str
@@ -193,6 +281,11 @@ class PairedDifference:
     wins: int  # problems where a is ahead
     losses: int
     ties: int
+    alpha: float = 0.05  # 1 - confidence: the level of the interval and of `significant`
+    sign_p_holm: float = 1.0
+    permutation_p_holm: float = 1.0
+    family: int = 1  # comparisons adjusted together
+    significant: bool = False
 
 
 def paired_difference(metric: str, policy_a: str, policy_b: str, problems: tuple[str, ...], a: np.ndarray,
@@ -200,17 +293,48 @@ def paired_difference(metric: str, policy_a: str, policy_b: str, problems: tuple
                       value_range: tuple[float, float] = (0.0, 1.0), samples: int = 100_000) -> PairedDifference:
     """The paired per-problem difference a - b (each a per-problem value in `value_range`).
 
-    Interval: the differences live in [-(hi - lo), hi - lo]; rescaled to [0, 1] they go through `mean_interval`,
-    whose guarantee holds for independent, non-identically distributed values: it covers the average over these
-    problems of the true per-problem difference with at least `confidence`, whatever the distributions. Tests:
-    `sign_test` and `permutation_test` over problems."""
+    Interval: the differences live in [-(hi - lo), hi - lo]; rescaled to [0, 1] they go through `mean_interval`
+    (the betting interval), whose guarantee holds for independent, non-identically distributed values: it covers
+    the average over these problems of the true per-problem difference with at least `confidence`, whatever the
+    distributions. Tests: `sign_test` and `permutation_test` over problems; alone, the comparison is a family of
+    one (Holm-adjusted = raw); `holm_correct` adjusts a report's comparisons together."""
     differences = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
     width = value_range[1] - value_range[0]
     interval = mean_interval(differences, confidence, (-width, width))
     permutation_p, exact = permutation_test(differences, samples=samples)
+    sign_p, alpha = sign_test(differences), 1.0 - confidence
     return PairedDifference(metric, policy_a, policy_b, problems, tuple(map(float, differences)), interval,
-                            sign_test(differences), permutation_p, exact, int(np.sum(differences > 0)),
-                            int(np.sum(differences < 0)), int(np.sum(differences == 0)))
+                            sign_p, permutation_p, exact, int(np.sum(differences > 0)),
+                            int(np.sum(differences < 0)), int(np.sum(differences == 0)), alpha, sign_p,
+                            permutation_p, 1, permutation_p <= alpha)
+
+
+def holm(p_values: np.ndarray | list[float]) -> np.ndarray:
+    """Holm's (1979) step-down adjusted p-values, in the order given.
+
+    Sorted ascending p_(1) <= ... <= p_(k), the adjusted p_(i) is max over j <= i of min(1, (k - j + 1) p_(j)).
+    Rejecting every hypothesis whose adjusted p is <= alpha keeps the chance of any false rejection among the k
+    at most alpha, whatever the dependence between the tests."""
+    p = np.asarray(p_values, dtype=float).ravel()
+    k = p.size
+    if k == 0:
+        return p
+    order = np.argsort(p, kind="stable")
+    stepped = np.minimum(1.0, np.maximum.accumulate((k - np.arange(k)) * p[order]))
+    adjusted = np.empty(k)
+    adjusted[order] = stepped
+    return adjusted
+
+
+def holm_correct(differences: tuple[PairedDifference, ...] | list[PairedDifference]) -> tuple[PairedDifference, ...]:
+    """Every comparison of one report, its sign and permutation p-values Holm-adjusted over all of them (each
+    test's p-values a family of their own), and `significant` set from the adjusted permutation p."""
+    differences = tuple(differences)
+    signs = holm([d.sign_p for d in differences])
+    permutations = holm([d.permutation_p for d in differences])
+    return tuple(replace(d, sign_p_holm=float(s), permutation_p_holm=float(q), family=len(differences),
+                         significant=bool(q <= d.alpha))
+                 for d, s, q in zip(differences, signs, permutations, strict=True))
 
 
 @dataclass(frozen=True)
