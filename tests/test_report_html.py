@@ -128,13 +128,29 @@ def test_curves_are_means_over_seeds_at_each_iteration(results: ExperimentResult
 # ---------------------------------------------------------------- the page, as text
 
 
+def test_differences_show_the_interval_width_and_raw_and_holm_adjusted_p_values(results: ExperimentResults) -> None:
+    page = report_html(results)
+    table = page[page.index('<table class="differences">'):]
+    table = table[:table.index("</table>")]
+    assert "width" in table and "permutation p (Holm)" in table and "significant (Holm" in table
+    for d in results.differences:
+        assert d.family == len(results.differences)
+        assert f"[{d.mean.low:+.3f}, {d.mean.high:+.3f}]</td><td>{d.mean.width:.3f}</td>" in table
+        assert f'{d.sign_p:.3g} <span class="band">(Holm {d.sign_p_holm:.3g})</span>' in table
+        assert f'(Holm {d.permutation_p_holm:.3g})' in table
+        assert f'data-metric="{d.metric}" data-significant="{str(d.significant).lower()}"' in table
+    assert "Holm-adjusted over all 2 comparisons" in page
+    row = next(r for r in results.table if r.mean_best_scalar is not None)
+    assert f"width {row.mean_best_scalar.width:.3f}, n = {row.mean_best_scalar.n}" in page
+
+
 def test_page_escapes_names_marks_states_and_is_self_contained(results: ExperimentResults) -> None:
     page = report_html(results)
     assert '<m=3>' not in page and "vpo &lt;m=3&gt; &amp; &quot;co&quot;" in page
     assert "&lt;on two problems&gt; &amp; a broken endpoint" in page
     assert "policy failed: every call errored (12 errors)" in page
     assert "not run" in page and "partial: 2/3 seeds" in page
-    assert "Clopper-Pearson" in page and "Hoeffding" in page and "95%" in page and "bootstrap" not in page
+    assert "Clopper-Pearson" in page and "betting" in page and "95%" in page and "bootstrap" not in page
     assert page.count('class="chart"') == 2 * 4 + len(PROBLEMS)  # two metrics x four axes, one per problem
     for run_id in range(1, len(SCRIPTS) + 1):
         assert f"evolve lineage {run_id}</code>" in page

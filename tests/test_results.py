@@ -22,7 +22,8 @@ from evolve.engine.experiment_spec import ExperimentSpec
 from evolve.problems.check import new_problem
 from evolve.report.results import ExperimentResults, collect
 from evolve.report.results_files import write_csvs, write_json
-from evolve.report.stats import BET_FRACTIONS, clopper_pearson
+from evolve.report.stats import BET_FRACTIONS, clopper_pearson, holm
+from evolve.report.study_report import study_json
 from evolve.report.terminal import render_report
 from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore
 
@@ -177,6 +178,25 @@ def test_paired_differences_over_the_problems_both_policies_ran(results: Experim
     assert (cracked.wins, cracked.losses, cracked.ties) == (3, 0, 0) and cracked.permutation_exact
     assert cracked.permutation_p == pytest.approx(2 / 8) and cracked.sign_p == pytest.approx(2 / 8)
     assert cracked.mean.n == 3 and cracked.mean.low < np.mean(cracked.per_problem) < cracked.mean.high
+    assert cracked.mean.width == pytest.approx(cracked.mean.high - cracked.mean.low)
+
+
+def test_paired_differences_are_holm_adjusted_over_every_comparison_of_the_report(
+        results: ExperimentResults) -> None:
+    cracked, best = (next(d for d in results.differences if d.metric == metric)
+                     for metric in ("cracked_share", "mean_best"))
+    assert (cracked.family, best.family) == (2, 2)  # one pair of policies, two metrics
+    raw = [cracked.permutation_p, best.permutation_p]
+    assert [cracked.permutation_p_holm, best.permutation_p_holm] == pytest.approx(list(holm(raw)))
+    assert [cracked.sign_p_holm, best.sign_p_holm] == pytest.approx(list(holm([cracked.sign_p, best.sign_p])))
+    assert cracked.permutation_p_holm >= cracked.permutation_p and cracked.alpha == pytest.approx(0.05)
+    assert not cracked.significant  # 3 problems: 2 / 8 at best, never significant
+    document = study_json("s", {}, [], [], {}, results, {})["evolution"]
+    row = next(d for d in document["differences"] if d["metric"] == "cracked_share")
+    assert row["mean"]["width"] == pytest.approx(cracked.mean.width)
+    assert row["permutation_p_holm"] == pytest.approx(cracked.permutation_p_holm) and row["family"] == 2
+    assert "Holm" in document["differences_method"] and "betting" in document["differences_method"]
+    json.dumps(document)  # the study writes it as JSON
 
 
 def test_files_and_terminal_carry_every_number(results: ExperimentResults, tmp_path: Path) -> None:
@@ -196,6 +216,9 @@ def test_files_and_terminal_carry_every_number(results: ExperimentResults, tmp_p
     assert "1/3 cracked [0.01, 0.91]" in text and "median first crack > 6 (KM, 2 censored)" in text
     assert "median first crack it 4 (KM, 1 censored)" in text and "162 (3.0/it)" in text
     assert "A - B" in text and "gone: the problem folder does not load now" in text
+    cracked = next(d for d in results.differences if d.metric == "cracked_share")
+    assert f"{cracked.mean.width:.3f}" in text and f"{cracked.sign_p:.3g} ({cracked.sign_p_holm:.3g})" in text
+    assert "betting" in text and "Holm" in text
 
 
 def test_report_command_rejects_a_bad_score_range_in_one_line(tmp_path: Path, capsys) -> None:

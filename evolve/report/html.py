@@ -98,8 +98,9 @@ def _header(results: ExperimentResults) -> str:
                    f"seeds ({', '.join(escape(str(s)) for s in results.seeds)})"),
         ("iterations", f"{results.iterations} per cell, {results.answers_per_iteration} candidate answers each "
                        "(a policy writing m per request makes answers / m requests)"),
-        ("intervals", f"{level}: Clopper-Pearson for cracked k/n; Hoeffding relative-entropy for means of scores "
-                      f"in {results.score_range[0]:g}..{results.score_range[1]:g}"),
+        ("intervals", f"{level}: Clopper-Pearson for cracked k/n; betting (Waudby-Smith and Ramdas) for means of "
+                      f"scores in {results.score_range[0]:g}..{results.score_range[1]:g} and for paired differences; "
+                      f"p-values of the differences Holm-adjusted"),
     ]
     rows = "".join(f"<dt>{name}</dt><dd>{value}</dd>" for name, value in facts)
     return (f"<header><h1>Experiment {escape(results.name)}</h1>"
@@ -108,9 +109,11 @@ def _header(results: ExperimentResults) -> str:
             f'<p class="hint">How the intervals are computed: seeds are the unit of repetition (never iterations '
             f"or programs), and every interval rests on the n seeds named beside it ({seeds} planned per policy). "
             f"Cracked k of n seeds has the exact Clopper-Pearson {level} interval. A mean over seeds (a table's mean "
-            f"best scalar, every point of a curve's shaded band) has the interval inverted from Hoeffding's "
-            f"relative-entropy bound: at least {level} coverage for any distribution of scores in the declared range, "
-            f"at any n, and never zero width, so three seeds that agree still leave room for a fourth that does not. "
+            f"best scalar, every point of a curve's shaded band) has the betting interval of Waudby-Smith and Ramdas "
+            f"(the candidate means at which a gambler spreading a unit over fixed bets on the scores ends below "
+            f"2 / alpha): at least {level} coverage for any distribution of scores in the declared range, at any n, "
+            f"narrower than Hoeffding's where the scores agree, and never zero width, so three seeds that agree "
+            f"still leave room for a fourth that does not. "
             f"At 3 seeds these intervals are wide: that is what 3 seeds can tell. First-crack times are Kaplan-Meier "
             f"estimates in which a seed that never cracked counts as censored at its budget. Cracked follows each "
             f"problem's current solved rule, applied to the stored score vectors.</p></header>")
@@ -152,7 +155,7 @@ def _row_html(row: ProblemPolicyRow) -> str:
         flag = (f' <span class="failed">{band.out_of_range} outside the score range</span>'
                 if band.out_of_range else "")
         detail.append(f'mean best scalar: {_num(band.estimate)} <span class="band">[{_num(band.low)}, '
-                      f"{_num(band.high)}], n = {band.n}</span>{flag}")
+                      f"{_num(band.high)}] width {_num(band.width, 3)}, n = {band.n}</span>{flag}")
     parts.append('<div class="detail">' + "<br>".join(detail) + "</div>")
     if row.policy_errors:
         parts.append(f'<div class="failed">{row.policy_errors} of {row.policy_errors + row.policy_calls} '

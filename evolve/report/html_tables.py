@@ -38,27 +38,40 @@ def differences_html(results: ExperimentResults) -> str:
     if not results.differences:
         return ""
     level = f"{results.confidence:.0%}"
-    heads = ["a &minus; b", "metric", "problems", "mean difference", f"{level} interval", "a ahead / behind / tied",
-             "sign test p", "permutation p", "per problem"]
+    alpha = f"{1 - results.confidence:.2g}"
+    family = results.differences[0].family
+    heads = ["a &minus; b", "metric", "problems", "mean difference", f"{level} interval", "width",
+             "a ahead / behind / tied", "sign test p (Holm)", "permutation p (Holm)", f"significant (Holm, &alpha; = "
+             f"{alpha})", "per problem"]
     rows = []
     for d in results.differences:
         metric = "share of seeds cracked" if d.metric == "cracked_share" else "mean best scalar"
-        permutation = f"{d.permutation_p:.3g}" + ("" if d.permutation_exact else " (Monte Carlo)")
+        permutation = (f"{d.permutation_p:.3g}" + ("" if d.permutation_exact else " (Monte Carlo)")
+                       + f' <span class="band">(Holm {d.permutation_p_holm:.3g})</span>')
         per_problem = ", ".join(f"{escape(p)} {v:+.3f}" for p, v in zip(d.problems, d.per_problem, strict=True))
         values = [f"{escape(d.policy_a)} &minus; {escape(d.policy_b)}", metric, str(len(d.problems)),
-                  f"{d.mean.estimate:+.3f}", f"[{d.mean.low:+.3f}, {d.mean.high:+.3f}]",
-                  f"{d.wins} / {d.losses} / {d.ties}", f"{d.sign_p:.3g}", permutation,
+                  f"{d.mean.estimate:+.3f}", f"[{d.mean.low:+.3f}, {d.mean.high:+.3f}]", f"{d.mean.width:.3f}",
+                  f"{d.wins} / {d.losses} / {d.ties}",
+                  f'{d.sign_p:.3g} <span class="band">(Holm {d.sign_p_holm:.3g})</span>', permutation,
+                  '<span class="cracked">yes</span>' if d.significant else "no",
                   f'<span class="detail">{per_problem}</span>']
-        rows.append(f'<tr data-metric="{d.metric}">' + "".join(f"<td>{v}</td>" for v in values) + "</tr>")
+        rows.append(f'<tr data-metric="{d.metric}" data-significant="{str(d.significant).lower()}">'
+                    + "".join(f"<td>{v}</td>" for v in values) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in heads)
     return (f'<section><h2>Paired differences between policies</h2><p class="hint">For each problem both policies '
             f"ran, a's value minus b's: the share of its seeds that cracked the problem, and the mean over seeds of "
             f"each seed's best scalar. The mean difference over problems has a {level} interval that holds whatever "
-            f"the problems' distributions (Hoeffding's relative-entropy bound on the differences rescaled to [0, 1]; "
-            f"it covers the average true difference over these problems). The sign test counts problems where a is "
-            f"ahead against those where it is behind (ties dropped), exact binomial; the permutation test flips the "
-            f"sign of each problem's difference, every pattern enumerated up to 20 problems. Both are two-sided. "
-            f"n is the number of problems.</p>"
+            f"the problems' distributions (the betting interval of Waudby-Smith and Ramdas on the differences "
+            f"rescaled to [0, 1], with fixed bets so that it covers the average true difference over these "
+            f"problems even when they differ in difficulty); its width is printed beside it. The sign test counts "
+            f"problems where a is ahead against those where it is behind (ties dropped), exact binomial; the "
+            f"permutation test flips the sign of each problem's difference, every pattern enumerated up to 20 "
+            f"problems. Both are two-sided. Each p-value is shown raw and, in brackets, Holm-adjusted over all "
+            f"{family} comparisons of this table (every pair of policies, both metrics), which keeps the chance of "
+            f"any false &ldquo;significant&rdquo; in the table at most &alpha;; &ldquo;significant&rdquo; is the "
+            f"Holm-adjusted permutation p at or below &alpha; = {alpha}. The interval is not adjusted for the "
+            f"{family} comparisons, so it can exclude 0 where the adjusted test does not. n is the number of "
+            f"problems.</p>"
             f'<table class="differences"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
             f"</section>")
 

@@ -1,13 +1,14 @@
 """An experiment's numbers, read from its store: per cell, per problem x policy, curves, budgets and paired differences.
 
 Seeds are the unit of repetition (never iterations or programs) and every number carries how many seeds or problems
-it rests on. Intervals are `evolve.report.stats`'s: Clopper-Pearson for cracked k of n, the inverted Hoeffding relative-
-entropy bound for means (at least nominal coverage at any n, never zero width), the same on paired per-problem
-differences between policies, with exact sign and permutation tests. First-crack times are Kaplan-Meier estimates
-in which a seed that never cracked is censored at its budget. "Cracked" and the ranking scalar are derived now, from
-each problem's current rule and the stored score vectors; a problem whose folder no longer loads falls back to the
-flags stored when its programs were written, and the report says so. A cell whose every policy call failed is
-`policy_failed`, not "cracked nothing". Curves rest on complete seeds only (see results_curves.py).
+it rests on. Intervals are `evolve.report.stats`'s: Clopper-Pearson for cracked k of n, the betting interval for means
+(at least nominal coverage at any n, never zero width), the same on paired per-problem differences between policies,
+with exact sign and permutation tests whose p-values are Holm-adjusted over every comparison of the report.
+First-crack times are Kaplan-Meier estimates in which a seed that never cracked is censored at its budget. "Cracked"
+and the ranking scalar are derived now, from each problem's current rule and the stored score vectors; a problem
+whose folder no longer loads falls back to the flags stored when its programs were written, and the report says so.
+A cell whose every policy call failed is `policy_failed`, not "cracked nothing". Curves rest on complete seeds only
+(see results_curves.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from evolve.report.stats import (
     PairedDifference,
     Survival,
     clopper_pearson,
+    holm_correct,
     kaplan_meier,
     mean_interval,
     paired_difference,
@@ -363,7 +365,8 @@ def _budget(policy: str, cells: list[CellResult]) -> PolicyBudget:
 def _differences(table: tuple[ProblemPolicyRow, ...], policies: tuple[str, ...], problems: tuple[str, ...],
                  pairs: Pairs, confidence: float, score_range: tuple[float, float],
                  samples: int) -> tuple[PairedDifference, ...]:
-    """Policy a minus policy b over the problems both ran with a live policy, for share cracked and mean best."""
+    """Policy a minus policy b over the problems both ran with a live policy, for share cracked and mean best; the
+    p-values Holm-adjusted over all these comparisons (every pair, both metrics: the rows a reader scans)."""
     rows = {(r.problem, r.policy): r for r in table}
     compared = [(a, b) for i, a in enumerate(policies) for b in policies[i + 1:]
                 if pairs == "all" or a == policies[0]]
@@ -378,4 +381,4 @@ def _differences(table: tuple[ProblemPolicyRow, ...], policies: tuple[str, ...],
         out.append(paired_difference("cracked_share", a, b, shared, share[a], share[b], confidence, (0.0, 1.0),
                                      samples))
         out.append(paired_difference("mean_best", a, b, shared, best[a], best[b], confidence, score_range, samples))
-    return tuple(out)
+    return holm_correct(out)

@@ -12,6 +12,9 @@ from typing import Any
 from evolve.report.charts import Series, line_chart, palette
 from evolve.report.results import ExperimentResults
 
+DIFFERENCES_METHOD = ("mean: betting interval (Waudby-Smith and Ramdas, fixed bets) of the per-problem differences, "
+                      "width = high - low; sign_p and permutation_p raw, *_holm Holm-adjusted over the `family` "
+                      "comparisons of the report; significant: permutation_p_holm <= alpha")
 CURVE_FIELDS = ("reward", "kl", "diversity", "entropy", "scored_answers", "tokens", "seconds")
 
 
@@ -189,6 +192,7 @@ def study_json(name: str, facts: dict[str, Any], budgets: list[dict[str, Any]], 
         "evolution": {"iterations": results.iterations, "seeds": list(results.seeds),
                       "answers_per_iteration": results.answers_per_iteration, "problems": list(results.problems),
                       "cracked": cracked_by_policy(results),
+                      "differences_method": DIFFERENCES_METHOD,
                       "differences": [asdict(d) for d in results.differences]},
         "stage_seconds": seconds,
     }

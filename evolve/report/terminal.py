@@ -48,7 +48,8 @@ def cell_text(row: ProblemPolicyRow) -> Text:
         text.append(f"\nbest {row.best_scalar:.4f}")
     band = row.mean_best_scalar
     if band is not None:
-        text.append(f", mean {band.estimate:.3f} [{band.low:.3f}, {band.high:.3f}] n={band.n}", style="dim")
+        text.append(f", mean {band.estimate:.3f} [{band.low:.3f}, {band.high:.3f}] width {band.width:.3f} "
+                    f"n={band.n}", style="dim")
         if band.out_of_range:
             text.append(f" ({band.out_of_range} outside the score range)", style="yellow")
     if row.state == "partial":
@@ -105,17 +106,23 @@ def render_differences(results: ExperimentResults, console: Console) -> None:
     if not results.differences:
         return
     level = f"{results.confidence:.0%}"
+    alpha = f"{1 - results.confidence:.2g}"
+    family = results.differences[0].family
     table = Table(title=f"paired differences over problems (a - b): per problem, a's value minus b's; mean over "
-                        f"problems [{level} interval], problems where a is ahead/behind/tied, exact tests")
-    for column in ("a - b", "metric", "problems", "mean difference", "ahead/behind/tied", "sign test p",
-                   "permutation p"):
+                        f"problems [{level} betting interval] and its width, problems where a is ahead/behind/tied, "
+                        f"exact tests: raw p (Holm-adjusted over the {family} comparisons); significant: Holm "
+                        f"permutation p <= {alpha}")
+    for column in ("a - b", "metric", "problems", "mean difference", "width", "ahead/behind/tied",
+                   "sign test p (Holm)", "permutation p (Holm)", "significant"):
         table.add_column(column)
     for d in results.differences:
         metric = "share of seeds cracked" if d.metric == "cracked_share" else "mean best scalar"
-        permutation = f"{d.permutation_p:.3g}" + ("" if d.permutation_exact else " (Monte Carlo)")
+        permutation = (f"{d.permutation_p:.3g}" + ("" if d.permutation_exact else " (Monte Carlo)")
+                       + f" ({d.permutation_p_holm:.3g})")
         table.add_row(f"{d.policy_a} - {d.policy_b}", metric, str(len(d.problems)),
-                      f"{d.mean.estimate:+.3f} [{d.mean.low:+.3f}, {d.mean.high:+.3f}]",
-                      f"{d.wins}/{d.losses}/{d.ties}", f"{d.sign_p:.3g}", permutation)
+                      f"{d.mean.estimate:+.3f} [{d.mean.low:+.3f}, {d.mean.high:+.3f}]", f"{d.mean.width:.3f}",
+                      f"{d.wins}/{d.losses}/{d.ties}", f"{d.sign_p:.3g} ({d.sign_p_holm:.3g})", permutation,
+                      Text("yes", style="green") if d.significant else "no")
     console.print(table)
 
 
@@ -156,9 +163,11 @@ def render_report(results: ExperimentResults, console: Console) -> None:
     console.print(f"{len(results.policies)} policies x {len(results.problems)} problems x {len(results.seeds)} seeds, "
                   f"{results.iterations} iterations per cell, "
                   f"{results.answers_per_iteration} candidate answers each; store {results.db}", highlight=False)
-    console.print(f"intervals ({level}): cracked k/n Clopper-Pearson (exact); means Hoeffding relative-entropy "
-                  f"(at least {level} for any scores in {results.score_range[0]:g}..{results.score_range[1]:g}, "
-                  f"n = seeds); first crack Kaplan-Meier, seeds that never cracked censored at their budget",
+    console.print(f"intervals ({level}): cracked k/n Clopper-Pearson (exact); means and paired differences "
+                  f"betting (Waudby-Smith and Ramdas; at least {level} for any scores in "
+                  f"{results.score_range[0]:g}..{results.score_range[1]:g}, n = seeds or problems); first crack "
+                  f"Kaplan-Meier, seeds that never cracked censored at their budget; p-values of the paired "
+                  f"differences Holm-adjusted over all of them",
                   highlight=False, style="dim")
     for note in results.notes:
         console.print(f"[yellow]note:[/] {note}", highlight=False)
