@@ -19,27 +19,25 @@ server died under it runs again in a fresh child. Layers, each effective on its 
 - a cgroup per run, nested under the caller's, where the caller may write one (the caller's cgroup v1
   pids hierarchy, else its cgroup v2 tree, e.g. as root or in a delegated subtree): every process of the
   run, setsid daemons included, is found and killed at the end; with the pids controller, pids.max also
-  caps their number.
-- an unused uid, as root, whenever the interpreter, its packages, the harness and the temporary
-  directory are reachable by any uid (not when, say, the interpreter is installed under a private /root):
-  the child runs as a random unused uid owning only its directory, so ordinary file permissions also
-  guard the system, RLIMIT_NPROC (which does not bind root) caps its processes, and without a
-  cgroup every process of that uid is killed at the end.
-- a normal user gets RLIMIT_NPROC above its current count; there, without a cgroup, a setsid daemon
-  can outlive the run. Root with neither a cgroup nor the unused uid has only the process group and
-  the wall clock.
+  caps their number; with a memory controller (v2 in the same cgroup, or v1's memory hierarchy), a limit of
+  memory_mb + max_written_mb on what the kernel charges the run (pages, page cache, tmpfs, pipe buffers).
+- never uid 0: as root the child runs as a random unused uid owning only its directory (the interpreter, where
+  a folder above it stops other users, is bound around in its mount namespace: _isolation.expose), so ordinary
+  file permissions also guard the system and RLIMIT_NPROC caps its processes; without a cgroup every process of
+  that uid is killed at the end. A normal user stays itself, in a user namespace of its own, with RLIMIT_NPROC
+  above its current count.
+- a PID namespace per child (root; a user where user namespaces are allowed): an init and the candidate's process;
+  it sees and signals only its own processes, and every process it started dies with it.
 - Landlock (Linux >= 5.13; the kernel's ABI version is read at run time): writes only inside its directory,
-  reads only of the interpreter, its packages and system directories (not the project, the evaluator
-  or any expected answer), no TCP (ABI >= 4), no signals to processes outside (ABI >= 6). Without
-  Landlock only the unused uid above (when used) stops writes outside.
-- as root without the unused uid, the harness drops every capability but keeps uid 0 (so a private
-  /root interpreter stays readable): the candidate cannot raise its rlimits, mount, load modules...
-- no network (see evolve/sandbox/_isolation.py): a network namespace of its own where the kernel allows one (root
-  always; another user where unprivileged user namespaces are allowed and not stripped by AppArmor), and a
-  seccomp filter refusing socket() of every family (x86_64, aarch64), which also stops UNIX sockets on paths.
-- no other process visible: /proc is not among the Landlock read roots, so no /proc/PID/cmdline can be read,
-  and in its own mount namespace (when it has one) /proc is covered by an empty tmpfs. It is SIGKILLed when
-  its caller dies (parent-death signal), so a killed evaluator does not leave it running.
+  reads only of the interpreter, its packages and system directories (not the project, the evaluator, any
+  expected answer, /proc, /sys, /dev/pts or /dev/shm), no TCP (ABI >= 4), no signals to processes outside
+  (ABI >= 6).
+- seccomp (evolve/sandbox/_seccomp.py): sockets, file metadata, other processes' limits and priorities, raising
+  its own limits, mounts, namespaces, keys, bpf, perf, userfaultfd, memfd (x86_64, aarch64).
+- no network: a network namespace of its own where the kernel allows one, and the seccomp filter's socket().
+- no other process visible: /proc is not among the Landlock read roots, and in its own mount namespace /proc,
+  /sys and /dev/pts are covered by empty tmpfs mounts. It is SIGKILLed when its caller dies (parent-death
+  signal), so a killed evaluator does not leave it running.
 - a total write cap (max_written_mb): its folder is a tmpfs of that size in a mount namespace of its own
   where namespaces are available (as for the network), else the parent sums the folder while it runs.
 - in the parent (evolve/sandbox/supervisor.py): a wall-clock deadline, a cap on stdout + stderr + result
