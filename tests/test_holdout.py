@@ -258,3 +258,14 @@ def test_train_without_a_test_list_warns_on_stderr_that_the_guard_cannot_check(
     path = experiment(tmp_path, ["fizzbuzz"], train=["lis"])
     assert main([*argv, "--experiment", str(path)]) == 1
     assert "held-out" not in capsys.readouterr().err
+    from evolve.rl.checkpoints import STATE_FILE, save_held_out
+
+    out = tmp_path / "out"  # a resumed run keeps the list it was started with: no warning
+    (out / STATE_FILE).parent.mkdir(parents=True, exist_ok=True)
+    (out / STATE_FILE).write_bytes(b"")
+    save_held_out(out, ("fizzbuzz",))
+    assert main(["train", "--resume", str(out)]) == 1
+    assert "held-out" not in capsys.readouterr().err
+    (out / "resume" / "held_out.json").unlink()
+    assert main(["train", "--resume", str(out)]) == 1
+    assert "the held-out guard cannot check that lis is not a test problem" in capsys.readouterr().err

@@ -207,6 +207,12 @@ def cmd_train(args: argparse.Namespace, console: Console) -> int:
 
     config, held_out = held_out_split(args, resumed_config(args) if args.resume else train_config(args))
     training_provenance(config)  # a bad problem folder is one line before the model loads
+    if held_out is None and args.resume:
+        from pathlib import Path
+
+        from evolve.rl.checkpoints import stored_held_out
+
+        held_out = stored_held_out(Path(args.resume))  # the list the run was started with
     if held_out is None:
         print(no_test_list_warning(config.problems), file=sys.stderr)
     final = train(config, console, resume=bool(args.resume), held_out=held_out or ())

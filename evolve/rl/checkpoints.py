@@ -42,6 +42,7 @@ CONFIG_MARK = "evolve_training"  # the key of a merged folder's config.json hold
 HASHED_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 HASHED_NAMES = ("config.json", "adapter_config.json", "generation_config.json")
 TRAIN_CONFIG_FILE = "train_config.json"  # in OUT, written when training starts (step_N folders sit beside it)
+HELD_OUT_FILE = Path("resume") / "held_out.json"  # in OUT: the test problems training was checked against
 
 
 class ResumeError(UserError, RuntimeError):
@@ -95,6 +96,23 @@ def load_state(out: Path, model: Any, optimizer: torch.optim.Optimizer) -> tuple
     model.load_state_dict(state["trainable"], strict=False)
     optimizer.load_state_dict(state["optimizer"])
     return int(state["step"]), list(state["records"])
+
+
+def save_held_out(out: Path, held_out: tuple[str, ...]) -> None:
+    """Keep the held-out test list beside the resume state, so a resumed run records it without being told again."""
+    path = out / HELD_OUT_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(list(held_out)) + "\n")
+
+
+def stored_held_out(out: Path) -> tuple[str, ...] | None:
+    """The held-out test list a run in OUT was started with; None when it was given none."""
+    path = out / HELD_OUT_FILE
+    try:
+        names = json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+    return tuple(str(name) for name in names) if isinstance(names, list) else None
 
 
 class TrainingProvenance(BaseModel):

@@ -31,7 +31,15 @@ from evolve.engine.offspring import ChildScorer
 from evolve.problems.evaluation import resolve_objectives
 from evolve.problems.evaluator_pool import EvaluatorPool
 from evolve.problems.problem import load_problem
-from evolve.rl.checkpoints import TrainingProvenance, load_state, save_checkpoint, save_state
+from evolve.rl.checkpoints import (
+    HELD_OUT_FILE,
+    TrainingProvenance,
+    load_state,
+    save_checkpoint,
+    save_held_out,
+    save_state,
+    stored_held_out,
+)
 from evolve.rl.estimators import compute_advantages
 from evolve.rl.loss import completion_logprobs, rl_loss
 from evolve.rl.rollouts import Group, Task, collect, collect_sampled, make_task, parents_store, stored_parents
@@ -242,6 +250,12 @@ async def _train(config: TrainConfig, console: Console, resume: bool, held_out: 
     options = PromptOptions.from_policy(config.prompt_policy)
     template = load_template(config.template)
     tasks = await training_tasks(config, tokenizer, options, template)
+    if held_out:
+        save_held_out(out, held_out)
+    elif resume:
+        held_out = stored_held_out(out) or ()
+    else:
+        (out / HELD_OUT_FILE).unlink(missing_ok=True)  # a list left by an earlier run in OUT is not this one's
     provenance = training_provenance(config, tuple(dict.fromkeys(task.problem.name for task in tasks)), held_out)
     # one cache for the run (each child is evaluated once), on warm evaluator processes closed when training ends
     scorer = ChildScorer(config.eval_workers, pool=EvaluatorPool(config.eval_workers))
@@ -298,7 +312,8 @@ async def _train(config: TrainConfig, console: Console, resume: bool, held_out: 
 def train(config: TrainConfig, console: Console | None = None, resume: bool = False,
           held_out: tuple[str, ...] = ()) -> Path:
     """Run the training loop to its step budget (with `resume`, from OUT's saved state); the final checkpoint.
-    `held_out`: the test problems the training problems were checked against (recorded in each checkpoint)."""
+    `held_out`: the test problems the training problems were checked against (recorded in each checkpoint; a
+    resumed run given none keeps those it started with)."""
     from evolve.policies.model_files import offline_hub
 
     offline_hub()
