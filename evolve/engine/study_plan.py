@@ -1,5 +1,6 @@
-"""What a study file turns into: each algorithm's TrainConfig, each policy's settings, the sampling runs' config and
-the experiment of the evolution stage; all under one study folder (checkpoints/ALGO, the store, report/)."""
+"""What a study file turns into: each training run's TrainConfig (an algorithm from one training seed), each policy's
+settings, the sampling runs' config and the experiment of the evolution stage; all under one study folder
+(checkpoints/ALGO-tSEED, the store, report/)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from evolve.config import ConfigError, PolicySection, RunConfig, RunSection, describe_error
 from evolve.engine.experiment_spec import ExperimentSpec
-from evolve.engine.study_config import BASE_POLICY, StudySpec
+from evolve.engine.study_config import BASE_POLICY, StudySpec, TrainingRun
 from evolve.toml_files import format_validation_error
 
 STORE_FILE = "study.db"
@@ -20,9 +21,15 @@ REPORT_DIR = "report"
 STUDY_REPORT = "study_report.json"
 
 
+def checkpoint_folder(study_folder: Path, name: str) -> Path:
+    """A training run's output folder, by its policy's name (ALGO-tSEED); the policy loads its final/."""
+    return study_folder / "checkpoints" / name
+
+
 @dataclass(frozen=True)
 class StudyPaths:
-    """Where a study keeps everything: its folder, checkpoints/ALGO, the store (a URL or a SQLite path), report/."""
+    """Where a study keeps everything: its folder, checkpoints/ALGO-tSEED (one per training run), the store (a URL
+    or a SQLite path), report/."""
 
     folder: Path
     db: str
@@ -32,8 +39,8 @@ class StudyPaths:
         folder = Path(out) if out is not None else Path("studies") / spec.name
         return cls(folder, db or str(folder / STORE_FILE))
 
-    def checkpoint(self, algo: str) -> Path:
-        return self.folder / "checkpoints" / algo
+    def checkpoint(self, name: str) -> Path:
+        return checkpoint_folder(self.folder, name)
 
     @property
     def report(self) -> Path:
@@ -44,35 +51,36 @@ class StudyPaths:
         return self.folder / STATE_FILE
 
 
-def train_config_data(spec: StudySpec, algo: str, folder: Path) -> dict[str, Any]:
-    """The TrainConfig keys of one algorithm's training: the study's settings, then what the study fixes."""
+def train_config_data(spec: StudySpec, run: TrainingRun, folder: Path) -> dict[str, Any]:
+    """The TrainConfig keys of one training run: the study's settings, then what the study fixes."""
     t = spec.training
-    return {**t.settings, "algo": algo, "base": spec.base, "problems": list(t.problems),
-            "programs_dir": spec.programs_dir, "steps": t.steps, "group_size": t.group_size(algo),
-            "prompts_per_step": t.prompts_per_step, "answers": t.answers, "seed": t.seed,
-            "out": str(folder / "checkpoints" / algo)}
+    return {**t.settings, "algo": run.algo, "base": spec.base, "problems": list(t.problems),
+            "programs_dir": spec.programs_dir, "steps": t.steps, "group_size": t.group_size(run.algo),
+            "prompts_per_step": t.prompts_per_step, "answers": t.answers, "seed": run.seed,
+            "out": str(checkpoint_folder(folder, run.name))}
 
 
-def train_configs(spec: StudySpec, folder: Path, source: str = "study") -> dict[str, Any]:  # algo -> TrainConfig
-    """Each algorithm's TrainConfig; a bad [training.settings] key or value is one ConfigError line."""
+def train_configs(spec: StudySpec, folder: Path, source: str = "study") -> dict[str, Any]:  # name -> TrainConfig
+    """Each training run's TrainConfig, by its policy's name (ALGO-tSEED); a bad [training.settings] key or value
+    is one ConfigError line."""
     from evolve.rl.train_config import TrainConfig
 
     configs = {}
-    for algo in spec.training.algorithms:
+    for run in spec.training_runs():
         try:
-            configs[algo] = TrainConfig.model_validate(train_config_data(spec, algo, folder))
+            configs[run.name] = TrainConfig.model_validate(train_config_data(spec, run, folder))
         except ValidationError as exc:
             line = format_validation_error(exc, source, TrainConfig)
-            raise ConfigError(line.replace(f"{source}: ", f"{source}: training.settings ({algo}): ", 1)) from None
+            raise ConfigError(line.replace(f"{source}: ", f"{source}: training.settings ({run.algo}): ", 1)) from None
     return configs
 
 
 def policy_model(spec: StudySpec, paths_folder: Path, name: str) -> str:
-    return spec.base if name == BASE_POLICY else str(paths_folder / "checkpoints" / name / "final")
+    return spec.base if name == BASE_POLICY else str(checkpoint_folder(paths_folder, name) / "final")
 
 
 def policy_sections(spec: StudySpec, folder: Path, source: str = "study") -> list[PolicySection]:
-    """The base, then one policy per algorithm (its checkpoint's final folder), from the [policy] table."""
+    """The base, then one policy per training run (its checkpoint's final folder), from the [policy] table."""
     adapter: TypeAdapter[PolicySection] = TypeAdapter(PolicySection)
     sections = []
     for name, m in spec.policy_answers().items():
@@ -87,13 +95,15 @@ def policy_sections(spec: StudySpec, folder: Path, source: str = "study") -> lis
 
 
 def experiment_spec(spec: StudySpec, paths: StudyPaths) -> ExperimentSpec:
-    """The evolution stage: policies = base + each trained checkpoint, on the test problems, in the study's store."""
+    """The evolution stage: policies = base + each trained checkpoint (every algorithm x training seed), on the
+    test problems x evolution seeds, in the study's store."""
     e = spec.evolution
     run = e.run.model_copy(update={"programs_dir": spec.programs_dir})
     return ExperimentSpec(name=spec.name, description=spec.description, db=paths.db, problems=spec.test_problems,
                           train_problems=spec.training.problems, seeds=e.seeds, iterations=e.iterations,
                           answers_per_iteration=spec.answers_per_iteration(), parallel_cells=e.parallel_cells,
-                          run=run, selection=e.selection, policies=tuple(policy_sections(spec, paths.folder)))
+                          run=run, selection=e.selection, policies=tuple(policy_sections(spec, paths.folder)),
+                          allow_unverified_checkpoint=spec.allow_unverified_checkpoint)
 
 
 def sampling_config(spec: StudySpec, paths: StudyPaths, policy: PolicySection) -> RunConfig:
