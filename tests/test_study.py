@@ -195,6 +195,34 @@ def test_the_crack_share_of_each_arm_is_reported_per_training_seed_with_its_spre
     assert grpo["per_training_seed"]["1"]["crack_share"] is None and grpo["spread"] is None
 
 
+def test_a_study_refuses_a_base_trained_on_its_test_problems_or_unverified_before_training(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from evolve.cli.main import main
+    from evolve.engine.study import Study
+    from evolve.engine.study_plan import StudyPaths
+    from evolve.rl.checkpoints import TrainingProvenance, stamp_checkpoint
+
+    base = tmp_path / "sft"  # a checkpoint folder as `evolve train` stamps it (the guard reads, never loads it)
+    base.mkdir()
+    (base / "config.json").write_text('{"model_type": "llama"}')
+    (base / "model.safetensors").write_bytes(b"weights")
+    stamp_checkpoint(base, TrainingProvenance(problems=("run_length",), algo="grpo", steps=3))
+    path = write(tmp_path, STUDY.replace('description = "tiny"', f'description = "tiny"\nbase = "{base}"'))
+    folder = tmp_path / "study"
+    assert main(["study", str(path), "--out", str(folder)]) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"study tiny: its base {base} was trained on test problems of study tiny: run_length" in out
+    assert not (folder / "checkpoints").exists()
+
+    stamp_checkpoint(base, TrainingProvenance(problems=("lis",), algo="grpo", steps=3))
+    (base / "evolve_training.json").unlink()
+    assert main(["study", str(path), "--out", str(folder)]) == 2
+    assert "is unverified: it has no evolve_training.json" in " ".join(capsys.readouterr().out.split())
+    allowed = load_study(write(tmp_path, STUDY.replace('description = "tiny"', f'description = "tiny"\nbase = '
+                                                       f'"{base}"\nallow_unverified_checkpoint = true'), "ok.toml"))
+    Study(allowed, StudyPaths.of(allowed, folder)).refuse_a_base_trained_on_tests()
+
+
 def test_training_curves_and_their_section_come_from_the_step_records() -> None:
     from evolve.report.study_report import training_curves, training_section_html, with_training_section
 
