@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from evolve.cli.main import main
-from evolve.config import load_config
+from evolve.config import RunConfig, load_config
 from evolve.engine.schedule import IterationSchedule
 from evolve.problems.check import new_problem
 from evolve.problems.evaluation import evaluate_program
 from evolve.problems.problem import load_problem
 from evolve.records import Evaluation
 from evolve.sandbox.core import Sandbox, SandboxLimits
-from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore, StoreError
+from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore, RunStatus, StoreError
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = ROOT / "programs"
@@ -131,15 +131,18 @@ def test_a_read_only_store_opens_an_existing_file_without_writing_its_schema(tmp
 # ---------------------------------------------------------------- a damaged store is one line
 
 
-def damaged_store(tmp_path: Path) -> Path:
-    """A real store with a run of 300 programs, its middle pages then overwritten."""
+def damaged_store(tmp_path: Path, config: RunConfig | None = None, status: RunStatus | None = None) -> Path:
+    """A real store with a run of 300 programs (of `config`, by default the defaults), its middle pages then
+    overwritten; with `status`, the run's status before the damage."""
     db = tmp_path / "damaged.db"
     store = ProgramStore(str(db))
-    run = store.create_run("r", "fizzbuzz", "p", 1, load_config(None, {}).model_dump_json(), 300)
+    run = store.create_run("r", "fizzbuzz", "p", 1, (config or load_config(None, {})).model_dump_json(), 300)
     for iteration in range(300):
         child = ChildRecord(f"def fizzbuzz(n):\n    return {'x' * 300!r}  # {iteration}\n", None, 0, "p", "edit",
                             {"test_00": 0.5}, 0.5, False)
         store.record_iteration(run, iteration, [AttemptRecord("policy_call"), child], policy="p")
+    if status is not None:
+        store.set_run_status(run, status)
     store.close()  # the last connection checkpoints the WAL into the file
     size = db.stat().st_size
     assert size > 100_000 and not Path(f"{db}-wal").exists() or Path(f"{db}-wal").stat().st_size == 0
@@ -156,6 +159,106 @@ def test_reading_a_damaged_store_is_one_line_not_a_traceback(
     monkeypatch.chdir(tmp_path)
     text = one_line_error(capsys, main([*command, "--db", str(db)]))
     assert "malformed" in text or "cannot read" in text, text
+
+
+def small_store(tmp_path: Path, name: str = "small.db") -> Path:
+    """A real store with one finished fizzbuzz run of a seed and two children, its WAL checkpointed into the file."""
+    db = tmp_path / name
+    store = ProgramStore(str(db))
+    config = load_config(None, {"run.problem": "fizzbuzz", "run.programs_dir": str(PROGRAMS), "run.iterations": 2,
+                                "policy.backend": "openai", "policy.url": "http://127.0.0.1:9/v1"})
+    run = store.create_run("r", "fizzbuzz", config.policy.name, 0, config.model_dump_json(), 2)
+    parent = None
+    for iteration in range(3):
+        child = ChildRecord(f"def fizzbuzz(n):\n    return str(n)  # {iteration}\n", parent, 0, "p", "edit",
+                            {"test_00": 0.5}, 0.5, False)
+        (program,) = store.record_iteration(run, iteration, [AttemptRecord("policy_call"), child], policy="p")
+        parent = program.id
+    store.set_run_status(run, "finished")
+    store.close()
+    return db
+
+
+READ_ONLY_COMMANDS = [["runs"], ["show", "1"], ["show", "1", "--json"], ["lineage", "1"], ["export", "1"]]
+
+
+@pytest.mark.parametrize("kind", ["empty", "foreign", "store"])
+def test_read_only_commands_never_change_a_byte_of_an_empty_a_foreign_or_a_real_sqlite_file(
+        kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "some.db"
+    if kind == "empty":
+        db.write_bytes(b"")
+    elif kind == "foreign":  # another program's database, in the rollback journal mode SQLite starts in
+        with sqlite3.connect(db) as connection:
+            connection.execute("CREATE TABLE notes (text TEXT)")
+            connection.execute("INSERT INTO notes VALUES ('mine')")
+        connection.close()
+    else:
+        db = small_store(tmp_path)
+    before = db.read_bytes()
+    for command in READ_ONLY_COMMANDS:
+        code = main([*command, "--db", str(db)])
+        out = capsys.readouterr()
+        if kind == "store":
+            assert code == 0, (command, out.out[-500:])
+        else:
+            text = (out.out + out.err).strip()
+            assert code == 1 and text == f"error: cannot read sqlite:///{db}: no such table: runs", (command, text)
+        assert db.read_bytes() == before, command
+    if kind == "foreign":
+        with sqlite3.connect(db) as connection:
+            assert connection.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+        connection.close()
+
+
+@pytest.mark.parametrize(("column", "value", "says"), [
+    ("created_at", "garbage", "a stored time is damaged: 'garbage' is not a time"),
+    ("updated_at", "2024-13-45", "a stored time is damaged: '2024-13-45' is not a time"),
+    ("iterations_target", "many", "runs.iterations_target of row 1 is damaged: 'many' is not int"),
+])
+@pytest.mark.parametrize("command", [*READ_ONLY_COMMANDS, ["run", "--plain", "--resume", "1"]])
+def test_a_damaged_run_row_is_one_line_in_every_command_and_changes_nothing(
+        column: str, value: str, says: str, command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    db = small_store(tmp_path)
+    with sqlite3.connect(db) as connection:
+        connection.execute(f"UPDATE runs SET {column} = ?", (value,))
+    connection.close()
+    before = db.read_bytes()
+    text = one_line_error(capsys, main([*command, "--db", str(db)]))
+    assert text == f"error: cannot read sqlite:///{db}: {says}", text
+    assert db.read_bytes() == before
+
+
+@pytest.mark.parametrize("command", [["show", "9223372036854775808"], ["lineage", "9223372036854775808"],
+                                     ["export", "9223372036854775808"], ["lineage", "1", "99999999999999999999"],
+                                     ["run", "--plain", "--resume", "9223372036854775808"]])
+def test_an_id_no_64_bit_integer_holds_is_no_such_run_in_one_line(
+        command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    db = small_store(tmp_path)
+    text = one_line_error(capsys, main([*command, "--db", str(db)]))
+    assert "no run 9223372036854775808" in text or "no program 1:99999999999999999999" in text, text
+
+
+def test_resuming_a_damaged_store_is_one_error_line_and_leaves_the_runs_status_as_it_was(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = load_config(None, {"run.problem": "fizzbuzz", "run.programs_dir": str(PROGRAMS), "run.iterations": 300,
+                                "policy.backend": "openai", "policy.url": "http://127.0.0.1:9/v1", "policy.name": "p"})
+    db = damaged_store(tmp_path, config, "finished")
+    code = main(["run", "--plain", "--resume", "1", "--db", str(db)])
+    out = capsys.readouterr()
+    lines = (out.out + out.err).strip().splitlines()
+    assert code == 1 and "Traceback" not in out.out + out.err, lines
+    errors = [line for line in lines if line.startswith("error:")]
+    assert errors == lines[-1:] and "malformed" in errors[0], lines  # before it: "loading p (openai: ...) ..."
+    with sqlite3.connect(db) as connection:
+        assert connection.execute("SELECT status FROM runs WHERE id = 1").fetchone() == ("finished",)
+    connection.close()
 
 
 # ---------------------------------------------------------------- absurd budgets

@@ -5,6 +5,7 @@ prompt and completion, one JSON error line for unknown ids, and the token a non-
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -134,6 +135,52 @@ def test_bad_ids_and_paths_get_one_json_error_line(served: Served, path: str, st
     assert response.status_code == status
     body = response.json()
     assert list(body) == ["error"] and message in body["error"] and "\n" not in body["error"]
+
+
+TOO_BIG = str(2**63)  # one past the largest id a signed 64-bit column holds
+
+
+@pytest.mark.parametrize(("path", "status", "message"), [
+    ("/api/runs/1/tree?since=%C2%B2", 400, "since='\u00b2'"),  # '²': str.isdigit() says yes, int() says no
+    ("/api/runs/1/tree?since=%D9%A3", 400, "since='\u0663'"),  # an Arabic-Indic 3, which int() would take
+    ("/api/runs/1/tree?since=" + "9" * 5000, 400, "since='99999"),  # past int()'s 4,300 digits
+    (f"/api/runs/1/tree?since={TOO_BIG}", 400, f"since='{TOO_BIG}'"),
+    (f"/api/runs/{TOO_BIG}", 404, f"no run {TOO_BIG}"),
+    (f"/api/runs/{TOO_BIG}/tree", 404, f"no run {TOO_BIG}"),
+    (f"/api/runs/1{'0' * 30}/tree?since=0", 404, f"no run 1{'0' * 30}"),
+    (f"/api/runs/1/programs/{TOO_BIG}", 404, f"no program {TOO_BIG} in run 1"),
+    (f"/api/runs/{TOO_BIG}/programs/1", 404, f"no run {TOO_BIG}"),
+    (f"/runs/1/lineage/{TOO_BIG}", 404, f"program {TOO_BIG} is not in run 1"),
+    (f"/runs/{TOO_BIG}/lineage/1", 404, f"no run {TOO_BIG}"),
+])
+def test_a_since_or_an_id_no_64_bit_integer_holds_is_a_400_or_404_json_line_not_a_500(
+        served: Served, path: str, status: int, message: str) -> None:
+    response = httpx.get(served.base + path)
+    assert response.status_code == status, response.text[:300]
+    body = response.json()
+    assert list(body) == ["error"] and message in body["error"] and "\n" not in body["error"]
+    assert len(body["error"]) < 400  # a 5,000-digit since is not echoed whole
+
+
+def test_a_damaged_run_row_is_a_json_error_line_and_the_store_keeps_every_byte(tmp_path: Path) -> None:
+    path = tmp_path / "damaged.db"
+    store = ProgramStore(str(path))
+    run = store.create_run("r", "toy", "p", 0, "{}", 1)
+    store.record_iteration(run, 0, [_child(SEED_CODE, {"a": 0.5}, None)])
+    store.close()
+    with sqlite3.connect(path) as connection:
+        connection.execute("UPDATE runs SET created_at = 'garbage'")
+    before = path.read_bytes()
+    server = start_serve(path)
+    try:
+        for route in ("/api/runs", "/api/runs/1", "/api/runs/1/tree", "/api/runs/1/programs/1"):
+            response = httpx.get(server.base + route)
+            assert response.status_code == 500 and response.json() == {
+                "error": f"cannot read sqlite:///{path}: a stored time is damaged: 'garbage' is not a time"}, route
+    finally:
+        server.stop()
+    assert "Traceback" not in "\n".join(server.lines)
+    assert path.read_bytes() == before
 
 
 def test_experiments_are_listed_and_their_report_is_rendered_on_demand(served: Served) -> None:

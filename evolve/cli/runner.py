@@ -23,7 +23,7 @@ from evolve.problems.evaluation import resolve_objectives
 from evolve.problems.problem import Problem, load_problem
 from evolve.report.run_summary import RunSummary, summarize
 from evolve.search.prompt_templates import load_template
-from evolve.store.program_store import LeaseLostError, ProgramStore, UnknownIdError
+from evolve.store.program_store import LeaseLostError, ProgramStore, StoreError, UnknownIdError
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,12 @@ def run_evolution(config: RunConfig, resume: int | None = None, console: Console
 
 def _drive_run(store: ProgramStore, config: RunConfig, problem: Problem, policies: Mapping[str, Policy], run_id: int,
                resuming: bool, console: Console, live: bool | None) -> RunOutcome:
-    """Drive a run whose lease this process holds, write its final status, and report."""
+    """Drive a run whose lease this process holds, write its final status, and report. A resumed run's state is read
+    from the store first: a store that cannot be read (damaged) stops the resume in one line with nothing written,
+    and a store error while the run goes on leaves its status as it was (`evolve runs` then reads it killed)."""
+    controller = Controller(config, problem, store, policies, run_id)
+    if resuming:
+        controller.restore()
     store.set_run_status(run_id, "running")
     console.print(
         f"{'resuming' if resuming else 'starting'} run {run_id}: problem [bold]{problem.name}[/] "
@@ -115,22 +120,21 @@ def _drive_run(store: ProgramStore, config: RunConfig, problem: Problem, policie
     )
     title = f"evolve run {run_id}: {problem.name} x {config.policy.name}"
     resume_hint = f"evolve run --resume {run_id} --db {config.run.db}"
-    controller: Controller | None = None
     try:
         with ProgressView(title, console, live) as view:
-            controller = Controller(config, problem, store, policies, run_id, on_update=view.update)
+            controller.on_update = view.update
             stats = asyncio.run(_drive(controller, policies))
-    except LeaseLostError:
-        raise  # another process drives the run now: its status is not ours to write
+    except (LeaseLostError, StoreError):
+        raise  # another process drives the run now, or the store cannot be written: its status is not ours to write
     except (KeyboardInterrupt, asyncio.CancelledError):
         store.set_run_status(run_id, "interrupted")
         console.print(f"interrupted; continue with: {resume_hint}", highlight=False)
-        return RunOutcome(run_id, "interrupted", _stats(controller, config))
+        return RunOutcome(run_id, "interrupted", controller.stats)
     except PolicyUnavailable as exc:
         store.set_run_status(run_id, "interrupted")
         console.print(f"[red]error:[/] {exc}\nthe run is saved; once the policy is back, continue with: "
                       f"{resume_hint}", highlight=False)
-        return RunOutcome(run_id, "policy_unavailable", _stats(controller, config))
+        return RunOutcome(run_id, "policy_unavailable", controller.stats)
     except BaseException:
         store.set_run_status(run_id, "failed")
         raise
@@ -140,10 +144,6 @@ def _drive_run(store: ProgramStore, config: RunConfig, problem: Problem, policie
         console.print(f"stopped early: {stats.stopped} ({stats.iterations_done} of {stats.iterations_target} "
                       "iterations used)", highlight=False)
     return RunOutcome(run_id, "finished", stats)
-
-
-def _stats(controller: Controller | None, config: RunConfig) -> RunStats:
-    return controller.stats if controller else RunStats(config.run.iterations)
 
 
 def summary_lines(summary: RunSummary) -> list[tuple[str, str]]:

@@ -62,6 +62,7 @@ class Controller:
         self.in_flight = ChildrenInFlight(config.novelty.threshold) \
             if self.novelty is not None and config.novelty.in_flight else None
         self._errors_in_row = 0
+        self._restored: bool | None = None  # what restore() returned, once it ran (run() then does not repeat it)
         self._clock_started = time.monotonic()
         self._clock_base = 0.0  # active seconds of earlier processes of this run, read from the store in run()
         self.requests_per_iteration = requests_per_iteration(config)
@@ -89,7 +90,7 @@ class Controller:
     async def _run(self) -> RunStats:
         self._clock_started = time.monotonic()
         self._clock_base = self.store.run_elapsed_s(self.run_id)
-        if not self.restore():
+        if not (self._restored if self._restored is not None else self.restore()):
             self._admit(await self._seed())
         pending = IterationSchedule(self.config.run.iterations, self.store.completed_iterations(self.run_id))
         self.stats.iterations_done = self.stats.iterations_at_start = pending.completed
@@ -137,7 +138,7 @@ class Controller:
         """Rebuild selection, the seen-code set and the stats from the run's stored programs, replayed in commit
         order as headers streamed from the store (no code) with each committed iteration's migration; the programs
         the state keeps are then read whole. The state equals the one the uninterrupted process held. False when
-        the run has no program yet."""
+        the run has no program yet. Called once, by run() or before it (a resume reads the store before it writes)."""
         restored = False
         stored_ids: list[int] = []  # for the novelty index, which needs the code the headers lack
         for event in self.store.replay(self.run_id, with_scores=self.selector.reads_scores()):
@@ -160,6 +161,7 @@ class Controller:
         self.selector.materialize(whole)
         self.stats.best = whole.get(self.stats.best.id) if self.stats.best else None
         self.stats.first_solved = whole.get(self.stats.first_solved.id) if self.stats.first_solved else None
+        self._restored = restored
         return restored
 
     def _admit(self, program: Program) -> None:

@@ -23,6 +23,7 @@ from evolve.errors import UserError
 from evolve.serve.auth import TokenGate
 from evolve.serve.data import StoreView
 from evolve.store.program_store import ProgramStore, UnknownIdError
+from evolve.store.records import MAX_ID
 
 ASSETS = Path(__file__).parent / "assets"
 # the pages load scripts and styles from /assets only; the rendered reports carry inline <style> and no scripts
@@ -49,8 +50,10 @@ def _page(name: str) -> Any:
 
 def _since(request: Request) -> int:
     raw = request.query_params.get("since", "0")
-    if not raw.isdigit():
-        raise BadRequest(f"since={raw!r}: give the last program id seen (a whole number, 0 for the start)")
+    # ASCII digits only (str.isdigit takes '²' and other scripts' digits), and no more than an id can be
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= len(str(MAX_ID)) and int(raw) <= MAX_ID):
+        raise BadRequest(f"since={raw[:40]!r}{'...' if len(raw) > 40 else ''}: give the last program id seen "
+                         f"(a whole number from 0, for the start, to {MAX_ID})")
     return int(raw)
 
 

@@ -84,8 +84,7 @@ class StoreView:
     def run(self, run_id: int) -> dict[str, Any]:
         """One run's header and counts (UnknownIdError for an unknown id)."""
         run = self.store.get_run(run_id)
-        config = json.loads(run.config_json)
-        return self.run_json(run) | {"islands": int(config.get("selection", {}).get("islands", 1) or 1)}
+        return self.run_json(run) | {"islands": _islands(run.config_json)}
 
     def experiments(self) -> list[dict[str, Any]]:
         """Every saved experiment with its description and cells (run id, problem, policy, seed)."""
@@ -157,3 +156,13 @@ class StoreView:
             "call": {"latency_s": call.latency_s, "prompt_tokens": call.prompt_tokens,
                      "completion_tokens": call.completion_tokens} if call else None,
         }
+
+
+def _islands(config_json: str) -> int:
+    """The islands of a stored run config, for the tree's layout; 1 when the stored config is damaged or lacks them."""
+    try:
+        selection = json.loads(config_json).get("selection", {})
+        islands = selection.get("islands", 1)
+    except (ValueError, AttributeError):
+        return 1
+    return islands if type(islands) is int and 1 <= islands <= 1000 else 1

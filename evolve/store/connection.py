@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, make_url, text
+from sqlalchemy import Engine, create_engine, make_url, text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import QueuePool
 
-from evolve.store.records import StoreError
-from evolve.store.tables import Base, missing_columns
+from evolve.store.records import MAX_ID, StoreError, UnknownIdError
+from evolve.store.tables import Base, DamagedValue, missing_columns
 
 SCHEMA_LOCK_KEY = 0x65766F6C7665  # PostgreSQL advisory lock ("evolve") held while creating or altering the tables
 SCHEMA_ATTEMPTS = 5
@@ -34,6 +36,24 @@ def require_sqlite_file(url: str) -> None:
         raise StoreError(f"no store at {database}")
 
 
+def read_only_sqlite_engine(url: str) -> Engine | None:
+    """An engine that opens the SQLite file of `url` read-only (SQLite's mode=ro: no write, no journal mode switch,
+    no schema made, so a foreign or empty file keeps every byte); None for other databases and in-memory SQLite."""
+    parsed = make_url(url)
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") or database.startswith("file:"):
+        return None
+    uri = f"{Path(database).resolve().as_uri()}?mode=ro"
+
+    def connect() -> sqlite3.Connection:
+        connection = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        connection.execute("PRAGMA busy_timeout=30000")  # a writer's commit in progress: wait, as writers do
+        connection.execute("PRAGMA query_only=ON")
+        return connection
+
+    return create_engine("sqlite://", creator=connect, poolclass=QueuePool)
+
+
 class GuardedSessions:
     """The store's session factory: a read session turns any database error (a damaged file, a missing table)
     into one StoreError line; begin() (writes) is translated by ProgramStore._write."""
@@ -49,8 +69,10 @@ class GuardedSessions:
         try:
             with self._factory() as session:
                 yield session
-        except (SQLAlchemyError, UnicodeDecodeError, json.JSONDecodeError) as exc:  # the latter two: damaged rows
+        except (SQLAlchemyError, UnicodeDecodeError, json.JSONDecodeError, DamagedValue) as exc:  # rows too
             raise StoreError(f"cannot read {self._where}: {first_line(exc)}") from exc
+        except OverflowError as exc:  # an id past a 64-bit integer (a URL's, a flag's) names no row
+            raise UnknownIdError(f"no such id in {self._where}: ids are at most {MAX_ID}") from exc
 
 
 def first_line(exc: BaseException) -> str:

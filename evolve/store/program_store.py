@@ -43,12 +43,14 @@ from evolve.store.connection import (
     database_url,
     first_line,
     prepare_schema,
+    read_only_sqlite_engine,
     require_sqlite_file,
     sqlite_pragmas,
 )
 from evolve.store.records import (
     ATTEMPT_KINDS,
     FAILURE_KINDS,
+    MAX_ID,
     RUN_STATUSES,
     TERMINAL_KINDS,
     AttemptInfo,
@@ -103,14 +105,15 @@ class ProgramStore(StreamedReads):
     def __init__(self, url_or_path: str, mode: OpenMode = "create") -> None:
         """mode "create" makes the store if it is missing; "existing" (resume) and "read" (the read-only commands)
         open only a store that exists: a missing SQLite file is "no store at PATH". "read" also creates or
-        alters no table."""
+        alters no table, and opens a SQLite file read-only (no WAL switch): it never changes a byte of it."""
         self.url = database_url(url_or_path)
         try:
             self._where = make_url(self.url).render_as_string(hide_password=True)
             if mode != "create":
                 require_sqlite_file(self.url)
-            self.engine = create_engine(self.url)
-            if self.engine.dialect.name == "sqlite":
+            read_only = read_only_sqlite_engine(self.url) if mode == "read" else None
+            self.engine = read_only or create_engine(self.url)
+            if self.engine.dialect.name == "sqlite" and read_only is None:
                 event.listen(self.engine, "connect", sqlite_pragmas)
             stale: list[str] = []
             if mode != "read":
@@ -260,7 +263,7 @@ class ProgramStore(StreamedReads):
 
     def get_run(self, run_id: int) -> RunInfo:
         with self._sessions() as session:
-            row = session.get(RunRow, run_id)
+            row = session.get(RunRow, run_id) if abs(run_id) <= MAX_ID else None
             if row is None:
                 raise UnknownIdError(f"no run {run_id} in {self._where}")
             return frozen(RunInfo, row)
@@ -354,7 +357,8 @@ class ProgramStore(StreamedReads):
 
     def get_program(self, program_id: int) -> Program:
         with self._sessions() as session:
-            found = session.execute(with_scores().where(ProgramRow.id == program_id)).first()
+            found = session.execute(with_scores().where(ProgramRow.id == program_id)).first() \
+                if abs(program_id) <= MAX_ID else None
             if found is None:
                 raise UnknownIdError(f"no program {program_id} in {self._where}")
             return program_of(*found)
@@ -397,7 +401,7 @@ class ProgramStore(StreamedReads):
         """Program `number` (1..N, see program_number) of the run; UnknownIdError naming the run's range."""
         with self._sessions() as session:
             found = session.execute(with_scores().where(ProgramRow.run_id == run_id).order_by(ProgramRow.id)
-                                    .offset(number - 1).limit(1)).first() if number >= 1 else None
+                                    .offset(number - 1).limit(1)).first() if 1 <= number <= MAX_ID else None
         if found is None:
             count = self.count_programs(run_id)
             raise UnknownIdError(f"no program {run_id}:{number} in {self._where}: run {run_id} has "

@@ -14,6 +14,7 @@ from evolve.records import AttemptKind
 RunStatus = Literal["running", "finished", "failed", "interrupted"]
 RUN_STATUSES: tuple[str, ...] = get_args(RunStatus)
 OpenMode = Literal["create", "existing", "read"]
+MAX_ID = 2**63 - 1  # ids are signed 64-bit integers: a larger one (a URL's, a flag's) names no row
 TERMINAL_KINDS: tuple[str, ...] = get_args(AttemptKind)  # an iteration with one of these is complete
 FAILURE_KINDS: tuple[str, ...] = tuple(kind for kind in TERMINAL_KINDS if kind != "child")
 ATTEMPT_KINDS: tuple[str, ...] = ("policy_call", *TERMINAL_KINDS)

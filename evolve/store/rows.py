@@ -3,17 +3,19 @@ transaction (ProgramStore.record_iteration and friends), and rows read back as P
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import fields
-from typing import Any, TypeVar
+from types import UnionType
+from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from sqlalchemy import Select, insert, select
 from sqlalchemy.orm import Session
 
 from evolve.records import Program, code_key
 from evolve.store.records import AttemptInfo, AttemptRecord, CellInfo, ChildRecord, RunInfo
-from evolve.store.tables import AttemptRow, Base, ProgramRow, ScoreRow
+from evolve.store.tables import AttemptRow, Base, DamagedValue, ProgramRow, ScoreRow
 
 FrozenRecord = TypeVar("FrozenRecord", RunInfo, AttemptInfo, CellInfo)
 
@@ -96,5 +98,27 @@ def program_of(row: ProgramRow, score: ScoreRow) -> Program:
 
 
 def frozen(record_type: type[FrozenRecord], row: Base) -> FrozenRecord:
-    """The frozen dataclass of a row: its fields are read off the row by name."""
-    return record_type(**{item.name: getattr(row, item.name) for item in fields(record_type)})  # type: ignore[arg-type]
+    """The frozen dataclass of a row: its fields are read off the row by name, each checked to be of its field's type
+    (DamagedValue, which a read session turns into one line, for a damaged or hand-edited SQLite row)."""
+    values = {}
+    for name, kinds in _field_kinds(record_type):
+        value = getattr(row, name)
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            raise DamagedValue(f"{row.__tablename__}.{name} of row {getattr(row, 'id', '?')} is damaged: "
+                               f"{str(value)[:80]!r} is not {' or '.join(kind.__name__ for kind in kinds)}")
+        values[name] = value
+    return record_type(**values)
+
+
+@functools.cache
+def _field_kinds(record_type: type) -> tuple[tuple[str, tuple[type, ...]], ...]:
+    """(field name, the types its value may have) of a record dataclass: a float field takes an int, `X | None` None."""
+    hints = get_type_hints(record_type)
+    kinds = []
+    for item in fields(record_type):
+        hint = hints[item.name]
+        members = get_args(hint) if get_origin(hint) in (Union, UnionType) else (hint,)
+        allowed = tuple(int if member is float else member for member in members) + \
+            ((float,) if float in members else ())
+        kinds.append((item.name, allowed))
+    return tuple(kinds)

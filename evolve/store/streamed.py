@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 from evolve.records import Program, ProgramHeader
 from evolve.store.choice_scans import IterationChoice, iteration_choices
 from evolve.store.connection import GuardedSessions
-from evolve.store.records import AttemptInfo, AttemptTotals
+from evolve.store.records import MAX_ID, AttemptInfo, AttemptTotals
 from evolve.store.scans import (
     ancestor_ids,
     attempt_totals,
@@ -52,10 +52,12 @@ class StreamedReads:
     def programs_by_id(self, ids: Iterable[int]) -> dict[int, Program]:
         """Whole programs by id (those not stored are left out)."""
         with self._sessions() as session:
-            return programs_by_id(session, ids)
+            return programs_by_id(session, [one for one in ids if abs(one) <= MAX_ID])
 
     def lineage_programs(self, run_id: int, program_id: int) -> dict[int, Program]:
         """The program and its ancestors in the run, whole, by id (empty when the program is not in the run)."""
+        if abs(run_id) > MAX_ID or abs(program_id) > MAX_ID:
+            return {}
         with self._sessions() as session:
             return programs_by_id(session, ancestor_ids(session, run_id, program_id))
 

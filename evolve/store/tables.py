@@ -7,7 +7,9 @@ drives a run (lease.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -25,11 +27,29 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
+class DamagedValue(ValueError):
+    """A stored value that is not of its column's type (a time that is not a time, in a damaged or hand-edited SQLite
+    file); a read session turns it into one StoreError line."""
+
+
 class _UtcDateTime(TypeDecorator[datetime]):
     """Stores naive UTC (SQLite keeps no zone) and reads back aware UTC datetimes."""
 
     impl = DateTime
     cache_ok = True
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> Callable[[Any], datetime | None] | None:
+        process = super().result_processor(dialect, coltype)
+        if process is None:
+            return None
+
+        def checked(value: Any) -> datetime | None:
+            try:
+                return process(value)  # type: ignore[no-any-return]
+            except (ValueError, TypeError) as exc:  # SQLite's text that is no ISO time
+                raise DamagedValue(f"a stored time is damaged: {str(value)[:80]!r} is not a time") from exc
+
+        return checked
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         return value.astimezone(UTC).replace(tzinfo=None) if value is not None else None
