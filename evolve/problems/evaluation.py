@@ -16,6 +16,7 @@ same EvaluatorRunner; `evolve check` and other one-off callers use this fresh pr
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import importlib.util
 import inspect
 import json
@@ -27,7 +28,7 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import asdict
 from pathlib import Path
 from types import FrameType, ModuleType, TracebackType
@@ -42,6 +43,11 @@ from evolve.sandbox.housekeeping import make_owned_folder, remove_stale_folders
 
 _MARGIN_S = 15.0  # two interpreter starts, imports and the evaluator's own work, beyond the candidate's limit
 _GRACE_S = 1.0  # after SIGTERM the worker stops its sandbox children; then the whole group gets SIGKILL
+_PIPE_GRACE_S = 1.0  # for an exiting worker to exit, and for what it wrote to be read, before it is killed
+_LEFTOVER_ROUNDS = 50  # kill-and-look rounds for what an evaluation left (each round's orphans come back to us)
+_PR_SET_CHILD_SUBREAPER = 36
+REPLY_LIMIT = 1 << 24  # bytes in one result line; artifacts are cut to a few kB each, so only a broken one is longer
+_STDERR_TAIL = 4096
 _MAX_ARTIFACT_CHARS = 2000
 _MAX_DETAIL_CHARS = 500
 FOLDER_PREFIX = "evolve-eval-"
@@ -110,11 +116,16 @@ def _evaluation_from(data: Any) -> Evaluation | None:
 
 
 async def evaluate_program(problem: Problem, code: str, timeout_s: float | None = None) -> Evaluation:
-    """Score `code` in a fresh trusted evaluator process; every failure comes back as an Evaluation."""
+    """Score `code` in a fresh trusted evaluator process; every failure comes back as an Evaluation.
+
+    The worker's answer is taken as soon as its line is in (not at the end of its output: a process the evaluator
+    left behind may hold the pipes open), then its session is ended; the worker itself ends every process below it
+    before it answers (end_leftovers), setsid daemons included."""
     deadline = timeout_s if timeout_s is not None else evaluation_timeout(problem)
     started = time.monotonic()
     remove_stale_folders(FOLDER_PREFIX)
     folder = make_owned_folder(FOLDER_PREFIX)
+    stderr_tail = bytearray()
     try:
         program_path = folder / "program.py"
         program_path.write_text(code)
@@ -122,10 +133,11 @@ async def evaluate_program(problem: Problem, code: str, timeout_s: float | None 
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "evolve.problems.evaluation",
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
+            start_new_session=True, limit=REPLY_LIMIT,
         )
+        drain = asyncio.ensure_future(keep_tail(process, stderr_tail))
         try:
-            stdout, stderr = await asyncio.wait_for(process.communicate(job), deadline)
+            line = await asyncio.wait_for(_answer(process, job), deadline)
         except TimeoutError:
             await _stop(process)
             return Evaluation(ok=False, failure="timeout", detail=f"the evaluation took over {deadline:g}s",
@@ -133,16 +145,67 @@ async def evaluate_program(problem: Problem, code: str, timeout_s: float | None 
         except asyncio.CancelledError:
             await _stop(process)
             raise
-        _signal_group(process.pid, signal.SIGKILL)  # anything the evaluator left running
+        finally:
+            await _end_session(process, drain)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     wall_s = time.monotonic() - started
-    evaluation = _parse_worker_output(stdout)
+    evaluation = _parse_worker_output(line)
     if evaluation is None:
-        return Evaluation(ok=False, failure="evaluator_error", detail=_worker_failure(process.returncode, stderr),
-                          wall_s=wall_s)
+        return Evaluation(ok=False, failure="evaluator_error",
+                          detail=_worker_failure(process.returncode, bytes(stderr_tail)), wall_s=wall_s)
     return conform(problem, Evaluation(ok=evaluation.ok, scores=evaluation.scores, failure=evaluation.failure,
                                        detail=evaluation.detail, artifacts=evaluation.artifacts, wall_s=wall_s))
+
+
+async def _answer(process: asyncio.subprocess.Process, job: bytes) -> bytes:
+    """Send the job, then the worker's result line as soon as it is in; b"" when the worker ended without one (once
+    it has exited, what it wrote is already in the pipe, so a process it left holding the pipe changes nothing)."""
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        process.stdin.write(job)
+        await process.stdin.drain()
+        process.stdin.close()
+    except ConnectionError:  # the worker died before it read the job: its exit code and stderr say why
+        pass
+    reader = asyncio.ensure_future(process.stdout.readline())
+    exited = asyncio.ensure_future(process.wait())
+    try:
+        done, _ = await asyncio.wait({reader, exited}, return_when=asyncio.FIRST_COMPLETED)
+        if reader not in done:
+            done, _ = await asyncio.wait({reader}, timeout=_PIPE_GRACE_S)
+        return reader.result() if reader in done else b""
+    except ValueError:  # a line past REPLY_LIMIT: no result the engine reads
+        return b""
+    finally:
+        for task in (reader, exited):
+            task.cancel()
+        await asyncio.gather(reader, exited, return_exceptions=True)
+
+
+async def _end_session(process: asyncio.subprocess.Process, drain: asyncio.Future[None]) -> None:
+    """After the answer (or a timeout): the worker is exiting; kill its session whatever is left of it (a process
+    that left the worker's group but not its session included), reap the worker, and stop reading its stderr even
+    if something still holds that pipe."""
+    try:
+        await asyncio.wait_for(asyncio.shield(process.wait()), _PIPE_GRACE_S)
+    except TimeoutError:
+        pass
+    kill_session(process.pid)
+    if process.returncode is None:
+        await process.wait()
+    try:
+        await asyncio.wait_for(drain, _PIPE_GRACE_S)
+    except TimeoutError:
+        pass  # wait_for cancelled the reader
+
+
+async def keep_tail(process: asyncio.subprocess.Process, tail: bytearray) -> None:
+    """Read the process's stderr (what the evaluator prints) to its end, keeping the last few kB for errors."""
+    assert process.stderr is not None
+    while chunk := await process.stderr.read(65536):
+        tail.extend(chunk)
+        del tail[:-_STDERR_TAIL]
 
 
 # ---------------------------------------------------------------- worker side
@@ -327,6 +390,12 @@ class EvaluatorRunner:
         if self._sandbox is not None:
             self._sandbox.close()
 
+    def kept_processes(self) -> set[int]:
+        """The processes this runner keeps between evaluations: its sandbox's fork server, if one runs."""
+        server = getattr(self._sandbox, "_fork_server", None)
+        pid = getattr(server, "pid", None)
+        return {pid} if isinstance(pid, int) else set()
+
     def evaluate(self, program_path: Path) -> Evaluation:
         """Run the problem's evaluator on the program (which only the sandbox imports)."""
         evaluator_path = self.problem.evaluator_path
@@ -351,32 +420,77 @@ def evaluate_in_this_process(problem: Problem, program_path: Path) -> Evaluation
     return EvaluatorRunner(problem).evaluate(program_path)
 
 
-def _processes() -> list[tuple[int, int, int]]:
-    """(pid, parent pid, process group) of every process this one can see in /proc."""
+def _processes() -> list[tuple[int, int, int, int]]:
+    """(pid, parent pid, process group, session) of every process this one can see in /proc."""
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
             with open(f"/proc/{entry.name}/stat") as handle:
-                parent, group = handle.read().rsplit(")", 1)[1].split()[1:3]
-            found.append((int(entry.name), int(parent), int(group)))
+                parent, group, session = handle.read().rsplit(")", 1)[1].split()[1:4]
+            found.append((int(entry.name), int(parent), int(group), int(session)))
         except (OSError, IndexError, ValueError):
             continue
     return found
 
 
-def kill_group_leftovers() -> None:
-    """Kill the other processes of this process's group (what an evaluation left running; the sandbox's children
-    and its fork server have groups of their own) and reap those that are its children: what evaluate_program's
-    kill of the worker's group does after each evaluation, for a worker that lives on."""
-    me = os.getpid()
-    for pid, parent, group in _processes():
-        if group == me and pid != me:
+def kill_session(session: int) -> None:
+    """SIGKILL every process of the session `session` (the engine's view of a worker started in a session of its
+    own: what the evaluator started and left there, even in another process group)."""
+    for pid, _, _, sid in _processes():
+        if sid == session:
             try:
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                continue
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def become_subreaper() -> None:
+    """Make this worker the child subreaper of what it starts (Linux): a process the evaluator detaches (a double
+    fork, setsid) becomes this worker's child when its parent exits, instead of init's, so end_leftovers finds it."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the process group is all that is ended
+        pass
+
+
+def _below(me: int, table: list[tuple[int, int, int, int]], keep: Collection[int]) -> list[tuple[int, int]]:
+    """(pid, parent) of every process under `me` in `table`, leaving out the subtrees of `keep`."""
+    children: dict[int, list[int]] = {}
+    for pid, parent, _, _ in table:
+        children.setdefault(parent, []).append(pid)
+    found: list[tuple[int, int]] = []
+    stack = [me]
+    while stack:
+        parent = stack.pop()
+        for pid in children.get(parent, []):
+            if pid not in keep and pid != me:
+                found.append((pid, parent))
+                stack.append(pid)
+    return found
+
+
+def end_leftovers(keep: Collection[int] = ()) -> None:
+    """Kill every process below this worker but the subtrees of `keep` (a warm worker's sandbox fork server), and
+    reap those that are its children: what an evaluation left running, daemons that called setsid included (they
+    come back to this worker, a subreaper, when their parent dies). Called before the worker answers, so the engine
+    takes an answer only once nothing of that evaluation runs on."""
+    me = os.getpid()
+    kill_group = {pid for pid, _, group, _ in _processes() if group == me and pid != me and pid not in keep}
+    for _ in range(_LEFTOVER_ROUNDS):
+        below = [(pid, parent) for pid, parent in _below(me, _processes(), keep)] + \
+            [(pid, -1) for pid in kill_group]
+        kill_group = set()
+        if not below:
+            return
+        for pid, _ in below:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for pid, parent in below:
             if parent == me:
                 try:
                     os.waitpid(pid, 0)
@@ -385,9 +499,10 @@ def kill_group_leftovers() -> None:
 
 
 def stop_children(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM from the engine: kill each sandbox child's process group, then unwind the worker."""
+    """SIGTERM from the engine: kill each sandbox child's process group, then unwind the worker (the sandbox removes
+    its folders on the way; whoever catches Stopped then ends what is left below the worker: end_leftovers)."""
     me = os.getpid()
-    for pid, parent, _ in _processes():
+    for pid, parent, _, _ in _processes():
         if parent == me:
             _signal_group(pid, signal.SIGKILL)  # the sandbox starts each child in its own group
             try:
@@ -421,14 +536,21 @@ def main(argv: list[str]) -> int:
     result_stream = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # whatever the evaluator prints goes to stderr and cannot be taken for the result
     signal.signal(signal.SIGTERM, stop_children)
+    become_subreaper()
     try:
         try:
             problem = load_problem(problem_dir, Path(problem_dir).parent)
         except ProblemError as exc:
             evaluation = Evaluation(ok=False, failure="evaluator_error", detail=str(exc)[:_MAX_DETAIL_CHARS])
         else:
-            evaluation = evaluate_in_this_process(problem, Path(program_path))
+            runner = EvaluatorRunner(problem)
+            try:
+                evaluation = runner.evaluate(Path(program_path))
+            finally:
+                runner.close()
+        end_leftovers()  # nothing of the evaluation runs on once the engine has the answer
     except Stopped:
+        end_leftovers()
         return 143
     result_stream.write(json.dumps(asdict(evaluation)) + "\n")
     result_stream.flush()

@@ -7,7 +7,8 @@ do) and then reads one JSON job per line ({"problem_dir", "program_path"}) and w
 Jobs and results travel on private copies of its stdin and stdout; the evaluator's own stdout goes to stderr,
 so nothing it prints can be taken for a result. Each process is still apart from the engine (its own session)
 and from the candidate (the evaluator runs it through the Sandbox, in a child of its own), and whatever an
-evaluation left running in the process's group is killed before the result is sent. The process keeps one Sandbox
+evaluation left running below the process (its group, and daemons that called setsid, which come back to it as their
+subreaper) is killed before the result is sent. The process keeps one Sandbox
 (and so its fork server, with the problem's preload imported) for its life.
 
 Module-level state of an evaluator outlives a job. Evaluators must not let it change scores; to bound what can
@@ -37,15 +38,18 @@ from typing import TextIO
 
 from evolve.problems.evaluation import (
     FOLDER_PREFIX,
+    REPLY_LIMIT,
     EvaluatorRunner,
     Stopped,
     _evaluation_from,
     _signal_group,
     _stop,
     _worker_failure,
+    become_subreaper,
     conform,
+    end_leftovers,
     evaluation_timeout,
-    kill_group_leftovers,
+    keep_tail,
     read_job,
     stop_children,
 )
@@ -54,9 +58,8 @@ from evolve.records import Evaluation
 from evolve.sandbox.housekeeping import make_owned_folder, remove_stale_folders
 
 DEFAULT_RECYCLE_AFTER = 100
-_REPLY_LIMIT = 1 << 24  # bytes in one reply line; artifacts are cut to a few kB each, so only a broken reply is longer
-_STDERR_TAIL = 4096
 _RETIRE_S = 1.0  # a recycled process exits when its job pipe closes; past this its group is killed
+_DRAIN_S = 1.0  # after a process is killed, for its stderr to reach its end (something it left may hold the pipe)
 
 
 @dataclass(eq=False)
@@ -198,10 +201,10 @@ class EvaluatorPool:
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "evolve.problems.evaluator_pool",
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            start_new_session=True, limit=_REPLY_LIMIT,
+            start_new_session=True, limit=REPLY_LIMIT,
         )
         worker = _Worker(process, problem_dir)
-        worker.drain = asyncio.ensure_future(_keep_tail(process, worker.stderr_tail))
+        worker.drain = asyncio.ensure_future(keep_tail(process, worker.stderr_tail))
         self._live.add(worker)
         self.started += 1
         return worker
@@ -239,7 +242,10 @@ class EvaluatorPool:
         else:
             _signal_group(worker.process.pid, signal.SIGKILL)
         if worker.drain is not None:
-            await asyncio.gather(worker.drain, return_exceptions=True)
+            try:
+                await asyncio.wait_for(worker.drain, _DRAIN_S)
+            except (TimeoutError, ConnectionError):
+                pass  # wait_for cancelled the reader
 
 
 def _reply(line: bytes) -> Evaluation | None:
@@ -247,14 +253,6 @@ def _reply(line: bytes) -> Evaluation | None:
         return _evaluation_from(json.loads(line)) if line.strip() else None
     except (ValueError, RecursionError):
         return None
-
-
-async def _keep_tail(process: asyncio.subprocess.Process, tail: bytearray) -> None:
-    """Read the process's stderr (what the evaluator prints) to its end, keeping the last few kB for errors."""
-    assert process.stderr is not None
-    while chunk := await process.stderr.read(65536):
-        tail.extend(chunk)
-        del tail[:-_STDERR_TAIL]
 
 
 # ---------------------------------------------------------------- the warm process
@@ -269,6 +267,7 @@ def serve() -> int:
     os.close(devnull)
     os.dup2(2, 1)  # whatever the evaluator prints goes to stderr and cannot be taken for a result
     signal.signal(signal.SIGTERM, stop_children)
+    become_subreaper()
     runner: EvaluatorRunner | None = None
     served_dir = ""
     try:
@@ -290,11 +289,15 @@ def serve() -> int:
                                           detail=f"this evaluator process serves {served_dir} only"))
                 return 0
             evaluation = runner.evaluate(Path(program_path))
-            kill_group_leftovers()
+            end_leftovers(keep=runner.kept_processes())  # nothing of this job runs on once it is answered
             _send(results, evaluation)
             if evaluation.failure == "evaluator_error":
                 return 0  # recycled: the evaluator's state may be anything after its own exception
     except Stopped:
+        if runner is not None:
+            runner.close()
+            runner = None
+        end_leftovers()
         return 143
     finally:
         if runner is not None:
