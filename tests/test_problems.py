@@ -135,6 +135,50 @@ def test_non_finite_output_zeroes_only_its_region() -> None:
     assert "region_2_3: f failed or was not finite" in result.artifacts["feedback"]
 
 
+def evaluate_file(problem: Problem, program: Path) -> Evaluation:
+    """The problem's evaluator on a candidate file, in this process, the candidate run by the real Sandbox."""
+    from evolve.problems.evaluation import EvaluatorRunner
+
+    runner = EvaluatorRunner(problem)
+    try:
+        return runner.evaluate(program)
+    finally:
+        runner.close()
+
+
+@pytest.mark.parametrize("value", ["math.nan", "-math.inf", "10 ** 400", "'a string'"])
+def test_a_candidate_that_patches_math_isfinite_in_the_sandbox_fails_its_regions_not_the_evaluator(
+        value: str, tmp_path: Path) -> None:
+    problem = shipped("symbolic_regression")
+    hostile = tmp_path / "hostile.py"
+    hostile.write_text(textwrap.dedent(f"""\
+        import builtins
+        import math
+
+        math.isfinite = lambda value: True  # the driver's check, in this process, now passes anything
+        builtins.float = lambda value: value  # and float() no longer converts
+
+
+        # EVOLVE-BLOCK-START
+        def f(x):
+            return ({value}) if x > 2 else x
+        # EVOLVE-BLOCK-END
+        """))
+    result = evaluate_file(problem, hostile)
+    assert result.ok, result  # a normal score, not an evaluator_error
+    assert result.scores["region_2_3"] == 0.0
+    assert result.scores["region_-1_0"] == pytest.approx(0.9906, abs=1e-4)
+    assert "region_2_3: f failed or was not finite" in result.artifacts["feedback"]
+    assert not problem.is_solved(result.scores)
+
+
+def test_huge_finite_values_score_zero_not_an_overflow_in_the_evaluator() -> None:
+    problem = shipped("symbolic_regression")
+    result = evaluate(problem, problem.initial_code.replace("return x", "return 1e308 if x > 0 else -1e308"))
+    assert result.ok, result
+    assert all(score == 0.0 for score in result.scores.values()), result.scores
+
+
 def test_priority_with_the_wrong_shape_is_bad_output() -> None:
     problem = shipped("bin_packing")
     code = problem.initial_code.replace("return -np.arange(len(bins), dtype=float)", "return 1.0")

@@ -125,6 +125,32 @@ def test_circle_packing_forged_driver_output_is_verified_not_trusted() -> None:
     assert (result.ok, result.failure) == (False, "bad_output") and "expected 26 circles, got 30" in result.detail
 
 
+@pytest.mark.parametrize(("circle", "says"), [
+    ("(0.2, math.nan, gap)", "circle 25 is not finite"),
+    ("(0.2, 0.2, math.inf)", "circle 25 is not finite"),
+    ("(0.2, 0.2, 10 ** 400)", "circle 25 is not finite"),  # an int no float holds
+])
+def test_a_circle_packing_candidate_that_patches_the_drivers_checks_is_its_own_bad_output(
+        circle: str, says: str, tmp_path: Path) -> None:
+    from evolve.problems.evaluation import EvaluatorRunner
+
+    hostile = tmp_path / "hostile.py"
+    hostile.write_text("import builtins\nimport math\n\nmath.isfinite = lambda value: True\n"
+                       "builtins.float = lambda value: value\n\n" + packing_program(f"grid + [{circle}]"))
+    runner = EvaluatorRunner(shipped("circle_packing"))  # the candidate runs in the real Sandbox
+    try:
+        result = runner.evaluate(hostile)
+    finally:
+        runner.close()
+    assert (result.ok, result.failure, result.detail) == (False, "bad_output", says), result
+
+
+def test_circle_packing_radii_whose_sum_overflows_are_scored_not_an_evaluator_error() -> None:
+    result = evaluate(shipped("circle_packing"), packing_program("[(0.5, 0.5, 1e308)] * 26"))
+    assert result.ok, result
+    assert result.scores["containment"] == 0.0 and "sum of radii inf" in result.artifacts["feedback"]
+
+
 # ---------------------------------------------------------------- cap_set
 
 

@@ -32,8 +32,11 @@ def parse_circles(reply: object) -> list[Circle]:
         if (not isinstance(row, list) or len(row) != 3
                 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in row)):
             raise CandidateFailure("bad_output", f"circle {number} is not three numbers (x, y, r)")
-        x, y, r = (float(v) for v in row)
-        if not all(math.isfinite(v) for v in (x, y, r)):
+        try:
+            x, y, r = (float(v) for v in row)
+        except OverflowError:  # an int past the largest float
+            raise CandidateFailure("bad_output", f"circle {number} is not finite") from None
+        if not all(math.isfinite(v) for v in (x, y, r)):  # checked here: the driver's own check is the candidate's
             raise CandidateFailure("bad_output", f"circle {number} is not finite")
         if r < 0:
             raise CandidateFailure("bad_output", f"circle {number} has a negative radius {r!r}")
@@ -78,7 +81,10 @@ def evaluate(program_path: str, sandbox: Sandbox) -> EvaluationResult:
     outside = [number for number, circle in enumerate(circles) if not inside(circle)]
     pairs = [(i, j) for i in range(CIRCLES) for j in range(i + 1, CIRCLES) if overlap(circles[i], circles[j])]
     overlapping = sorted({number for pair in pairs for number in pair})
-    claimed = math.fsum(r for _, _, r in circles)
+    try:
+        claimed = math.fsum(r for _, _, r in circles)
+    except OverflowError:  # finite radii whose sum is past the largest float
+        claimed = math.inf
     valid_sum = math.fsum(repaired_radii(circles))
     scores = {
         "sum_ratio": min(1.0, valid_sum / BEST_KNOWN),

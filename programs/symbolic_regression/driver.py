@@ -1,14 +1,13 @@
-"""Runs inside the sandbox: the candidate's f at each point, None where it raises or is not a finite number."""
-
-import math
+"""Runs inside the sandbox: the candidate's f at each point as a float, None where it raises. The values go back
+raw: whether each is a finite number is judged by the evaluator, outside the candidate's process, since anything
+checked here (math.isfinite, float) the candidate can replace."""
 
 
 def value_at(f, x):
     try:
-        y = float(f(x))
+        return float(f(x))
     except (ArithmeticError, ValueError, TypeError):  # a failure at one point costs that point's region
         return None
-    return y if math.isfinite(y) else None
 
 
 def drive(candidate, xs):

@@ -26,13 +26,35 @@ def regions() -> dict[str, list[float]]:
     }
 
 
+def finite(y: object) -> float | None:
+    """The driver's value for a point as a float if it is a finite number, else None (a failed point). Checked here:
+    the driver runs in the candidate's process, which can make it return anything (NaN, huge ints, strings)."""
+    if isinstance(y, bool) or not isinstance(y, (int, float)):
+        return None
+    try:
+        value = float(y)
+    except OverflowError:  # an int past the largest float
+        return None
+    return value if math.isfinite(value) else None
+
+
+def mean(values: list[float]) -> float:
+    """The mean, exact where it fits in a float; inf (or nan) rather than an error where the sum overflows."""
+    try:
+        return math.fsum(values) / len(values)
+    except OverflowError:
+        return sum(values) / len(values)
+
+
 def region_score(xs: list[float], ys: list[object]) -> tuple[float, float | None]:
-    """1 / (1 + MSE) and the mean signed error; (0, None) if any point failed."""
-    if any(not isinstance(y, (int, float)) for y in ys):
-        return 0.0, None
-    errors = [y - target(x) for x, y in zip(xs, ys, strict=True)]
-    mse = math.fsum(e * e for e in errors) / len(errors)
-    return 1.0 / (1.0 + mse), math.fsum(errors) / len(errors)
+    """1 / (1 + MSE) and the mean signed error; (0, None) if any point failed or is not a finite number."""
+    errors = []
+    for x, y in zip(xs, ys, strict=True):
+        value = finite(y)
+        if value is None:
+            return 0.0, None
+        errors.append(value - target(x))
+    return 1.0 / (1.0 + mean([e * e for e in errors])), mean(errors)
 
 
 def evaluate(program_path: str, sandbox: Sandbox) -> EvaluationResult:
