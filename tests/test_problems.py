@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from evolve.problems.evaluation import evaluate_program
+from evolve.problems.evaluation import evaluate_in_this_process, evaluate_program
 from evolve.problems.problem import Problem, ProblemError, list_problems, load_problem
 from evolve.records import Evaluation
 
@@ -135,17 +135,6 @@ def test_non_finite_output_zeroes_only_its_region() -> None:
     assert "region_2_3: f failed or was not finite" in result.artifacts["feedback"]
 
 
-def evaluate_file(problem: Problem, program: Path) -> Evaluation:
-    """The problem's evaluator on a candidate file, in this process, the candidate run by the real Sandbox."""
-    from evolve.problems.evaluation import EvaluatorRunner
-
-    runner = EvaluatorRunner(problem)
-    try:
-        return runner.evaluate(program)
-    finally:
-        runner.close()
-
-
 @pytest.mark.parametrize("value", ["math.nan", "-math.inf", "10 ** 400", "'a string'"])
 def test_a_candidate_that_patches_math_isfinite_in_the_sandbox_fails_its_regions_not_the_evaluator(
         value: str, tmp_path: Path) -> None:
@@ -164,7 +153,7 @@ def test_a_candidate_that_patches_math_isfinite_in_the_sandbox_fails_its_regions
             return ({value}) if x > 2 else x
         # EVOLVE-BLOCK-END
         """))
-    result = evaluate_file(problem, hostile)
+    result = evaluate_in_this_process(problem, hostile)  # the evaluator here, the candidate in the real Sandbox
     assert result.ok, result  # a normal score, not an evaluator_error
     assert result.scores["region_2_3"] == 0.0
     assert result.scores["region_-1_0"] == pytest.approx(0.9906, abs=1e-4)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from evolve.problems.evaluation import evaluate_program
+from evolve.problems.evaluation import evaluate_in_this_process, evaluate_program
 from evolve.problems.problem import Problem, load_problem
 from evolve.records import Evaluation
 
@@ -132,16 +132,10 @@ def test_circle_packing_forged_driver_output_is_verified_not_trusted() -> None:
 ])
 def test_a_circle_packing_candidate_that_patches_the_drivers_checks_is_its_own_bad_output(
         circle: str, says: str, tmp_path: Path) -> None:
-    from evolve.problems.evaluation import EvaluatorRunner
-
     hostile = tmp_path / "hostile.py"
     hostile.write_text("import builtins\nimport math\n\nmath.isfinite = lambda value: True\n"
                        "builtins.float = lambda value: value\n\n" + packing_program(f"grid + [{circle}]"))
-    runner = EvaluatorRunner(shipped("circle_packing"))  # the candidate runs in the real Sandbox
-    try:
-        result = runner.evaluate(hostile)
-    finally:
-        runner.close()
+    result = evaluate_in_this_process(shipped("circle_packing"), hostile)  # the candidate in the real Sandbox
     assert (result.ok, result.failure, result.detail) == (False, "bad_output", says), result
 
 

@@ -416,8 +416,13 @@ class EvaluatorRunner:
 
 
 def evaluate_in_this_process(problem: Problem, program_path: Path) -> Evaluation:
-    """The fresh worker's job: import the problem's evaluator and run it on the program once."""
-    return EvaluatorRunner(problem).evaluate(program_path)
+    """The fresh worker's job: import the problem's evaluator and run it on the program once (the candidate in the
+    Sandbox, whose fork server, if one started, is stopped after)."""
+    runner = EvaluatorRunner(problem)
+    try:
+        return runner.evaluate(program_path)
+    finally:
+        runner.close()
 
 
 def _processes() -> list[tuple[int, int, int, int]]:
@@ -543,11 +548,7 @@ def main(argv: list[str]) -> int:
         except ProblemError as exc:
             evaluation = Evaluation(ok=False, failure="evaluator_error", detail=str(exc)[:_MAX_DETAIL_CHARS])
         else:
-            runner = EvaluatorRunner(problem)
-            try:
-                evaluation = runner.evaluate(Path(program_path))
-            finally:
-                runner.close()
+            evaluation = evaluate_in_this_process(problem, Path(program_path))
         end_leftovers()  # nothing of the evaluation runs on once the engine has the answer
     except Stopped:
         end_leftovers()
