@@ -97,7 +97,8 @@ class BasePolicySection(StrictModel):
     # sampling
     temperature: float = Field(0.8, ge=0.0, le=5.0)
     top_p: float = Field(0.95, gt=0.0, le=1.0)
-    max_new_tokens: StrictInt = Field(384, ge=8, le=8192, description="upper bound; the prompt fits it to the block")
+    max_new_tokens: StrictInt = Field(384, ge=8, le=8192, description="cap per answer (a completion asked for m "
+                                      "answers may generate m times it); the prompt fits it to the block")
     # ensembles ([[policies]])
     weight: float = Field(1.0, gt=0.0, le=1e6, description="[[policies]] with ensemble.choice = 'weights': this "
                           "policy's share of the iterations, relative to the others' weights")

@@ -18,7 +18,7 @@ import pytest
 
 from evolve.engine.experiment import ExperimentRunner
 from evolve.engine.experiment_spec import load_experiment
-from evolve.seeds import request_seed
+from evolve.seeds import cell_seed, request_seed
 from evolve.store.program_store import ProgramStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,12 +119,13 @@ def test_m1_and_m3_policies_get_three_candidate_answers_per_iteration_each_with_
     single = [body for body in sent if body["model"] == "single-model"]
     triple = [body for body in sent if body["model"] == "triple-model"]
     assert len(single) == 6 and len(triple) == 2  # 3 requests per iteration for m = 1, one for m = 3
-    expected_single_seeds = {request_seed(4, iteration, attempt) for iteration in (1, 2) for attempt in range(3)}
+    cell = cell_seed(4, "fizzbuzz")  # the cell's streams come from (problem, seed), the same for both policies
+    expected_single_seeds = {request_seed(cell, iteration, attempt) for iteration in (1, 2) for attempt in range(3)}
     assert {body["seed"] for body in single} == expected_single_seeds and len(expected_single_seeds) == 6
-    assert {body["seed"] for body in triple} == {request_seed(4, 1), request_seed(4, 2)}  # today's seeds kept
+    assert {body["seed"] for body in triple} == {request_seed(cell, 1), request_seed(cell, 2)}
     assert {(body["temperature"], body["top_p"]) for body in single} == {(0.3, 0.5)}
     assert {(body["temperature"], body["top_p"]) for body in triple} == {(1.2, 0.9)}
-    assert max(body["max_tokens"] for body in single) <= 40 < max(body["max_tokens"] for body in triple) <= 120
+    assert max(body["max_tokens"] for body in single) <= 40 < max(body["max_tokens"] for body in triple) <= 3 * 120
 
     assert requests_per_iteration(Path(spec.db), runs["single"]) == {1: Counter(policy_call=3),
                                                                       2: Counter(policy_call=3)}

@@ -27,7 +27,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                         "makes ceil(n / m) requests")
     sample.add_argument("-k", default="1,10", help="comma-separated k for pass@k and best@k (default 1,10)")
     sample.add_argument("--db", help="store for the sampling runs (default: the config's run.db)")
-    sample.add_argument("--seed", type=int, help="run seed (each request's sampling seed derives from it)")
+    sample.add_argument("--seed", type=int, help="seed: each problem samples on a seed derived from it and the "
+                        "problem's name (never the streams of that problem's experiment cells)")
     sample.add_argument("--programs-dir", help="where problem folders live (default: the config's, programs)")
     sample.add_argument("--parallel", type=int, default=2, help="problems sampled at once, sharing the policy")
     add_out_flag(sample, "also write every figure as JSON to FILE", old=("--json",), metavar="FILE")
