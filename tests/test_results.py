@@ -164,6 +164,21 @@ def test_budgets_state_what_each_arm_spent(results: ExperimentResults) -> None:
     assert a.wall_s == pytest.approx(9 * (0.5 + 12.0)) and b.wall_s == pytest.approx(9 * 6.5)
 
 
+def test_differences_csv_carries_the_interval_width_and_the_holm_adjusted_p_values(results: ExperimentResults,
+                                                                                   tmp_path: Path) -> None:
+    write_csvs(results, tmp_path)
+    rows = {r["metric"]: r for r in csv.DictReader((tmp_path / "differences.csv").open())}
+    assert set(rows) == {"cracked_share", "mean_best"}
+    for d in results.differences:
+        row = rows[d.metric]
+        assert float(row["width_95%"]) == pytest.approx(d.mean.width)
+        assert float(row["width_95%"]) == pytest.approx(float(row["high_95%"]) - float(row["low_95%"]))
+        assert float(row["sign_test_p_holm"]) == pytest.approx(d.sign_p_holm)
+        assert float(row["permutation_p_holm"]) == pytest.approx(d.permutation_p_holm)
+        assert (row["family"], row["significant"]) == ("2", "False")
+        assert float(row["permutation_p_holm"]) >= float(row["permutation_p"])
+
+
 def test_objectives_reached_per_problem_and_policy(results: ExperimentResults) -> None:
     reach = {(o.problem, o.policy, o.objective): o for o in results.objectives}
     last = reach[("alpha", "B", "test_13")]  # only seed 0 passed every test

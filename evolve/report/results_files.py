@@ -16,7 +16,8 @@ def write_json(results: ExperimentResults, path: Path) -> None:
 
 
 def write_csvs(results: ExperimentResults, folder: Path) -> list[Path]:
-    """table, cells, curves (long format, every axis), objectives, budgets and differences: every number."""
+    """table, cells, curves (long format, every axis), objectives, budgets and differences (with the interval's
+    width, the Holm-adjusted p-values, the family they were adjusted over and the verdict): every number."""
     level = f"{results.confidence:.0%}"
     files = {
         "table.csv": (["problem", "policy", "state", "seeds_run", "seeds_planned", "cracked", "cracked_share",
@@ -44,10 +45,12 @@ def write_csvs(results: ExperimentResults, folder: Path) -> list[Path]:
                         ([b.policy, b.cells, b.iterations, b.evaluations, b.completion_tokens, b.prompt_tokens,
                           b.policy_calls, b.policy_errors, b.wall_s] for b in results.budgets)),
         "differences.csv": (["metric", "policy_a", "policy_b", "problems", "mean_difference", f"low_{level}",
-                             f"high_{level}", "wins", "losses", "ties", "sign_test_p", "permutation_p",
-                             "permutation_exact", "per_problem"],
+                             f"high_{level}", f"width_{level}", "wins", "losses", "ties", "sign_test_p",
+                             "sign_test_p_holm", "permutation_p", "permutation_p_holm", "permutation_exact", "family",
+                             "significant", "per_problem"],
                             ([d.metric, d.policy_a, d.policy_b, len(d.problems), d.mean.estimate, d.mean.low,
-                              d.mean.high, d.wins, d.losses, d.ties, d.sign_p, d.permutation_p, d.permutation_exact,
+                              d.mean.high, d.mean.width, d.wins, d.losses, d.ties, d.sign_p, d.sign_p_holm,
+                              d.permutation_p, d.permutation_p_holm, d.permutation_exact, d.family, d.significant,
                               " ".join(f"{p}={v:.6g}" for p, v in zip(d.problems, d.per_problem, strict=True))]
                              for d in results.differences)),
     }
