@@ -3,8 +3,9 @@
 Two problems made by `evolve new-problem` (14 tests each, solved when all pass), one problem whose folder is gone,
 two policies, three seeds, six iterations. Each stored program says how many tests it passed; its stored `solved`
 flag follows an OLD rule (half the tests), so the report must re-judge it by the folder's current rule. Policy "A"
-writes three children per iteration (three evaluations), spends 40 tokens and 2 s per iteration; "B" one child,
-10 tokens and 1 s. A on beta seed 2 never cracks: a censored seed.
+writes three children per iteration (one request of three answers, three evaluations), spends 40 tokens and 2 s per
+iteration under a per-answer cap of 64 tokens; "B" one child, 10 tokens and 1 s under the default cap of 384. A on
+beta seed 2 never cracks: a censored seed.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from rich.console import Console
 from evolve.cli.main import main
 from evolve.engine.experiment_spec import ExperimentSpec
 from evolve.problems.check import new_problem
+from evolve.report.html import report_html
 from evolve.report.results import ExperimentResults, collect
 from evolve.report.results_files import write_csvs, write_json
 from evolve.report.stats import BET_FRACTIONS, clopper_pearson, holm
@@ -81,7 +83,7 @@ def experiment(tmp_path_factory: pytest.TempPathFactory,
     spec = ExperimentSpec.model_validate({
         "name": "ab", "db": module_store_url, "problems": ["alpha", "beta", "gone"], "seeds": list(SEEDS),
         "iterations": ITERATIONS, "run": {"programs_dir": str(programs)},
-        "policies": [{"name": "A", "answers": 3}, {"name": "B"}]})
+        "policies": [{"name": "A", "answers": 3, "max_new_tokens": 64}, {"name": "B"}]})
     store = ProgramStore(spec.db)
     store.save_experiment(spec.name, spec.model_dump_json())
     for key, script in SCRIPTS.items():
@@ -162,6 +164,88 @@ def test_budgets_state_what_each_arm_spent(results: ExperimentResults) -> None:
     assert (a.cells, a.iterations, a.evaluations, a.completion_tokens, a.policy_calls) == (9, 54, 162, 2160, 54)
     assert (b.evaluations, b.completion_tokens) == (54, 540)
     assert a.wall_s == pytest.approx(9 * (0.5 + 12.0)) and b.wall_s == pytest.approx(9 * 6.5)
+
+
+def test_budgets_give_tokens_per_answer_beside_each_arms_per_answer_cap(results: ExperimentResults,
+                                                                        tmp_path: Path) -> None:
+    a, b = results.budget("A"), results.budget("B")  # A: 40 tokens per request of 3 answers; B: 10 per answer
+    assert (a.answers, a.completion_tokens, a.max_new_tokens) == (9 * ITERATIONS * 3, 2160, (64,))
+    assert (b.answers, b.completion_tokens, b.max_new_tokens) == (9 * ITERATIONS, 540, (384,))
+    assert (a.tokens_per_answer, b.tokens_per_answer) == (pytest.approx(40 / 3), pytest.approx(10.0))
+    assert {c.answers for c in results.cells if c.policy == "A"} == {3 * ITERATIONS}
+
+    console = Console(record=True, width=250)
+    render_report(results, console)
+    lines = console.export_text().splitlines()
+    head = next(line for line in lines if "tokens per answer" in line and "cap per answer" in line)
+    a_row = next(line for line in lines if line.startswith("│ A ") and "(40.0/it)" in line)
+    assert [cell.strip() for cell in a_row.split("│")][5:9] == ["2,160 (40.0/it)", "162 (3.0/it)", "13.3", "64"]
+    assert [cell.strip() for cell in head.split("┃")][6:9] == ["answers", "tokens per answer", "cap per answer"]
+
+    page = report_html(results)
+    budgets = page[page.index('<table class="budgets">'):]
+    budgets = budgets[:budgets.index("</table>")]
+    assert "<th class=\"num\">tokens per answer</th><th class=\"num\">cap per answer</th>" in budgets
+    assert '<td class="num">13.3</td><td class="num">64</td>' in budgets
+    assert '<td class="num">10.0</td><td class="num">384</td>' in budgets
+
+    write_csvs(results, tmp_path)
+    rows = {r["policy"]: r for r in csv.DictReader((tmp_path / "budgets.csv").open())}
+    assert (rows["A"]["answers"], rows["A"]["max_new_tokens"]) == ("162", "64")
+    assert float(rows["A"]["tokens_per_answer"]) == pytest.approx(40 / 3)
+    assert {r["answers"] for r in csv.DictReader((tmp_path / "cells.csv").open()) if r["policy"] == "B"} == {"6"}
+    write_json(results, tmp_path / "report.json")
+    budget = json.loads((tmp_path / "report.json").read_text())["budgets"][0]
+    assert (budget["answers"], budget["max_new_tokens"]) == (162, [64])
+    assert budget["tokens_per_answer"] == pytest.approx(40 / 3)
+
+
+def test_an_ensemble_of_one_and_three_answer_members_counts_the_answers_each_request_asked_for(
+        tmp_path: Path) -> None:
+    """Arm "one" (m = 1) has a failed request; ensemble "mix" runs "one" in iteration 1 (three requests) and "three"
+    (m = 3) in iteration 2 (one request): 3 answers asked per iteration either way, the failed request's included,
+    as plain sampling counts them."""
+    new_problem("alpha", tmp_path / "programs")
+    spec = ExperimentSpec.model_validate({
+        "name": "mixed", "db": str(tmp_path / "mixed.db"), "problems": ["alpha"], "iterations": 2,
+        "run": {"programs_dir": str(tmp_path / "programs")},
+        "policies": [{"name": "one", "max_new_tokens": 100}, {"name": "three", "answers": 3, "max_new_tokens": 50}],
+        "ensembles": [{"name": "mix", "members": ["one", "three"]}]})
+    store = ProgramStore(spec.db)
+    store.save_experiment(spec.name, spec.model_dump_json())
+
+    def request(tokens: int, answers: int, member: str) -> list[AttemptRecord | ChildRecord]:
+        nonlocal made
+        made += answers
+        return [AttemptRecord("policy_call", "stop", prompt="p", completion="...", completion_tokens=tokens),
+                *(_child(made - i, seed_id, member) for i in range(answers))]
+
+    error = AttemptRecord("policy_error", "TimeoutError: no reply")
+    scripts = {"one": [("one", [30, 30, None]), ("one", [30, 30, 30])],  # None: a failed request
+               "mix": [("one", [20, 20, 20]), ("three", [90])],
+               "three": [("three", [60]), ("three", [60])]}
+    made = 0
+    for arm, script in scripts.items():
+        config = spec.cell_config("alpha", arm, 0)
+        run_id = store.create_run(name=config.run.name, problem="alpha", policy=arm, seed=0,
+                                  config_json=config.model_dump_json(), iterations_target=2, experiment=spec.name)
+        (seed_program,) = store.record_iteration(run_id, 0, [_child(3, None, "")])
+        seed_id = seed_program.id
+        for iteration, (member, requests) in enumerate(script, start=1):
+            answers = spec.policy(member).answers
+            records = [record for tokens in requests
+                       for record in ([error] if tokens is None else request(tokens, answers, member))]
+            store.record_iteration(run_id, iteration, records, policy=member)
+        store.set_run_status(run_id, "finished")
+    results = collect(store, spec, samples=50)
+    one, mix, three = (results.budget(arm) for arm in ("one", "mix", "three"))
+    assert (one.answers, one.policy_calls, one.policy_errors, one.completion_tokens) == (6, 5, 1, 150)
+    assert one.tokens_per_answer == pytest.approx(150 / 6) and one.max_new_tokens == (100,)
+    assert (mix.answers, mix.tokens_per_answer, mix.max_new_tokens) == (6, pytest.approx(150 / 6), (100, 50))
+    assert (three.answers, three.tokens_per_answer, three.max_new_tokens) == (6, pytest.approx(20.0), (50,))
+    console = Console(record=True, width=250)
+    render_report(results, console)
+    assert "100 / 50" in console.export_text()
 
 
 def test_differences_csv_carries_the_interval_width_and_the_holm_adjusted_p_values(results: ExperimentResults,

@@ -14,14 +14,17 @@ def _per(total: float, iterations: int, digits: int = 1) -> str:
 
 
 def budgets_html(results: ExperimentResults, colours: dict[str, str]) -> str:
-    heads = ["policy", "cells", "iterations", "programs evaluated", "generated tokens", "prompt tokens",
-             "policy calls", "policy errors", "wall time (s)"]
+    heads = ["policy", "cells", "iterations", "programs evaluated", "generated tokens", "answers",
+             "tokens per answer", "cap per answer", "prompt tokens", "policy calls", "policy errors", "wall time (s)"]
     rows = []
     for b in results.budgets:
         wall = "unknown (older store)" if b.wall_s is None else _per(b.wall_s, b.iterations, 2)
+        per_answer = "&ndash;" if b.tokens_per_answer is None else f"{b.tokens_per_answer:,.1f}"
+        caps = " / ".join(f"{cap:,}" for cap in b.max_new_tokens) or "&ndash;"
         values = [str(b.cells), str(b.iterations), _per(b.evaluations, b.iterations),
-                  _per(b.completion_tokens, b.iterations), _per(b.prompt_tokens, b.iterations),
-                  _per(b.policy_calls, b.iterations), str(b.policy_errors), wall]
+                  _per(b.completion_tokens, b.iterations), _per(b.answers, b.iterations), per_answer, caps,
+                  _per(b.prompt_tokens, b.iterations), _per(b.policy_calls, b.iterations), str(b.policy_errors),
+                  wall]
         swatch = f'<span class="swatch" style="background:{colours[b.policy]}"></span>'
         rows.append(f'<tr data-policy="{escape(b.policy)}"><th>{swatch}{escape(b.policy)}</th>'
                     + "".join(f'<td class="num">{v}</td>' for v in values) + "</tr>")
@@ -29,7 +32,11 @@ def budgets_html(results: ExperimentResults, colours: dict[str, str]) -> str:
     return ('<section><h2>Budget spent</h2><p class="hint">What each arm spent over all its cells that ran, with '
             "the amount per iteration in brackets. Programs evaluated are the children sent to the evaluator "
             "(duplicates and unusable answers are not evaluated); wall time is each run's active clock (time it lay "
-            "killed excluded), summed over cells. Arms that spend differently per iteration are compared fairly on "
+            "killed excluded), summed over cells. Answers are the candidate answers the arm's requests asked for (m "
+            "per request, failed requests included, as plain sampling counts them); tokens per answer are the "
+            "generated tokens divided by them, beside the per-answer token cap (<code>policy.max_new_tokens</code>; "
+            "a request for m answers may generate m times it), so an arm writing several answers per request "
+            "compares with a one-answer arm. Arms that spend differently per iteration are compared fairly on "
             "the cost axes of the curves below.</p>"
             f'<table class="budgets"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></section>')
 

@@ -8,7 +8,8 @@ First-crack times are Kaplan-Meier estimates in which a seed that never cracked 
 and the ranking scalar are derived now, from each problem's current rule and the stored score vectors; a problem
 whose folder no longer loads falls back to the flags stored when its programs were written, and the report says so.
 A cell whose every policy call failed is `policy_failed`, not "cracked nothing". Curves rest on complete seeds only
-(see results_curves.py).
+(see results_curves.py). Budgets count generated tokens per candidate answer beside each arm's per-answer token cap,
+so an arm writing m answers per request compares with a one-answer arm.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from evolve.report.stats import (
     mean_interval,
     paired_difference,
 )
-from evolve.store.program_store import ProgramStore
+from evolve.store.program_store import IterationCost, ProgramStore
 
 RowState = Literal["ok", "partial", "policy_failed", "not_run"]
 Pairs = Literal["all", "first"]
@@ -65,6 +66,7 @@ class CellResult:
     steps: tuple[Step, ...]  # committed iterations in commit order, with cumulative costs
     objective_best: tuple[tuple[str, float], ...]  # per objective, the best value any program of the run reached
     rule: Literal["current", "stored"]  # whose verdicts these are: the problem's rule now, or the stored flags
+    answers: int = 0  # candidate answers its requests asked for (`answers_asked`), failed requests' included
 
     @property
     def policy_failed(self) -> bool:
@@ -113,7 +115,12 @@ class ObjectiveReach:
 
 @dataclass(frozen=True)
 class PolicyBudget:
-    """What an arm spent, over its cells that ran."""
+    """What an arm spent, over its cells that ran.
+
+    Tokens are compared per answer: the token cap (`policy.max_new_tokens`) is per answer, so a request for m answers
+    may generate m times it, and an arm writing 3 answers per request spends about 3 times the tokens per call of a
+    one-answer arm for the same answers. `tokens_per_answer` = completion_tokens / answers, the answers counted as
+    plain sampling counts them (m per request, failed requests included), next to the arm's per-answer caps."""
 
     policy: str
     cells: int
@@ -124,6 +131,9 @@ class PolicyBudget:
     policy_calls: int
     policy_errors: int
     wall_s: float | None  # summed active wall clock of its cells; None when some cell has no clock
+    answers: int  # candidate answers its requests asked for
+    tokens_per_answer: float | None  # completion_tokens / answers; None without an answer
+    max_new_tokens: tuple[int, ...]  # the per-answer token cap of its policies (several: an ensemble's members')
 
 
 @dataclass(frozen=True)
@@ -211,7 +221,7 @@ def cell_result(store: ProgramStore, spec: ExperimentSpec, run_id: int | None, k
     rule: Literal["current", "stored"] = "current" if judge is not None and judge.problem is not None else "stored"
     if run_id is None:
         return CellResult(problem, policy, seed, None, "not_run", horizon, 0, None, None, (None,) * (horizon + 1),
-                          0, 0, 0, 0, 0, None, (), (), rule)
+                          0, 0, 0, 0, 0, None, (), (), rule, 0)
     judge = judge or _Judge(None)
     info = store.get_run(run_id)
     costs = store.iteration_costs(run_id)
@@ -253,7 +263,18 @@ def cell_result(store: ProgramStore, spec: ExperimentSpec, run_id: int | None, k
         sum(c.policy_calls for c in costs), sum(c.policy_errors for c in costs), evaluations, tokens,
         sum(c.prompt_tokens for c in costs),
         None if any(c is None for c in clocks) else max((c for c in clocks if c is not None), default=0.0),
-        tuple(steps), tuple(objective_best.items()), rule)
+        tuple(steps), tuple(objective_best.items()), rule, answers_asked(spec, policy, costs))
+
+
+def answers_asked(spec: ExperimentSpec, arm: str, costs: Iterable[IterationCost]) -> int:
+    """The candidate answers a cell's requests asked for: m per request (the arm's policy.answers), a failed
+    request's included, as plain sampling counts its n. An ensemble whose members write different m asks every
+    iteration for the experiment's answers per iteration (the member chosen makes answers_per_iteration / m
+    requests)."""
+    sizes = {policy.answers for policy in spec.arm_policies(arm)}
+    if len(sizes) == 1:
+        return sizes.pop() * sum(c.policy_calls + c.policy_errors for c in costs)
+    return spec.answers_per_iteration_of_cells() * sum(1 for c in costs if c.policy_calls + c.policy_errors)
 
 
 def collect(store: ProgramStore, spec: ExperimentSpec, samples: int = 100_000, confidence: float = 0.95,
@@ -303,7 +324,8 @@ def collect(store: ProgramStore, spec: ExperimentSpec, samples: int = 100_000, c
         answers_per_iteration=spec.answers_per_iteration_of_cells(),
         problems=spec.problems, policies=policies, seeds=spec.seeds, confidence=confidence, score_range=score_range,
         axes=AXES, cells=cells, table=table_t, curves=tuple(curves), problem_curves=tuple(problem_curves),
-        objectives=tuple(objectives), budgets=tuple(_budget(p, [c for c in cells if c.policy == p]) for p in policies),
+        objectives=tuple(objectives),
+        budgets=tuple(_budget(p, [c for c in cells if c.policy == p], spec) for p in policies),
         differences=differences, notes=tuple(notes),
         instructions=instructions_by_arm(store, ((c.policy, c.run_id) for c in cells)))
 
@@ -353,13 +375,16 @@ def _objective_reach(problem: str, policy: str, cells: list[CellResult], judge: 
     return reaches
 
 
-def _budget(policy: str, cells: list[CellResult]) -> PolicyBudget:
+def _budget(policy: str, cells: list[CellResult], spec: ExperimentSpec) -> PolicyBudget:
     ran = [c for c in cells if c.run_id is not None]
     clocks = [c.wall_s for c in ran]
+    tokens, answers = sum(c.completion_tokens for c in ran), sum(c.answers for c in ran)
     return PolicyBudget(policy, len(ran), sum(c.iterations_done for c in ran), sum(c.evaluations for c in ran),
-                        sum(c.completion_tokens for c in ran), sum(c.prompt_tokens for c in ran),
+                        tokens, sum(c.prompt_tokens for c in ran),
                         sum(c.policy_calls for c in ran), sum(c.policy_errors for c in ran),
-                        None if any(c is None for c in clocks) else float(sum(c for c in clocks if c is not None)))
+                        None if any(c is None for c in clocks) else float(sum(c for c in clocks if c is not None)),
+                        answers, tokens / answers if answers else None,
+                        tuple(dict.fromkeys(p.max_new_tokens for p in spec.arm_policies(policy))))
 
 
 def _differences(table: tuple[ProblemPolicyRow, ...], policies: tuple[str, ...], problems: tuple[str, ...],

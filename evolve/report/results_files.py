@@ -16,8 +16,9 @@ def write_json(results: ExperimentResults, path: Path) -> None:
 
 
 def write_csvs(results: ExperimentResults, folder: Path) -> list[Path]:
-    """table, cells, curves (long format, every axis), objectives, budgets and differences (with the interval's
-    width, the Holm-adjusted p-values, the family they were adjusted over and the verdict): every number."""
+    """table, cells, curves (long format, every axis), objectives, budgets (with tokens per answer and the
+    per-answer caps, space-separated for an ensemble's members) and differences (with the interval's width, the
+    Holm-adjusted p-values, the family they were adjusted over and the verdict): every number."""
     level = f"{results.confidence:.0%}"
     files = {
         "table.csv": (["problem", "policy", "state", "seeds_run", "seeds_planned", "cracked", "cracked_share",
@@ -27,10 +28,10 @@ def write_csvs(results: ExperimentResults, folder: Path) -> list[Path]:
                        "policy_calls", "policy_errors"], _table_rows(results)),
         "cells.csv": (["problem", "policy", "seed", "run_id", "status", "rule", "iterations_done", "iterations_target",
                        "first_solved_iteration", "best_scalar", "policy_calls", "policy_errors", "policy_failed",
-                       "evaluations", "completion_tokens", "prompt_tokens", "wall_s"],
+                       "evaluations", "completion_tokens", "answers", "prompt_tokens", "wall_s"],
                       ([c.problem, c.policy, c.seed, c.run_id, c.status, c.rule, c.iterations_done,
                         c.iterations_target, c.first_solved_iteration, c.best_scalar, c.policy_calls, c.policy_errors,
-                        c.policy_failed, c.evaluations, c.completion_tokens, c.prompt_tokens, c.wall_s]
+                        c.policy_failed, c.evaluations, c.completion_tokens, c.answers, c.prompt_tokens, c.wall_s]
                        for c in results.cells)),
         "curves.csv": (["policy", "metric", "problem", "axis", "x", "mean", "low", "high", "seeds", "problems"],
                        ([c.policy, c.metric, c.problem or "(all)", c.axis, *point, c.seeds, c.problems]
@@ -40,10 +41,12 @@ def write_csvs(results: ExperimentResults, folder: Path) -> list[Path]:
                             "mean_best"],
                            ([o.problem, o.policy, o.objective, o.threshold, o.seeds, o.reached, o.best, o.mean_best]
                             for o in results.objectives)),
-        "budgets.csv": (["policy", "cells", "iterations", "evaluations", "completion_tokens", "prompt_tokens",
-                         "policy_calls", "policy_errors", "wall_s"],
-                        ([b.policy, b.cells, b.iterations, b.evaluations, b.completion_tokens, b.prompt_tokens,
-                          b.policy_calls, b.policy_errors, b.wall_s] for b in results.budgets)),
+        "budgets.csv": (["policy", "cells", "iterations", "evaluations", "completion_tokens", "answers",
+                         "tokens_per_answer", "max_new_tokens", "prompt_tokens", "policy_calls", "policy_errors",
+                         "wall_s"],
+                        ([b.policy, b.cells, b.iterations, b.evaluations, b.completion_tokens, b.answers,
+                          b.tokens_per_answer, " ".join(map(str, b.max_new_tokens)), b.prompt_tokens, b.policy_calls,
+                          b.policy_errors, b.wall_s] for b in results.budgets)),
         "differences.csv": (["metric", "policy_a", "policy_b", "problems", "mean_difference", f"low_{level}",
                              f"high_{level}", f"width_{level}", "wins", "losses", "ties", "sign_test_p",
                              "sign_test_p_holm", "permutation_p", "permutation_p_holm", "permutation_exact", "family",

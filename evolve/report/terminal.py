@@ -63,16 +63,28 @@ def _per(total: float, iterations: int, digits: int = 1) -> str:
     return f"{total:,.0f} ({total / iterations:.{digits}f}/it)" if iterations else f"{total:,.0f}"
 
 
+def tokens_per_answer_text(tokens_per_answer: float | None) -> str:
+    return "-" if tokens_per_answer is None else f"{tokens_per_answer:,.1f}"
+
+
+def cap_text(caps: tuple[int, ...]) -> str:
+    """An arm's per-answer token cap, or its members' caps."""
+    return " / ".join(f"{cap:,}" for cap in caps) or "-"
+
+
 def render_budgets(results: ExperimentResults, console: Console) -> None:
-    table = Table(title="what each arm spent (all its cells; per iteration in brackets)")
-    for column in ("policy", "cells", "iterations", "programs evaluated", "generated tokens", "policy calls",
-                   "errors", "wall time (s)"):
+    table = Table(title="what each arm spent (all its cells; per iteration in brackets); tokens per answer: "
+                        "generated tokens / candidate answers asked for (m per request, failed requests included), "
+                        "beside the per-answer token cap (a request for m answers may generate m times it)")
+    for column in ("policy", "cells", "iterations", "programs evaluated", "generated tokens", "answers",
+                   "tokens per answer", "cap per answer", "policy calls", "errors", "wall time (s)"):
         table.add_column(column, no_wrap=column == "policy")
     for b in results.budgets:
         wall = "unknown" if b.wall_s is None else _per(b.wall_s, b.iterations, 2)
         table.add_row(b.policy, str(b.cells), str(b.iterations), _per(b.evaluations, b.iterations),
-                      _per(b.completion_tokens, b.iterations), _per(b.policy_calls, b.iterations),
-                      str(b.policy_errors), wall)
+                      _per(b.completion_tokens, b.iterations), _per(b.answers, b.iterations),
+                      tokens_per_answer_text(b.tokens_per_answer), cap_text(b.max_new_tokens),
+                      _per(b.policy_calls, b.iterations), str(b.policy_errors), wall)
     console.print(table)
 
 
