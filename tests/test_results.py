@@ -20,6 +20,7 @@ from rich.console import Console
 
 from evolve.cli.main import main
 from evolve.engine.experiment_spec import ExperimentSpec
+from evolve.engine.sampling import ProblemSample
 from evolve.problems.check import new_problem
 from evolve.report.html import report_html
 from evolve.report.results import ExperimentResults, collect
@@ -246,6 +247,9 @@ def test_an_ensemble_of_one_and_three_answer_members_counts_the_answers_each_req
     console = Console(record=True, width=250)
     render_report(results, console)
     assert "100 / 50" in console.export_text()
+    document = study_json("s", {}, [], [], {}, results, {})["evolution"]["tokens"]
+    assert document["mix"] == {"answers": 6, "completion_tokens": 150, "tokens_per_answer": pytest.approx(25.0),
+                               "max_new_tokens": [100, 50], "policy_calls": 4, "policy_errors": 0}
 
 
 def test_differences_csv_carries_the_interval_width_and_the_holm_adjusted_p_values(results: ExperimentResults,
@@ -261,6 +265,21 @@ def test_differences_csv_carries_the_interval_width_and_the_holm_adjusted_p_valu
         assert float(row["permutation_p_holm"]) == pytest.approx(d.permutation_p_holm)
         assert (row["family"], row["significant"]) == ("2", "False")
         assert float(row["permutation_p_holm"]) >= float(row["permutation_p"])
+
+
+def test_study_report_gives_tokens_per_answer_of_plain_sampling_and_of_each_evolution_arm(
+        results: ExperimentResults) -> None:
+    samples = {"A": [ProblemSample("alpha", 1, 0.2, 4, 1, (0.5,) * 12, (False,) * 12, 90),
+                     ProblemSample("beta", 2, 0.1, 4, 0, (0.5,) * 12, (False,) * 12, 120)]}
+    document = study_json("s", {}, [], [], samples, results, {})
+    assert document["sampling"]["A"]["alpha"]["completion_tokens"] == 90
+    assert document["sampling"]["A"]["alpha"]["tokens_per_answer"] == pytest.approx(7.5)
+    assert document["sampling_tokens"]["A"] == {"problems": 2, "answers": 24, "completion_tokens": 210,
+                                                "tokens_per_answer": pytest.approx(8.75)}
+    tokens = document["evolution"]["tokens"]
+    assert tokens["A"]["tokens_per_answer"] == pytest.approx(40 / 3) and tokens["A"]["max_new_tokens"] == [64]
+    assert (tokens["B"]["answers"], tokens["B"]["tokens_per_answer"]) == (54, pytest.approx(10.0))
+    json.dumps(document)
 
 
 def test_objectives_reached_per_problem_and_policy(results: ExperimentResults) -> None:

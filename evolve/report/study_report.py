@@ -174,11 +174,35 @@ def cracked_by_policy(results: ExperimentResults) -> dict[str, dict[str, Any]]:
 
 
 def sampling_summary(samples: dict[str, list[Any]]) -> dict[str, dict[str, Any]]:
-    """Per policy and test problem: n answers, c solved, pass@1 and best@n (ProblemSample's figures)."""
+    """Per policy and test problem: n answers, c solved, pass@1 and best@n, the tokens generated and per answer
+    (ProblemSample's figures)."""
     return {policy: {s.problem: {"n": s.n, "c": s.c, "pass@1": s.pass_at(1), f"pass@{s.n}": s.pass_at(s.n),
                                  "best@1": s.best_at(1), f"best@{s.n}": s.best_at(s.n), "run_id": s.run_id,
-                                 "failed_requests": s.failed_requests} for s in rows}
+                                 "failed_requests": s.failed_requests, "completion_tokens": s.completion_tokens,
+                                 "tokens_per_answer": s.tokens_per_answer} for s in rows}
             for policy, rows in samples.items()}
+
+
+def sample_tokens(rows: list[Any]) -> dict[str, Any]:
+    """Over ProblemSamples (plain sampling of several problems): answers, generated tokens and tokens per answer
+    (None without an answer), each problem's answers its n (m per request, failed requests included)."""
+    answers, tokens = sum(s.n for s in rows), sum(s.completion_tokens for s in rows)
+    return {"problems": len(rows), "answers": answers, "completion_tokens": tokens,
+            "tokens_per_answer": tokens / answers if answers else None}
+
+
+def sampling_tokens(samples: dict[str, list[Any]]) -> dict[str, dict[str, Any]]:
+    """Per policy, `sample_tokens` over its sampled test problems."""
+    return {policy: sample_tokens(rows) for policy, rows in samples.items()}
+
+
+def evolution_tokens(results: ExperimentResults) -> dict[str, dict[str, Any]]:
+    """Per arm of the experiment: answers asked for, generated tokens, tokens per answer and the per-answer token
+    cap (`PolicyBudget`), comparable with `sampling_tokens`."""
+    return {b.policy: {"answers": b.answers, "completion_tokens": b.completion_tokens,
+                       "tokens_per_answer": b.tokens_per_answer, "max_new_tokens": list(b.max_new_tokens),
+                       "policy_calls": b.policy_calls, "policy_errors": b.policy_errors}
+            for b in results.budgets}
 
 
 def study_json(name: str, facts: dict[str, Any], budgets: list[dict[str, Any]], curves: list[TrainingCurves],
@@ -189,9 +213,11 @@ def study_json(name: str, facts: dict[str, Any], budgets: list[dict[str, Any]], 
         "training_budgets": budgets,
         "training_curves": {c.algo: _finite(asdict(c)) for c in curves},
         "sampling": sampling_summary(samples),
+        "sampling_tokens": sampling_tokens(samples),
         "evolution": {"iterations": results.iterations, "seeds": list(results.seeds),
                       "answers_per_iteration": results.answers_per_iteration, "problems": list(results.problems),
                       "cracked": cracked_by_policy(results),
+                      "tokens": evolution_tokens(results),
                       "differences_method": DIFFERENCES_METHOD,
                       "differences": [asdict(d) for d in results.differences]},
         "stage_seconds": seconds,
