@@ -99,15 +99,22 @@ def test_each_request_gives_m_answers_scored_as_children_duplicates_and_failures
     assert answer_outcomes(store, run_id, 3, 1) == ([1.0, 0.25, 1.0], [True, False, True], 1, 0, 30)
 
 
-def test_a_finished_store_is_reported_without_loading_a_model(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)  # the built-in defaults, not the repository's evolve.toml
-    db = tmp_path / "s.db"
+def finished_sampling_store(db: Path) -> int:
+    """fizzbuzz (three_answer_requests: 3 calls of 30 tokens, a failed request) and run_length (4 calls of 30 tokens,
+    every answer fails), 12 answers each, m = 3; the run id of fizzbuzz."""
     store = ProgramStore(str(db))
     base = base_config(db, "policy.answers=3")
     good = stored_sampling_run(store, sample_config(base, "fizzbuzz", "fizzbuzz", 12), three_answer_requests())
     zero = [[CALL, AttemptRecord("eval_failed", "crash: x", child_code="b = 1")]] * 4
     stored_sampling_run(store, sample_config(base, "run_length", "run_length", 12), zero)
+    return good
+
+
+def test_a_finished_store_is_reported_without_loading_a_model(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the built-in defaults, not the repository's evolve.toml
+    db = tmp_path / "s.db"
+    good = finished_sampling_store(db)
     hard, report = tmp_path / "hard.txt", tmp_path / "s.json"
     code = main(["sample", "--problems", "fizzbuzz,run_length", "--programs-dir", str(PROGRAMS), "--db", str(db),
                  "--set", "policy.answers=3", "-n", "12", "-k", "1,12", "--hard-out", str(hard), "--json", str(report)])
@@ -124,6 +131,34 @@ def test_a_finished_store_is_reported_without_loading_a_model(tmp_path: Path, ca
     assert fizz["best@k"]["1"] == pytest.approx(2.25 / 12) and fizz["best@k"]["12"] == 1.0
     assert document["mean"]["pass@k"]["1"] == pytest.approx(1 / 12)
     assert document["hard"] == {"by": "best@12 = 0", "problems": ["run_length"]}
+
+
+def test_sample_shows_and_writes_each_problems_tokens_per_answer_and_the_total(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the built-in defaults, not the repository's evolve.toml
+    monkeypatch.setenv("COLUMNS", "240")
+    db, report = tmp_path / "s.db", tmp_path / "s.json"
+    finished_sampling_store(db)
+    assert main(["sample", "--problems", "fizzbuzz,run_length", "--programs-dir", str(PROGRAMS), "--db", str(db),
+                 "--set", "policy.answers=3", "-n", "12", "-k", "1", "--out", str(report)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+
+    def cells(name: str) -> list[str]:
+        row = next(line for line in lines if line.startswith(f"│ {name} "))
+        return [cell.strip() for cell in row.split("│")[1:-1]]
+
+    head = next(line for line in lines if "tok/ans" in line)
+    assert [cell.strip() for cell in head.split("┃")[1:-1]][-3:] == ["err", "tokens", "tok/ans"]
+    assert cells("fizzbuzz")[-3:] == ["1", "90", "7.5"]  # 3 calls of 30 tokens over 12 answers
+    assert cells("run_length")[-3:] == ["0", "120", "10.0"]
+    assert cells("total (2)")[2:5] == ["24", "8", "2"] and cells("total (2)")[-3:] == ["1", "210", "8.8"]
+    assert any("cap is 384 per answer" in line for line in lines)
+    document = json.loads(report.read_text())
+    fizz, run_length = document["problems"]
+    assert (fizz["completion_tokens"], fizz["tokens_per_answer"]) == (90, 7.5)
+    assert (run_length["completion_tokens"], run_length["tokens_per_answer"]) == (120, 10.0)
+    assert document["total"] == {"problems": 2, "answers": 24, "completion_tokens": 210, "tokens_per_answer": 8.75,
+                                 "requests": 8, "failed_requests": 1, "max_new_tokens_per_answer": 384}
 
 
 def test_a_stored_run_with_other_sampling_settings_is_refused_and_a_larger_n_extends_it(tmp_path: Path) -> None:
