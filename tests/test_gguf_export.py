@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from evolve.policies.gguf_export import GGUFExport, export_gguf, hf_folder_to_gguf
+from evolve.policies.gguf_export import GGUFExport, export_gguf, hf_folder_to_gguf, quantize_gguf
 from evolve.policies.model_files import ModelFileError, find_embedded_gguf, resolve_model
 
 TINY_TOKENS = [1, 504, 3458, 282, 253, 1345, 30, 198, 2, 0, 17, 49151]
@@ -109,6 +109,29 @@ def test_f16_export_is_half_the_size_and_keeps_the_greedy_tokens(tiny: Path, tmp
     f16 = export_gguf(tiny, tmp_path, dtype="f16").path
     assert f16 != f32 and f16.stat().st_size < 0.6 * f32.stat().st_size
     assert (llama_logits(f16, TINY_TOKENS).argmax(-1) == hf_logits(tiny, TINY_TOKENS).argmax(-1)).all()
+
+
+def test_q8_0_is_quantized_once_beside_the_f16_file_and_predicts_like_it(tiny: Path, tmp_path: Path) -> None:
+    f16 = export_gguf(tiny, tmp_path, dtype="f16").path
+    first = quantize_gguf(f16, "q8_0")
+    again = quantize_gguf(f16, "q8_0")
+    assert first.path == again.path == f16.with_name(f"{f16.stem}.q8_0.gguf")
+    assert not first.cached and again.cached
+    assert first.path.stat().st_size < 0.7 * f16.stat().st_size
+    quantized, reference = llama_logits(first.path, TINY_TOKENS), llama_logits(f16, TINY_TOKENS)
+    assert np.corrcoef(quantized.ravel(), reference.ravel())[0, 1] > 0.99
+
+
+def test_the_llamacpp_weights_setting_picks_the_q8_0_file_of_the_default_model() -> None:
+    from evolve.config import load_config
+    from evolve.policies.llamacpp import model_files
+
+    config = load_config(None, {"policy.backend": "llamacpp", "policy.weights": "q8_0"})
+    files = model_files(config.policy.model, config.policy.weights)
+    assert files.gguf.name.endswith(".q8_0.gguf") and files.gguf.is_file()
+    assert files.gguf.stat().st_size < 0.7 * model_files(config.policy.model).gguf.stat().st_size
+    with pytest.raises(Exception, match="weights"):
+        load_config(None, {"policy.backend": "llamacpp", "policy.weights": "q4"})
 
 
 def test_unchanged_folder_is_a_cache_hit_and_a_changed_weight_a_new_file(tiny_copy: Path, tmp_path: Path) -> None:

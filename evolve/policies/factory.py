@@ -39,7 +39,7 @@ def open_policy(section: PolicySection, seed: int = 0, concurrency: int = 8) -> 
     elif isinstance(section, LlamaCppPolicySection):
         from evolve.policies.llamacpp import LlamaCppPolicy, model_files
 
-        files = model_files(section.model)
+        files = model_files(section.model, section.weights)
         if files.conversion_s:
             print(f"converted {section.model} to GGUF for llama.cpp in {files.conversion_s:.1f} s "
                   f"(cached: {files.gguf})", file=sys.stderr)

