@@ -154,11 +154,21 @@ def test_a_fresh_study_has_every_stage_to_do_and_keeps_to_its_store(tmp_path: Pa
     for line in ("1. train   to do    0/6 training runs (3 algorithms x 2 training seeds): vpo-t0 0/1 steps, vpo-t1 "
                  "0/1 steps, grpo-t0 0/1 steps, grpo-t1 0/1 steps, multi-rlvr-t0 0/1 steps, multi-rlvr-t1 0/1 steps",
                  "2. sample  to do    0/7 (policy, problem) runs of 2 answers",
-                 "3. evolve  to do    0/7 cells finished (0 started)", "4. report  to do"):
+                 "3. evolve  to do    0/7 cells finished (0 started)", "4. report  to do",
+                 "left: no pace yet for train, sample, evolve"):
         assert line in out
     assert (folder / "study.db").is_file()
     assert main(["study", str(path), "--out", str(folder), "--db", str(tmp_path / "other.db"), "--status"]) == 1
     assert f"this study's store is {folder / 'study.db'}" in capsys.readouterr().out
+
+
+def test_the_time_left_of_a_stage_follows_the_pace_it_has_kept() -> None:
+    from evolve.engine.study import format_duration, time_left
+
+    assert time_left(600.0, 0.25) == pytest.approx(1800.0)  # a quarter done in 10 min: 30 min to go
+    assert time_left(None, 0.5) is None and time_left(600.0, 0.0) is None and time_left(600.0, 1.0) is None
+    assert (format_duration(1800.0), format_duration(5400.0), format_duration(20.0)) == ("30 min", "1 h 30 min",
+                                                                                         "1 min")
 
 
 def test_the_crack_share_of_each_arm_is_reported_per_training_seed_with_its_spread(tmp_path: Path) -> None:

@@ -45,6 +45,7 @@ class StageStatus:
     stage: str
     state: State
     detail: str
+    fraction: float | None = None  # the share of the stage's work done (steps, runs, cells), None where unknown
 
 
 @dataclass
@@ -182,6 +183,19 @@ def evolution_counts(spec: StudySpec, paths: StudyPaths, store: Any) -> tuple[in
 
 # ---- the whole study ------------------------------------------------------------------------------------------
 
+def time_left(spent: float | None, fraction: float | None) -> float | None:
+    """Seconds a stage still needs at the pace it has kept (spent / fraction done), None before any progress or
+    once it is done: a stage's units (training steps, sampling runs, cells) take roughly equal time."""
+    if not spent or fraction is None or not 0.0 < fraction < 1.0:
+        return None
+    return spent * (1.0 - fraction) / fraction
+
+
+def format_duration(seconds: float) -> str:
+    minutes = round(seconds / 60)
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{max(1, minutes)} min"
+
+
 class Study:
     """One study: its file's spec, its folder and store; `statuses()` says where each stage stands, `run()` runs
     the stages still to do, up to `until`."""
@@ -205,29 +219,44 @@ class Study:
                         f"({len(t.algorithms)} algorithm{'s' * (len(t.algorithms) != 1)} x {len(t.seeds)} training "
                         f"seed{'s' * (len(t.seeds) != 1)}): "
                         + ", ".join(f"{name} {detail}" for name, (_, detail) in per_run.items()))
+        steps = [int(detail.split("/", 1)[0]) for _, detail in per_run.values()]
+        train_fraction = sum(steps) / max(1, len(per_run) * t.steps)
         plans = sampling_plans(self.spec, self.paths, self.store)
         sample_state = _combined([_plans_state(p) for p in plans.values()])
         sampled = sum(plan.finished for p in plans.values() for plan in p)
+        sample_runs = sum(map(len, plans.values()))
         finished, started, planned = evolution_counts(self.spec, self.paths, self.store)
         evolve_state: State = "done" if finished == planned else "partial" if started else "to do"
         report = self.paths.report / "study_report.json"
         report_state: State = "done" if report.is_file() and sample_state == evolve_state == train_state == "done" \
             else "to do"
-        return [StageStatus("train", train_state, train_detail),
-                StageStatus("sample", sample_state, f"{sampled}/{sum(map(len, plans.values()))} (policy, problem) "
-                            f"runs of {self.spec.sampling.answers} answers"),
-                StageStatus("evolve", evolve_state, f"{finished}/{planned} cells finished ({started} started)"),
+        return [StageStatus("train", train_state, train_detail, train_fraction),
+                StageStatus("sample", sample_state, f"{sampled}/{sample_runs} (policy, problem) "
+                            f"runs of {self.spec.sampling.answers} answers", sampled / max(1, sample_runs)),
+                StageStatus("evolve", evolve_state, f"{finished}/{planned} cells finished ({started} started)",
+                            finished / max(1, planned)),
                 StageStatus("report", report_state, str(report))]
 
     def print_statuses(self, statuses: list[StageStatus]) -> None:
         seconds = self.state.seconds
         self.console.print(f"study [bold]{self.spec.name}[/] in {self.paths.folder} (store {self.paths.db})",
                            highlight=False, soft_wrap=True)
+        left_in_all: list[float] = []
         for number, status in enumerate(statuses, 1):
             spent = seconds.get(status.stage)
             clock = f", {spent:.0f} s so far" if spent else ""
+            left = time_left(spent, status.fraction)
+            if left is not None:
+                left_in_all.append(left)
+                clock += f", about {format_duration(left)} left at this pace"
             self.console.print(f"  {number}. {status.stage:<7} {status.state:<8} {status.detail}{clock}",
                                highlight=False, soft_wrap=True)
+        waiting = [status.stage for status in statuses if status.state != "done" and status.stage != "report"
+                   and time_left(seconds.get(status.stage), status.fraction) is None]
+        parts = [f"about {format_duration(sum(left_in_all))} for the stages under way"] if left_in_all else []
+        parts += [f"no pace yet for {', '.join(waiting)}"] if waiting else []
+        if parts:
+            self.console.print(f"  left: {'; '.join(parts)}", highlight=False, soft_wrap=True)
 
     def refuse_a_base_trained_on_tests(self) -> None:
         """The base model, when it is itself a trained checkpoint, is held to the held-out rule before anything is
