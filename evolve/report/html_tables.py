@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from html import escape
 
-from evolve.report.results import ExperimentResults, ObjectiveReach
+from evolve.report.results import METRIC_LABELS, ExperimentResults, ObjectiveReach
+from evolve.report.stats import PairedDifference
 
 
 def _per(total: float, iterations: int, digits: int = 1) -> str:
@@ -41,30 +42,38 @@ def budgets_html(results: ExperimentResults, colours: dict[str, str]) -> str:
             f'<table class="budgets"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></section>')
 
 
+def differences_table_html(differences: tuple[PairedDifference, ...], confidence: float) -> str:
+    """The table of paired differences (a row per comparison: interval, width, raw and Holm-adjusted p-values, the
+    per-problem differences); the experiment report's between policies, the study report's between arms."""
+    level = f"{confidence:.0%}"
+    alpha = f"{1 - confidence:.2g}"
+    heads = ["a &minus; b", "metric", "problems", "mean difference", f"{level} interval", "width",
+             "a ahead / behind / tied", "sign test p (Holm)", "permutation p (Holm)", f"significant (Holm, &alpha; = "
+             f"{alpha})", "per problem"]
+    rows = []
+    for d in differences:
+        permutation = (f"{d.permutation_p:.3g}" + ("" if d.permutation_exact else " (Monte Carlo)")
+                       + f' <span class="band">(Holm {d.permutation_p_holm:.3g})</span>')
+        per_problem = ", ".join(f"{escape(p)} {v:+.3f}" for p, v in zip(d.problems, d.per_problem, strict=True))
+        values = [f"{escape(d.policy_a)} &minus; {escape(d.policy_b)}", METRIC_LABELS.get(d.metric, d.metric),
+                  str(len(d.problems)), f"{d.mean.estimate:+.3f}", f"[{d.mean.low:+.3f}, {d.mean.high:+.3f}]",
+                  f"{d.mean.width:.3f}", f"{d.wins} / {d.losses} / {d.ties}",
+                  f'{d.sign_p:.3g} <span class="band">(Holm {d.sign_p_holm:.3g})</span>', permutation,
+                  '<span class="cracked">yes</span>' if d.significant else "no",
+                  f'<span class="detail">{per_problem}</span>']
+        rows.append(f'<tr data-metric="{d.metric}" data-significant="{str(d.significant).lower()}" '
+                    f'data-a="{escape(d.policy_a)}" data-b="{escape(d.policy_b)}">'
+                    + "".join(f"<td>{v}</td>" for v in values) + "</tr>")
+    head = "".join(f"<th>{h}</th>" for h in heads)
+    return f'<table class="differences"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
 def differences_html(results: ExperimentResults) -> str:
     if not results.differences:
         return ""
     level = f"{results.confidence:.0%}"
     alpha = f"{1 - results.confidence:.2g}"
     family = results.differences[0].family
-    heads = ["a &minus; b", "metric", "problems", "mean difference", f"{level} interval", "width",
-             "a ahead / behind / tied", "sign test p (Holm)", "permutation p (Holm)", f"significant (Holm, &alpha; = "
-             f"{alpha})", "per problem"]
-    rows = []
-    for d in results.differences:
-        metric = "share of seeds cracked" if d.metric == "cracked_share" else "mean best scalar"
-        permutation = (f"{d.permutation_p:.3g}" + ("" if d.permutation_exact else " (Monte Carlo)")
-                       + f' <span class="band">(Holm {d.permutation_p_holm:.3g})</span>')
-        per_problem = ", ".join(f"{escape(p)} {v:+.3f}" for p, v in zip(d.problems, d.per_problem, strict=True))
-        values = [f"{escape(d.policy_a)} &minus; {escape(d.policy_b)}", metric, str(len(d.problems)),
-                  f"{d.mean.estimate:+.3f}", f"[{d.mean.low:+.3f}, {d.mean.high:+.3f}]", f"{d.mean.width:.3f}",
-                  f"{d.wins} / {d.losses} / {d.ties}",
-                  f'{d.sign_p:.3g} <span class="band">(Holm {d.sign_p_holm:.3g})</span>', permutation,
-                  '<span class="cracked">yes</span>' if d.significant else "no",
-                  f'<span class="detail">{per_problem}</span>']
-        rows.append(f'<tr data-metric="{d.metric}" data-significant="{str(d.significant).lower()}">'
-                    + "".join(f"<td>{v}</td>" for v in values) + "</tr>")
-    head = "".join(f"<th>{h}</th>" for h in heads)
     return (f'<section><h2>Paired differences between policies</h2><p class="hint">For each problem both policies '
             f"ran, a's value minus b's: the share of its seeds that cracked the problem, and the mean over seeds of "
             f"each seed's best scalar. The mean difference over problems has a {level} interval that holds whatever "
@@ -79,8 +88,7 @@ def differences_html(results: ExperimentResults) -> str:
             f"Holm-adjusted permutation p at or below &alpha; = {alpha}. The interval is not adjusted for the "
             f"{family} comparisons, so it can exclude 0 where the adjusted test does not. n is the number of "
             f"problems.</p>"
-            f'<table class="differences"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
-            f"</section>")
+            f"{differences_table_html(results.differences, results.confidence)}</section>")
 
 
 def _reach_cell(reach: ObjectiveReach | None) -> str:

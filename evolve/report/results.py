@@ -9,12 +9,14 @@ and the ranking scalar are derived now, from each problem's current rule and the
 whose folder no longer loads falls back to the flags stored when its programs were written, and the report says so.
 A cell whose every policy call failed is `policy_failed`, not "cracked nothing". Curves rest on complete seeds only
 (see results_curves.py). Budgets count generated tokens per candidate answer beside each arm's per-answer token cap,
-so an arm writing m answers per request compares with a one-answer arm.
+so an arm writing m answers per request compares with a one-answer arm. A study groups policies into arms (an
+algorithm's checkpoints, one per training seed): `pooled_differences` compares arms, each pooling its policies'
+cells per problem; the plain report never groups.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,7 +42,11 @@ from evolve.store.program_store import IterationCost, ProgramStore
 
 RowState = Literal["ok", "partial", "policy_failed", "not_run"]
 Pairs = Literal["all", "first"]
-__all__ = ["AXES", "AXIS_LABELS", "CellResult", "Curve", "ExperimentResults", "ProblemPolicyRow", "collect"]
+__all__ = ["AXES", "AXIS_LABELS", "CellResult", "Curve", "ExperimentResults", "ProblemPolicyRow", "collect",
+           "pooled_cells", "pooled_differences"]
+# what a PairedDifference's metric compares, as the tables name it
+METRIC_LABELS = {"cracked_share": "share of seeds cracked", "mean_best": "mean best scalar",
+                 "pooled_cracked_share": "share of cells cracked, the arm's checkpoints pooled"}
 
 
 @dataclass(frozen=True)
@@ -406,4 +412,46 @@ def _differences(table: tuple[ProblemPolicyRow, ...], policies: tuple[str, ...],
         out.append(paired_difference("cracked_share", a, b, shared, share[a], share[b], confidence, (0.0, 1.0),
                                      samples))
         out.append(paired_difference("mean_best", a, b, shared, best[a], best[b], confidence, score_range, samples))
+    return holm_correct(out)
+
+
+def pooled_cells(table: Iterable[ProblemPolicyRow], policies: Iterable[str]) -> dict[str, tuple[int, int]]:
+    """Per problem, (cells that cracked it, cells run) summed over `policies`' rows that ran with a live policy
+    (state ok or partial; a row whose every call failed is no evidence of "cracked nothing"), in the table's
+    problem order; a problem none of them ran is absent."""
+    wanted = set(policies)
+    pooled: dict[str, tuple[int, int]] = {}
+    for row in table:
+        if row.policy in wanted and row.state in ("ok", "partial") and row.seeds_run > 0:
+            cracked, cells = pooled.get(row.problem, (0, 0))
+            pooled[row.problem] = (cracked + row.cracked, cells + row.seeds_run)
+    return pooled
+
+
+def pooled_differences(results: ExperimentResults, arm_of: Mapping[str, str],
+                       samples: int = 100_000) -> tuple[PairedDifference, ...]:
+    """The paired differences between groups of policies (arms; `arm_of`: policy -> arm, policies it does not name
+    left out), for the study report: per problem, arm a's share of cells cracked minus arm b's, each arm's cells
+    pooled over all its policies (a trained arm's checkpoints, one per training seed); the mean over the problems
+    both arms ran with its betting interval, the sign and sign-flip permutation tests, Holm-adjusted over every
+    pair of arms (in the order the arms first appear among the policies). The plain experiment report does not
+    call it."""
+    arms: dict[str, list[str]] = {}
+    for policy in results.policies:
+        if policy in arm_of:
+            arms.setdefault(arm_of[policy], []).append(policy)
+    shares = {arm: {problem: cracked / cells for problem, (cracked, cells) in pooled_cells(results.table,
+                                                                                          policies).items()}
+              for arm, policies in arms.items()}
+    names = list(arms)
+    out = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            shared = tuple(p for p in results.problems if p in shares[a] and p in shares[b])
+            if not shared:
+                continue
+            out.append(paired_difference("pooled_cracked_share", a, b, shared,
+                                         np.array([shares[a][p] for p in shared]),
+                                         np.array([shares[b][p] for p in shared]), results.confidence, (0.0, 1.0),
+                                         samples))
     return holm_correct(out)

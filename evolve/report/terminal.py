@@ -7,8 +7,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from evolve.report.results import AXIS_LABELS, ExperimentResults, ObjectiveReach, ProblemPolicyRow
+from evolve.report.results import AXIS_LABELS, METRIC_LABELS, ExperimentResults, ObjectiveReach, ProblemPolicyRow
 from evolve.report.run_summary import choice_table
+from evolve.report.stats import PairedDifference
 
 _BLOCKS = " ▁▂▃▄▅▆▇█"
 
@@ -114,28 +115,34 @@ def render_curves(results: ExperimentResults, console: Console) -> None:
     console.print(table)
 
 
+def differences_table(differences: tuple[PairedDifference, ...], title: str) -> Table:
+    """The paired differences as a rich table (the experiment report's between policies, the study's between
+    arms)."""
+    table = Table(title=title)
+    for column in ("a - b", "metric", "problems", "mean difference", "width", "ahead/behind/tied",
+                   "sign test p (Holm)", "permutation p (Holm)", "significant"):
+        table.add_column(column)
+    for d in differences:
+        permutation = (f"{d.permutation_p:.3g}" + ("" if d.permutation_exact else " (Monte Carlo)")
+                       + f" ({d.permutation_p_holm:.3g})")
+        table.add_row(f"{d.policy_a} - {d.policy_b}", METRIC_LABELS.get(d.metric, d.metric), str(len(d.problems)),
+                      f"{d.mean.estimate:+.3f} [{d.mean.low:+.3f}, {d.mean.high:+.3f}]", f"{d.mean.width:.3f}",
+                      f"{d.wins}/{d.losses}/{d.ties}", f"{d.sign_p:.3g} ({d.sign_p_holm:.3g})", permutation,
+                      Text("yes", style="green") if d.significant else "no")
+    return table
+
+
 def render_differences(results: ExperimentResults, console: Console) -> None:
     if not results.differences:
         return
     level = f"{results.confidence:.0%}"
     alpha = f"{1 - results.confidence:.2g}"
     family = results.differences[0].family
-    table = Table(title=f"paired differences over problems (a - b): per problem, a's value minus b's; mean over "
-                        f"problems [{level} betting interval] and its width, problems where a is ahead/behind/tied, "
-                        f"exact tests: raw p (Holm-adjusted over the {family} comparisons); significant: Holm "
-                        f"permutation p <= {alpha}")
-    for column in ("a - b", "metric", "problems", "mean difference", "width", "ahead/behind/tied",
-                   "sign test p (Holm)", "permutation p (Holm)", "significant"):
-        table.add_column(column)
-    for d in results.differences:
-        metric = "share of seeds cracked" if d.metric == "cracked_share" else "mean best scalar"
-        permutation = (f"{d.permutation_p:.3g}" + ("" if d.permutation_exact else " (Monte Carlo)")
-                       + f" ({d.permutation_p_holm:.3g})")
-        table.add_row(f"{d.policy_a} - {d.policy_b}", metric, str(len(d.problems)),
-                      f"{d.mean.estimate:+.3f} [{d.mean.low:+.3f}, {d.mean.high:+.3f}]", f"{d.mean.width:.3f}",
-                      f"{d.wins}/{d.losses}/{d.ties}", f"{d.sign_p:.3g} ({d.sign_p_holm:.3g})", permutation,
-                      Text("yes", style="green") if d.significant else "no")
-    console.print(table)
+    console.print(differences_table(
+        results.differences,
+        f"paired differences over problems (a - b): per problem, a's value minus b's; mean over problems [{level} "
+        f"betting interval] and its width, problems where a is ahead/behind/tied, exact tests: raw p (Holm-adjusted "
+        f"over the {family} comparisons); significant: Holm permutation p <= {alpha}"))
 
 
 def objectives_text(reaches: list[ObjectiveReach]) -> str:
