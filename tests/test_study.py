@@ -171,40 +171,6 @@ def test_the_time_left_of_a_stage_follows_the_pace_it_has_kept() -> None:
                                                                                          "1 min")
 
 
-def test_the_crack_share_of_each_arm_is_reported_per_training_seed_with_its_spread(tmp_path: Path) -> None:
-    from evolve.engine.study import training_seed_results
-    from evolve.report.results import ProblemPolicyRow
-
-    text = STUDY.replace('["vpo", "grpo", "multi-rlvr"]', '["vpo", "grpo"]').replace("answers = 3\n", "answers = 2\n")
-    text = text.replace("answers_per_prompt = 6", "answers_per_prompt = 4").replace("per_iteration = 3",
-                                                                                      "per_iteration = 2")
-    spec = load_study(write(tmp_path, text))
-
-    def row(problem: str, policy: str, cracked: int, seeds_run: int = 4) -> ProblemPolicyRow:
-        return ProblemPolicyRow(problem, policy, "ok", seeds_run, 4, cracked, None, None, 1.0, None, 0, 8)
-
-    table = [row("lis", "base", 0), row("run_length", "base", 1),
-             row("lis", "vpo-t0", 4), row("run_length", "vpo-t0", 2),
-             row("lis", "vpo-t1", 0), row("run_length", "vpo-t1", 1, seeds_run=2),
-             row("lis", "grpo-t0", 1), row("lis", "grpo-t1", 0, seeds_run=0)]
-    arms = training_seed_results(spec, table)
-    assert list(arms) == ["base", "vpo", "grpo"]
-    assert arms["base"]["per_training_seed"] == {} and arms["base"]["spread"] is None
-    assert arms["base"]["pooled"]["crack_share"] == 0.125 and arms["base"]["policies"] == ["base"]
-    vpo = arms["vpo"]
-    assert vpo["trained"] and vpo["policies"] == ["vpo-t0", "vpo-t1"]
-    first, second = vpo["per_training_seed"]["0"], vpo["per_training_seed"]["1"]
-    assert (first["policy"], first["training_seed"], first["crack_share"], first["cracked_cells"], first["cells"]) \
-        == ("vpo-t0", 0, 0.75, 6, 8)
-    assert second["crack_share"] == 0.25 and second["per_problem"]["run_length"] == {"cracked_cells": 1, "cells": 2}
-    assert vpo["spread"] == {"training_seeds": 2, "min": 0.25, "max": 0.75, "range": 0.5, "mean": 0.5,
-                             "sd": pytest.approx(0.125 ** 0.5)}
-    assert vpo["pooled"]["per_problem"]["lis"] == {"cracked_cells": 4, "cells": 8}
-    assert vpo["pooled"]["crack_share"] == pytest.approx((4 / 8 + 3 / 6) / 2)
-    grpo = arms["grpo"]  # a checkpoint that has run no cell has no share, and one share has no spread
-    assert grpo["per_training_seed"]["1"]["crack_share"] is None and grpo["spread"] is None
-
-
 def test_a_study_refuses_a_base_trained_on_its_test_problems_or_unverified_before_training(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from evolve.cli.main import main

@@ -10,7 +10,8 @@ instant goes on where it stopped:
 3. evolve: an experiment (engine/experiment.py) whose policies are the base and every checkpoint, each on every
    test problem x evolution seed;
 4. report: the experiment report plus the training curves (report/study_report.py) in STUDY/report/, and in
-   study_report.json the crack share of each arm per training seed with their spread (`training_seed_results`).
+   study_report.json each arm's crack share pooled and per training seed, with their spread, and the paired
+   differences between arms (report/study_report.arm_report).
 The time spent in each stage is summed over invocations in STUDY/study_state.json.
 """
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 import gc
 import json
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -336,7 +337,10 @@ class Study:
         from evolve.api import experiment_report
         from evolve.problems.problem import load_problem
         from evolve.report.study_report import (
+            arm_report,
+            arms_section_html,
             read_training_log,
+            render_arms,
             study_json,
             training_curves,
             training_section_html,
@@ -352,7 +356,6 @@ class Study:
         budgets = [asdict(b) | {"answers_per_step": b.answers_per_step, "total_answers": b.total_answers,
                                 "total_completions": b.total_completions} for b in self.spec.budgets()]
         page = self.paths.report / "report.html"
-        page.write_text(with_training_section(page.read_text(), training_section_html(curves, budgets)))
         facts = {"description": self.spec.description, "base": self.spec.base, "folder": str(self.paths.folder),
                  "db": self.paths.db, "train_problems": list(self.spec.training.problems),
                  "test_problems": list(self.spec.test_problems), "claim": self.spec.claim,
@@ -360,55 +363,16 @@ class Study:
                  "training_runs": [{"policy": run.name, "algo": run.algo, "training_seed": run.seed}
                                    for run in self.spec.training_runs()],
                  "spec": self.spec.model_dump(mode="json")}
+        arms = arm_report(report.results, facts["training_runs"], self.spec.claim, self.spec.training.seeds)
+        render_arms(arms, self.console)
+        page.write_text(with_training_section(page.read_text(),
+                                              arms_section_html(arms) + training_section_html(curves, budgets)))
         document = study_json(self.spec.name, facts, budgets, curves, sampled_results(self), report.results,
-                              self.state.seconds)
-        document["arms"] = training_seed_results(self.spec, report.results.table)
+                              self.state.seconds, arms=arms)
         path = self.paths.report / "study_report.json"
         path.write_text(json.dumps(document, indent=1) + "\n")
         outcome.report = path
         self.console.print(f"wrote {path} and the training section of {page}", highlight=False)
-
-
-def training_seed_results(spec: StudySpec, table: Iterable[Any]) -> dict[str, dict[str, Any]]:
-    """Per arm (the base, then each algorithm), from the experiment results' table (report/results.ProblemPolicyRow,
-    one per problem x policy): per training seed, its checkpoint's crack share over the test problems x evolution
-    seeds; the arm's pooled share (all its checkpoints' cells); the spread of the share between training seeds.
-
-    A crack share is the mean over the test problems that ran of (cells that cracked the problem / cells run), a
-    cell being one evolution seed of one checkpoint: for one checkpoint, the per-problem share the report's paired
-    differences use."""
-    rows = list(table)
-    arms: dict[str, dict[str, Any]] = {}
-    for arm, policies in spec.arms().items():
-        per_seed = {str(seed): _crack_share(rows, [policy]) | {"policy": policy, "training_seed": seed}
-                    for seed, policy in policies if seed is not None}
-        shares = [row["crack_share"] for row in per_seed.values() if row["crack_share"] is not None]
-        spread = None
-        if len(shares) >= 2:
-            mean = sum(shares) / len(shares)
-            spread = {"training_seeds": len(shares), "min": min(shares), "max": max(shares),
-                      "range": max(shares) - min(shares), "mean": mean,
-                      "sd": (sum((x - mean) ** 2 for x in shares) / (len(shares) - 1)) ** 0.5}
-        arms[arm] = {"trained": arm != BASE_POLICY, "policies": [policy for _, policy in policies],
-                     "per_training_seed": per_seed, "pooled": _crack_share(rows, [policy for _, policy in policies]),
-                     "spread": spread}
-    return arms
-
-
-def _crack_share(table: list[Any], policies: list[str]) -> dict[str, Any]:
-    """The crack share of `policies` taken together (the table's rows of those policies), with its counts and
-    per-problem figures; crack_share None when no cell ran."""
-    rows = [row for row in table if row.policy in policies and row.seeds_run > 0]
-    per_problem: dict[str, dict[str, int]] = {}
-    for row in rows:
-        counts = per_problem.setdefault(row.problem, {"cracked_cells": 0, "cells": 0})
-        counts["cracked_cells"] += row.cracked
-        counts["cells"] += row.seeds_run
-    shares = [counts["cracked_cells"] / counts["cells"] for counts in per_problem.values()]
-    return {"crack_share": sum(shares) / len(shares) if shares else None,
-            "cracked_cells": sum(row.cracked for row in rows), "cells": sum(row.seeds_run for row in rows),
-            "problems_cracked": sum(counts["cracked_cells"] > 0 for counts in per_problem.values()),
-            "problems": len(per_problem), "per_problem": per_problem}
 
 
 def _combined(states: list[State]) -> State:
