@@ -29,6 +29,7 @@ from evolve.cluster.placement import (
 )
 from evolve.engine.experiment_spec import load_experiment
 from evolve.store.program_store import ProgramStore
+from evolve.store.records import StoreError
 
 ROOT = Path(__file__).resolve().parents[1]
 ITERATIONS = 10
@@ -222,9 +223,12 @@ def test_ctrl_c_interrupts_every_ray_cell_and_the_same_command_finishes_them(tmp
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and first.poll() is None:
             if (tmp_path / "s.db").exists():
-                store = ProgramStore(str(tmp_path / "s.db"), mode="read")
-                if any(len(store.completed_iterations(run.id)) > 3 for run in store.list_runs()):
-                    break
+                try:  # the file may exist before its tables do: a read-only store then says so, and we wait
+                    store = ProgramStore(str(tmp_path / "s.db"), mode="read")
+                    if any(len(store.completed_iterations(run.id)) > 3 for run in store.list_runs()):
+                        break
+                except StoreError:
+                    pass
             time.sleep(0.2)
         first.send_signal(signal.SIGINT)
         out, _ = first.communicate(timeout=120)
