@@ -26,15 +26,8 @@ from evolve.engine.experiment_spec import ExperimentSpec
 from evolve.problems.check import new_problem
 from evolve.report.results import ExperimentResults, collect
 from evolve.report.stats import clopper_pearson, holm, mean_interval, paired_difference
-from evolve.report.study_report import (
-    arm_report,
-    arms_section_html,
-    render_arms,
-    study_json,
-    training_curves,
-    training_section_html,
-    with_training_section,
-)
+from evolve.report.study_arms import arm_report, arms_section_html, render_arms
+from evolve.report.study_report import study_json, training_curves, training_section_html, with_training_section
 from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore
 
 TESTS = 14

@@ -336,11 +336,9 @@ class Study:
     def _report(self, outcome: StudyOutcome) -> None:
         from evolve.api import experiment_report
         from evolve.problems.problem import load_problem
+        from evolve.report.study_arms import arm_report, arms_section_html, render_arms
         from evolve.report.study_report import (
-            arm_report,
-            arms_section_html,
             read_training_log,
-            render_arms,
             study_json,
             training_curves,
             training_section_html,
