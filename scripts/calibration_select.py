@@ -8,8 +8,13 @@ applies the screening rule pre-registered in docs/study_cpu.md, using the base o
 - pilot candidates: the rest, ordered by solved answers then best score, both descending.
 Writes the candidates, one problem path per line, and prints the counts.
 
+Step 3, with `--pilot experiments/calibration/pilot.db` (the pilot experiment's store, every cell finished): per
+candidate its two cells (cracked or not, the first iteration that cracked, the best score), the in-band rule of
+docs/study_cpu.md, and the test list (every second in-band task by task number, up to 30) and train list (the
+rest, topped up from the candidates nearest the band), written as test_problems.txt and train_problems.txt.
+
     .venv/bin/python scripts/calibration_select.py [--db experiments/calibration/base_n20.db]
-        [--out experiments/calibration/pilot_candidates.txt]
+        [--out experiments/calibration/pilot_candidates.txt] [--pilot experiments/calibration/pilot.db]
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ from pathlib import Path
 
 ANSWERS = 20
 TOO_EASY = 3
+LATE_CRACK = 30  # cracked in both pilot cells, but after this many iterations on average: still in band
+NEAR_MISS = 0.8  # cracked in neither, with at least this best score in both: in band
+TEST_SIZE, TRAIN_MIN = 30, 20
 
 
 @dataclass(frozen=True)
@@ -62,12 +70,74 @@ def screen(samples: list[TaskSample]) -> dict[str, list[TaskSample]]:
     return groups
 
 
+@dataclass(frozen=True)
+class PilotCell:
+    problem: str
+    seed: int
+    finished: bool
+    first_crack: int | None  # the first iteration whose program solved the problem, None if none did
+    best: float
+
+
+def read_pilot(db: Path) -> list[PilotCell]:
+    """Each pilot cell's outcome, read-only."""
+    connection = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = connection.execute(
+            "select c.problem, c.seed, r.status, min(case when s.solved then p.iteration end), "
+            "coalesce(max(s.scalar), 0) from experiment_cells c join runs r on r.id = c.run_id "
+            "left join programs p on p.run_id = r.id left join scores s on s.program_id = p.id "
+            "group by c.run_id order by c.problem, c.seed").fetchall()
+    finally:
+        connection.close()
+    return [PilotCell(problem, int(seed), status == "finished", crack, float(best))
+            for problem, seed, status, crack, best in rows]
+
+
+def in_band(cells: list[PilotCell]) -> bool | None:
+    """docs/study_cpu.md's rule on one task's pilot cells: None until both have finished."""
+    if len(cells) < 2 or not all(cell.finished for cell in cells):
+        return None
+    cracks = [cell.first_crack for cell in cells if cell.first_crack is not None]
+    if len(cracks) == 1:
+        return True
+    if len(cracks) == len(cells):
+        return sum(cracks) / len(cracks) > LATE_CRACK
+    return all(cell.best >= NEAR_MISS for cell in cells)
+
+
+def task_number(problem: str) -> int:
+    return int(problem.rsplit("_", 1)[-1]) if problem.rsplit("_", 1)[-1].isdigit() else 10**9
+
+
+def split_lists(cells: list[PilotCell]) -> tuple[list[str], list[str], list[str]]:
+    """(test, train, pending): in-band tasks by task number, every second one to the test list up to TEST_SIZE, the
+    rest to the train list, topped up to TRAIN_MIN with tasks cracked in every cell, the latest first crack first."""
+    by_task: dict[str, list[PilotCell]] = {}
+    for cell in cells:
+        by_task.setdefault(cell.problem, []).append(cell)
+    verdicts = {task: in_band(task_cells) for task, task_cells in by_task.items()}
+    pending = sorted(task for task, verdict in verdicts.items() if verdict is None)
+    band = sorted((task for task, verdict in verdicts.items() if verdict), key=task_number)
+    test = band[0::2][:TEST_SIZE]
+    train = [task for task in band if task not in test]
+    if len(test) < TEST_SIZE:  # too few in band: the test list takes what the train list would have
+        moved = train[:TEST_SIZE - len(test)]
+        test, train = sorted(test + moved, key=task_number), [task for task in train if task not in moved]
+    near = sorted((task for task, verdict in verdicts.items() if verdict is False
+                   and all(cell.first_crack is not None for cell in by_task[task])),
+                  key=lambda task: -sum(cell.first_crack or 0 for cell in by_task[task]))
+    train += near[:max(0, TRAIN_MIN - len(train))]
+    return test, train, pending
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--db", type=Path, default=Path("experiments/calibration/base_n20.db"))
     parser.add_argument("--out", type=Path, default=Path("experiments/calibration/pilot_candidates.txt"))
     parser.add_argument("--tasks", type=Path, default=Path("experiments/calibration/humaneval_all.txt"),
                         help="every task to be sampled, one problem path per line")
+    parser.add_argument("--pilot", type=Path, help="the pilot experiment's store: apply the in-band rule")
     args = parser.parse_args()
     if not args.db.is_file():
         raise SystemExit(f"no store {args.db}: xz -dk {args.db}.xz (see experiments/calibration/README.md)")
@@ -81,6 +151,15 @@ def main() -> None:
         print(f"{name}: {len(members)}")
     args.out.write_text("".join(f"programs/{sample.problem}\n" for sample in groups["candidates"]))
     print(f"wrote {len(groups['candidates'])} candidates to {args.out}")
+    if args.pilot is not None:
+        test, train, pending = split_lists(read_pilot(args.pilot))
+        print(f"pilot: {len(test)} test, {len(train)} train, {len(pending)} tasks whose cells have not finished")
+        if pending:
+            raise SystemExit("the pilot is not finished: run `evolve experiment experiments/calibration/pilot.toml`")
+        for name, tasks in (("test_problems.txt", test), ("train_problems.txt", train)):
+            (args.out.parent / name).write_text("".join(f"programs/{task}\n" for task in tasks))
+        if len(test) < TEST_SIZE or len(train) < TRAIN_MIN:
+            print(f"fewer in-band tasks than the plan asks ({TEST_SIZE} test, {TRAIN_MIN} train): say so in README")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,68 @@
+"""scripts/calibration_select.py: the pre-registered selection of docs/study_cpu.md, applied to real stores' rows."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "calibration_select.py"
+
+
+@pytest.fixture(scope="module")
+def select() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("calibration_select", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["calibration_select"] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_screen_leaves_out_easy_and_floor_tasks_and_orders_the_rest_by_promise(select: ModuleType) -> None:
+    sample = select.TaskSample
+    groups = select.screen([sample("he_001", 20, 3, 1.0, True), sample("he_002", 20, 0, 0.0, True),
+                            sample("he_003", 20, 0, 0.6, True), sample("he_004", 20, 1, 1.0, True),
+                            sample("he_005", 20, 2, 1.0, True), sample("he_006", 7, 0, 0.9, False)])
+    assert [task.problem for task in groups["too_easy"]] == ["he_001"]
+    assert [task.problem for task in groups["floor"]] == ["he_002"]
+    assert [task.problem for task in groups["candidates"]] == ["he_005", "he_004", "he_003"]
+    assert [task.problem for task in groups["pending"]] == ["he_006"]
+
+
+def test_a_task_is_in_band_when_one_cell_cracks_a_late_crack_or_a_near_miss(select: ModuleType) -> None:
+    def cells(*outcomes: tuple[int | None, float]) -> list[object]:
+        return [select.PilotCell("he_010", seed, True, crack, best) for seed, (crack, best) in enumerate(outcomes)]
+
+    assert select.in_band(cells((12, 1.0), (None, 0.5))) is True  # one of two cracked
+    assert select.in_band(cells((40, 1.0), (50, 1.0))) is True  # both, late
+    assert select.in_band(cells((3, 1.0), (9, 1.0))) is False  # both, early: too easy within the budget
+    assert select.in_band(cells((None, 0.85), (None, 0.9))) is True  # neither, both near misses
+    assert select.in_band(cells((None, 0.85), (None, 0.3))) is False
+    assert select.in_band([select.PilotCell("he_010", 0, False, None, 0.0)] * 2) is None  # not finished
+
+
+def pilot_cells(select: ModuleType, in_band: int) -> list[object]:
+    cell = select.PilotCell
+    cells = []
+    for number in range(in_band):  # in band: one cell of two cracked
+        task = f"humaneval/he_{number:03d}"
+        cells += [cell(task, 0, True, 5, 1.0), cell(task, 1, True, None, 0.4)]
+    for number, crack in ((100, 20), (101, 28), (102, 2)):  # cracked twice, early: out of band
+        cells += [cell(f"humaneval/he_{number}", seed, True, crack, 1.0) for seed in (0, 1)]
+    return cells
+
+
+def test_with_enough_tasks_in_band_every_second_one_is_a_test_problem(select: ModuleType) -> None:
+    test, train, pending = select.split_lists(pilot_cells(select, 70))
+    assert pending == [] and len(test) == 30 and test[:3] == ["humaneval/he_000", "humaneval/he_002", "humaneval/he_004"]
+    assert len(train) == 40 and not set(test) & set(train) and "humaneval/he_100" not in train
+
+
+def test_with_too_few_in_band_the_test_list_keeps_30_and_the_train_list_takes_the_nearest(select: ModuleType) -> None:
+    test, train, _ = select.split_lists(pilot_cells(select, 40))
+    assert len(test) == 30 and not set(test) & set(train)
+    assert len(train) == 13 and train[-3:] == ["humaneval/he_101", "humaneval/he_100", "humaneval/he_102"]
