@@ -131,6 +131,15 @@ def split_lists(cells: list[PilotCell]) -> tuple[list[str], list[str], list[str]
     return test, train, pending
 
 
+def write_pilot_problems(path: Path, problems: list[str]) -> None:
+    """Replace the `problems = [...]` list of the pilot's experiment file, keeping every other line."""
+    text = path.read_text()
+    start = text.index("problems = [")
+    end = text.index("]", start) + 1
+    rows = ",\n".join("  " + ", ".join(f'"{p}"' for p in problems[i:i + 4]) for i in range(0, len(problems), 4))
+    path.write_text(text[:start] + f"problems = [\n{rows},\n]" + text[end:])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--db", type=Path, default=Path("experiments/calibration/base_n20.db"))
@@ -138,6 +147,8 @@ def main() -> None:
     parser.add_argument("--tasks", type=Path, default=Path("experiments/calibration/humaneval_all.txt"),
                         help="every task to be sampled, one problem path per line")
     parser.add_argument("--pilot", type=Path, help="the pilot experiment's store: apply the in-band rule")
+    parser.add_argument("--pilot-toml", type=Path, default=Path("experiments/calibration/pilot.toml"),
+                        help="the pilot experiment file whose problem list is rewritten with the candidates")
     args = parser.parse_args()
     if not args.db.is_file():
         raise SystemExit(f"no store {args.db}: xz -dk {args.db}.xz (see experiments/calibration/README.md)")
@@ -151,6 +162,9 @@ def main() -> None:
         print(f"{name}: {len(members)}")
     args.out.write_text("".join(f"programs/{sample.problem}\n" for sample in groups["candidates"]))
     print(f"wrote {len(groups['candidates'])} candidates to {args.out}")
+    if args.pilot_toml.is_file():
+        write_pilot_problems(args.pilot_toml, [f"programs/{sample.problem}" for sample in groups["candidates"]])
+        print(f"rewrote the problem list of {args.pilot_toml}")
     if args.pilot is not None:
         test, train, pending = split_lists(read_pilot(args.pilot))
         print(f"pilot: {len(test)} test, {len(train)} train, {len(pending)} tasks whose cells have not finished")
