@@ -477,12 +477,29 @@ def _below(me: int, table: list[tuple[int, int, int, int]], keep: Collection[int
     return found
 
 
+def _children() -> set[int] | None:
+    """The pids of this process's children, every thread's (/proc/self/task/*/children: one small read instead of a
+    scan of every process), None where the kernel does not list them. As a subreaper this process is the parent of
+    whatever it started and was orphaned, so no child but the kept ones means nothing of its is left."""
+    found: set[int] = set()
+    try:
+        for task in os.scandir("/proc/self/task"):
+            with open(f"{task.path}/children") as handle:
+                found.update(int(pid) for pid in handle.read().split())
+    except (OSError, ValueError):
+        return None
+    return found
+
+
 def end_leftovers(keep: Collection[int] = ()) -> None:
     """Kill every process below this worker but the subtrees of `keep` (a warm worker's sandbox fork server), and
     reap those that are its children: what an evaluation left running, daemons that called setsid included (they
     come back to this worker, a subreaper, when their parent dies). Called before the worker answers, so the engine
     takes an answer only once nothing of that evaluation runs on."""
     me = os.getpid()
+    children = _children()
+    if children is not None and not children - set(keep):  # nothing below this subreaper but `keep`: no scan
+        return
     kill_group = {pid for pid, _, group, _ in _processes() if group == me and pid != me and pid not in keep}
     for _ in range(_LEFTOVER_ROUNDS):
         below = [(pid, parent) for pid, parent in _below(me, _processes(), keep)] + \

@@ -2,8 +2,9 @@
 
 Started by evolve/sandbox/core.py as `python -I -S -B _child.py RESULT_FD [REQUEST_FD]`, or forked by the fork
 server (_forkserver.py), which then calls serve(3, 4 or None) with the same fds in place. The job arrives as
-one JSON object on stdin, written by the parent only after it has put this process into its pids cgroup,
-so nothing of the candidate's runs before the confinement is complete. It names the candidate file, the
+one JSON line on stdin; the parent closes stdin once it has put this process into its cgroups, and the harness
+forks the candidate's process only after that EOF, so nothing of the candidate's runs outside them or before the
+confinement is complete. It names the candidate file, the
 target (a function of the candidate's, or a trusted driver file when "driver" is true: then each call is
 driver.drive(candidate_module, payload)), workdir, site_dirs, read_roots, the rlimits and, when the parent
 asks for it, a uid to drop to. Results are JSON lines on RESULT_FD: {"ok": true, "value": ...} or
@@ -92,6 +93,27 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+def read_line(fd: int) -> bytes:
+    """Bytes up to the first newline (the job), read one chunk at a time; the rest of the stream is left."""
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def wait_for_cgroups() -> None:
+    """Block until the supervisor closes stdin, which it does once this process is in its cgroups (a write to
+    cgroup.procs waits for an RCU grace period, ~10 ms, overlapped with the confinement before it); then stdin is
+    /dev/null. Processes forked after this start in those cgroups."""
+    read_all(0)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+
+
 def read_all(fd: int) -> bytes:
     chunks = []
     while chunk := os.read(fd, 1 << 16):
@@ -176,9 +198,11 @@ def invoke(job: dict, candidate: object, driver: object | None, payload: object)
 def confine(job: dict, opened: dict[str, tuple[int, bool]] | None = None,
             outer_fds: tuple[int, ...] = ()) -> dict | object | None:
     """Set the limits, load the trusted driver (if any) while the project is still readable, then lock this
-    process down: from the namespaces on, it is the PID namespace's pid 2, under an init and an outer process
-    that only wait for it (`outer_fds`, the pipes to the supervisor, are closed there). Returns the driver module
-    (None without one), or the failure message if it did not load or the private uid cannot read the interpreter.
+    process down: namespaces, mounts and Landlock first, while the supervisor puts this process in its cgroups
+    (wait_for_cgroups: EOF on stdin); then the PID namespace's init and pid 2, which runs the candidate under an
+    outer process that only waits for it (`outer_fds`, the pipes to the supervisor, are closed there). Returns the
+    driver module (None without one), or the failure message if it did not load or the private uid cannot read the
+    interpreter.
     `opened`: read roots a fork server opened (_isolation.open_paths), closed here once Landlock is applied."""
     parent = os.getppid()
     sys.path.extend(path for path in job["site_dirs"] if path not in sys.path)  # a fork server added them
@@ -193,11 +217,9 @@ def confine(job: dict, opened: dict[str, tuple[int, bool]] | None = None,
     libc = ctypes.CDLL(None, use_errno=True)
     limits, uid = job["limits"], job["uid"]
     writable = []
-    memory_cgroup = os.open(job["memory_cgroup"], os.O_WRONLY | os.O_CLOEXEC) if job.get("memory_cgroup") else -1
     _isolation.die_with_parent(libc, parent)
-    if _isolation.enter_namespaces(libc):
-        _isolation.become_pid_two(libc, outer_fds)
-        parent = 1  # the namespace's init
+    isolated = _isolation.enter_namespaces(libc)
+    if isolated:  # mounts apply to this process's new mount namespace, and to the processes it forks later
         _isolation.private_folder(libc, job["workdir"], limits["folder_bytes"], limits["folder_entries"], uid)
         if uid is not None:
             _isolation.expose(libc, job["expose"])
@@ -207,9 +229,11 @@ def confine(job: dict, opened: dict[str, tuple[int, bool]] | None = None,
     _isolation.landlock(libc, job["workdir"], job["read_roots"], job["list_roots"], opened, writable)
     for fd, _ in (opened or {}).values():
         os.close(fd)
-    if memory_cgroup >= 0:  # "0": this process; what it allocates from here on counts (see RunCgroup.joined_late)
-        os.write(memory_cgroup, b"0")
-        os.close(memory_cgroup)
+    wait_for_cgroups()
+    if isolated:
+        _isolation.become_pid_two(libc, outer_fds)
+        parent = 1  # the namespace's init
+        _isolation.scope_signals(libc)  # Landlock came before the fork: a domain of its own keeps the init apart
     _isolation.drop_privileges(libc, uid)  # raises (and the candidate is never run) if it cannot
     _isolation.die_with_parent(libc, parent)
     if uid is not None and not os.access(os.path.dirname(os.__file__), os.R_OK | os.X_OK):
@@ -271,10 +295,7 @@ def serve(result_fd: int, request_fd: int | None, opened: dict[str, tuple[int, b
     for fd in (result_fd, request_fd):
         if fd is not None:
             os.set_inheritable(fd, False)  # programs the candidate starts get neither pipe
-    job = json.loads(read_all(0))
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
+    job = json.loads(read_line(0))
     run(job, result_fd, request_fd, opened)
     os._exit(0)  # no atexit handlers or finalisers of the candidate's after the report
 

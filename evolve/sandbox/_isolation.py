@@ -65,6 +65,21 @@ def landlock_abi(libc: ctypes.CDLL) -> int:
     return max(0, libc.syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))
 
 
+def scope_signals(libc: ctypes.CDLL) -> bool:
+    """A nested Landlock domain that only scopes signals and abstract UNIX sockets (ABI >= 6): this process and its
+    children can no longer signal the processes of the domain above it (its init and outer process, forked before
+    it under the same rules). True if applied."""
+    if landlock_abi(libc) < 6:
+        return False
+    attr = (ctypes.c_uint64 * 3)(0, 0, _SCOPE)
+    ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(24), ctypes.c_uint32(0))
+    if ruleset < 0:
+        return False
+    restricted = libc.syscall(_SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
+    os.close(ruleset)
+    return restricted == 0
+
+
 def open_paths(paths: Sequence[str]) -> dict[str, tuple[int, bool]]:
     """path -> (O_PATH fd, is a directory) for each path that exists: a fork server opens the read roots once, as
     hundreds of opens and stats are most of what Landlock costs a child; the child passes them to `landlock`."""

@@ -209,8 +209,7 @@ class Sandbox:
                     raise OSError("no unused uid is mapped in this user namespace to run the candidate as")
                 os.chown(workdir, uid, uid)
                 os.chown(program, uid, uid)
-            job = self._job(driver, program, target, payload, workdir, uid,
-                            cgroup.joined_late if cgroup is not None else None)
+            job = self._job(driver, program, target, payload, workdir, uid)
             result_read, result_write = os.pipe()
             pipes += [result_read, result_write]
             request_read, request_write = os.pipe() if session else (-1, -1)
@@ -237,14 +236,18 @@ class Sandbox:
         for fd in (result_write, request_read):
             if fd >= 0:
                 os.close(fd)
-        if cgroup is not None and not cgroup.add(process.pid):  # meanwhile the child starts its interpreter
+        assert process.stdin is not None
+        try:  # the job line first: the child confines itself (namespaces, mounts, Landlock) meanwhile
+            process.stdin.write(job + b"\n")
+            process.stdin.flush()
+        except BrokenPipeError:
+            pass
+        if cgroup is not None and not cgroup.add(process.pid):  # a write to cgroup.procs waits for an RCU grace period
             cgroup.kill_all_and_remove()
             cgroup = None
         child = RunningChild(process, workdir, cgroup, uid, result_read, request_write, self.limits)
-        assert process.stdin is not None
         try:
-            process.stdin.write(job)  # the child waits for this before it runs anything of the candidate's
-            process.stdin.close()
+            process.stdin.close()  # EOF: the child is in its cgroups; only now does it fork the candidate's process
         except BrokenPipeError:
             pass
         return child
@@ -254,8 +257,7 @@ class Sandbox:
             self._children_started += 1
             return self._children_started
 
-    def _job(self, driver: bool, program: Path, target: str, payload: Any, workdir: Path, uid: int | None,
-             memory_cgroup: str | None = None) -> bytes:
+    def _job(self, driver: bool, program: Path, target: str, payload: Any, workdir: Path, uid: int | None) -> bytes:
         limits = self.limits
         if uid is not None:
             nproc: int | None = limits.max_processes
@@ -267,7 +269,7 @@ class Sandbox:
             "driver": driver, "program": str(program), "target": target, "payload": payload,
             "workdir": str(workdir), "site_dirs": list(self._site_dirs), "read_roots": list(self._read_roots),
             "list_roots": list(self._list_roots), "expose": [*self._expose, str(workdir.parent)],
-            "uid": uid, "memory_cgroup": memory_cgroup, "limits": {
+            "uid": uid, "limits": {
                 "cpu_s": max(1, int(limits.cpu_time_s + 0.999)), "memory_bytes": limits.memory_mb * 1024 * 1024,
                 "file_bytes": min(_MAX_FILE_BYTES, limits.max_written_mb * 1024 * 1024), "nproc": nproc,
                 "folder_bytes": limits.max_written_mb * 1024 * 1024, "folder_entries": MAX_FOLDER_ENTRIES,

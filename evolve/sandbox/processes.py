@@ -189,21 +189,14 @@ class RunCgroup:
                 cls(entry, capped=False).kill_all_and_remove()
 
     def add(self, pid: int) -> bool:
-        """Put `pid` in the run's cgroup (a v1 memory cgroup is joined by the child itself: see `joined_late`)."""
+        """Put `pid` in the run's cgroup (and its v1 memory cgroup, where that is another one)."""
         try:
             (self.path / "cgroup.procs").write_text(str(pid))
+            if self.memory is not None and self.memory != self.path:
+                (self.memory / "cgroup.procs").write_text(str(pid))
             return True
         except OSError:
             return False
-
-    @property
-    def joined_late(self) -> str | None:
-        """The cgroup.procs file of a v1 memory cgroup, which the sandbox child opens at its start and joins once
-        its own confinement is in place, just before the candidate runs: the kernel charges each allocation to the
-        memory cgroup it is made in, and charging its Landlock rules and forks there cost ~10 ms a child."""
-        if self.memory is None or self.memory == self.path:
-            return None
-        return str(self.memory / "cgroup.procs")
 
     def pids(self) -> list[int]:
         try:
