@@ -8,7 +8,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import groupby
@@ -74,25 +74,33 @@ def export_gguf(folder: Path, cache_dir: Path | None = None, dtype: Dtype = "f32
     out_dir = (cache_dir if cache_dir is not None else default_cache_dir()) / "gguf"
     key = _content_hash(folder, weights, dtype)
     final = out_dir / f"{key}.gguf"
+    cached = _write_once(final, out_dir / f".{key}.lock", f".{key}.converting-",
+                         lambda staging: _write_gguf(folder, config, weights, dtype, staging))
+    return GGUFExport(final, time.perf_counter() - started, cached=cached)
+
+
+def _write_once(final: Path, lock: Path, staging_prefix: str, write: Callable[[Path], None]) -> bool:
+    """Have `final` written once by `write(staging)` (a temporary file beside it, then renamed: atomic), under
+    `lock` so concurrent processes write it once; True if it was there already (or another process wrote it while
+    this one waited). Staging files of a killed writer are removed first."""
     if final.is_file():
-        return GGUFExport(final, time.perf_counter() - started, cached=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with _exclusive(out_dir / f".{key}.lock"):
-        if final.is_file():  # another process converted it while we waited
-            return GGUFExport(final, time.perf_counter() - started, cached=True)
-        prefix = f".{key}.converting-"
-        for leftover in out_dir.glob(prefix + "*"):  # from a killed conversion; we hold the lock
+        return True
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with _exclusive(lock):
+        if final.is_file():
+            return True
+        for leftover in final.parent.glob(staging_prefix + "*"):  # from a killed writer; we hold the lock
             leftover.unlink(missing_ok=True)
-        handle, staging_name = tempfile.mkstemp(prefix=prefix, dir=out_dir)
+        handle, staging_name = tempfile.mkstemp(prefix=staging_prefix, dir=final.parent)
         os.close(handle)
         staging = Path(staging_name)
         try:
-            _write_gguf(folder, config, weights, dtype, staging)
+            write(staging)
             staging.chmod(0o644)
             os.replace(staging, final)
         finally:
             staging.unlink(missing_ok=True)
-    return GGUFExport(final, time.perf_counter() - started, cached=False)
+    return False
 
 
 Quantization = Literal["q8_0"]
@@ -109,25 +117,16 @@ def quantize_gguf(source: Path, kind: Quantization = "q8_0", threads: int = 0) -
 
     started = time.perf_counter()
     final = source.with_name(f"{source.stem}.{kind}.gguf")
-    if final.is_file():
-        return GGUFExport(final, time.perf_counter() - started, cached=True)
-    with _exclusive(source.with_name(f".{final.stem}.lock")):
-        if final.is_file():
-            return GGUFExport(final, time.perf_counter() - started, cached=True)
-        handle, staging_name = tempfile.mkstemp(prefix=f".{final.stem}.quantizing-", dir=source.parent)
-        os.close(handle)
-        staging = Path(staging_name)
-        try:
-            params = llama_cpp.llama_model_quantize_default_params()
-            params.ftype = _FTYPES[kind]
-            params.nthread = threads
-            if llama_cpp.llama_model_quantize(str(source).encode(), str(staging).encode(), ctypes.byref(params)) != 0:
-                raise ModelFileError(f"llama.cpp could not quantize {source} to {kind}")
-            staging.chmod(0o644)
-            os.replace(staging, final)
-        finally:
-            staging.unlink(missing_ok=True)
-    return GGUFExport(final, time.perf_counter() - started, cached=False)
+
+    def quantize(staging: Path) -> None:
+        params = llama_cpp.llama_model_quantize_default_params()
+        params.ftype = _FTYPES[kind]
+        params.nthread = threads
+        if llama_cpp.llama_model_quantize(str(source).encode(), str(staging).encode(), ctypes.byref(params)) != 0:
+            raise ModelFileError(f"llama.cpp could not quantize {source} to {kind}")
+
+    cached = _write_once(final, source.with_name(f".{final.stem}.lock"), f".{final.stem}.quantizing-", quantize)
+    return GGUFExport(final, time.perf_counter() - started, cached=cached)
 
 
 def _read_config(folder: Path) -> dict[str, Any]:
