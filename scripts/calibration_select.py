@@ -40,16 +40,21 @@ class TaskSample:
     finished: bool
 
 
-def read_samples(db: Path) -> list[TaskSample]:
-    """Each sampled task's answers, solved answers and best scalar, read-only."""
+def query(db: Path, sql: str) -> list[tuple]:
+    """The rows of one query on a store opened read-only (nothing of it changes)."""
     connection = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
-        rows = connection.execute(
-            "select r.problem, r.status, count(p.id), coalesce(sum(s.solved), 0), coalesce(max(s.scalar), 0) "
-            "from runs r left join programs p on p.run_id = r.id and p.iteration > 0 "
-            "left join scores s on s.program_id = p.id group by r.id order by r.problem").fetchall()
+        return connection.execute(sql).fetchall()
     finally:
         connection.close()
+
+
+def read_samples(db: Path) -> list[TaskSample]:
+    """Each sampled task's answers, solved answers and best scalar, read-only."""
+    rows = query(db, "select r.problem, r.status, count(p.id), coalesce(sum(s.solved), 0), "
+                     "coalesce(max(s.scalar), 0) from runs r "
+                     "left join programs p on p.run_id = r.id and p.iteration > 0 "
+                     "left join scores s on s.program_id = p.id group by r.id order by r.problem")
     return [TaskSample(problem, answers, int(solved), float(best), status == "finished")
             for problem, status, answers, solved, best in rows]
 
@@ -81,15 +86,10 @@ class PilotCell:
 
 def read_pilot(db: Path) -> list[PilotCell]:
     """Each pilot cell's outcome, read-only."""
-    connection = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        rows = connection.execute(
-            "select c.problem, c.seed, r.status, min(case when s.solved then p.iteration end), "
-            "coalesce(max(s.scalar), 0) from experiment_cells c join runs r on r.id = c.run_id "
-            "left join programs p on p.run_id = r.id left join scores s on s.program_id = p.id "
-            "group by c.run_id order by c.problem, c.seed").fetchall()
-    finally:
-        connection.close()
+    rows = query(db, "select c.problem, c.seed, r.status, min(case when s.solved then p.iteration end), "
+                     "coalesce(max(s.scalar), 0) from experiment_cells c join runs r on r.id = c.run_id "
+                     "left join programs p on p.run_id = r.id left join scores s on s.program_id = p.id "
+                     "group by c.run_id order by c.problem, c.seed")
     return [PilotCell(problem, int(seed), status == "finished", crack, float(best))
             for problem, seed, status, crack, best in rows]
 
