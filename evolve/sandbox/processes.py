@@ -81,36 +81,34 @@ def kill_uid(uid: int) -> None:
         time.sleep(0.002)
 
 
-def cgroup_parents() -> list[Path]:
-    """Where a run's cgroup may go, best first: under this process's own pids cgroup (v1), then its
-    cgroup v2 (pure, or the hybrid layout's "unified" tree)."""
-    parents = []
+def own_cgroups() -> list[tuple[list[str], str]]:
+    """(controllers, path) of each hierarchy this process belongs to, from /proc/self/cgroup ([] for cgroup v2's)."""
     try:
         lines = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:
         return []
-    for line in lines:
-        _, controllers, where = line.split(":", 2)
-        if "pids" in controllers.split(","):
-            parents.insert(0, Path("/sys/fs/cgroup/pids", where.lstrip("/")))
-        elif controllers == "":
+    entries = [line.split(":", 2) for line in lines]
+    return [(controllers.split(",") if controllers else [], where.lstrip("/")) for _, controllers, where in entries]
+
+
+def cgroup_parents() -> list[Path]:
+    """Where a run's cgroup may go, best first: under this process's own pids cgroup (v1), then its
+    cgroup v2 (pure, or the hybrid layout's "unified" tree)."""
+    parents = []
+    for controllers, where in own_cgroups():
+        if "pids" in controllers:
+            parents.insert(0, Path("/sys/fs/cgroup/pids", where))
+        elif not controllers:
             for root in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
                 if (root / "cgroup.controllers").exists():
-                    parents.append(root / where.lstrip("/"))
+                    parents.append(root / where)
     return parents
 
 
 def memory_v1_parent() -> Path | None:
     """This process's cgroup in a v1 memory hierarchy (the hybrid layout), None where there is none."""
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        _, controllers, where = line.split(":", 2)
-        if "memory" in controllers.split(","):
-            return Path("/sys/fs/cgroup/memory", where.lstrip("/"))
-    return None
+    return next((Path("/sys/fs/cgroup/memory", where) for controllers, where in own_cgroups()
+                 if "memory" in controllers), None)
 
 
 class RunCgroup:
