@@ -1,17 +1,18 @@
 """Run leases: at most one process drives (writes) a run at a time, on SQLite and PostgreSQL alike.
 
-A lease is a run_leases row: holder (host:pid:random token), renewed_at and expires_at, all from the holder's clock
-in UTC. Taking it is one conditional UPDATE (`... WHERE run_id = ? AND (holder IS NULL OR expires_at < now OR
-holder = me)`) whose row count says who won, so two processes racing for a run cannot both get it. The holder
-renews it every lease_s / 4 seconds from a thread (an iteration may take longer than the lease) and with every
-iteration it commits; a process killed with -9 stops renewing, so after lease_s its run can be taken over.
+A lease is a run_leases row: holder (host:pid:random token;start=...;pidns=..., holders.py), renewed_at and
+expires_at, all from the holder's clock in UTC. Taking it is one conditional UPDATE (`... WHERE run_id = ? AND
+(holder IS NULL OR expires_at < now OR holder = me)`) whose row count says who won, so two processes racing for a
+run cannot both get it. The holder renews it every lease_s / 4 seconds from a thread (an iteration may take longer
+than the lease) and with every iteration it commits; a process killed with -9 stops renewing, so after lease_s its
+run can be taken over by a process on another host. A holder that is provably dead (on this host, and its pid gone
+or reused: holders.holder_dead) is free at once: `take_over` replaces exactly that holder, so two processes seeing
+it dead still cannot both win.
 """
 
 from __future__ import annotations
 
 import os
-import secrets
-import socket
 import threading
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
@@ -41,11 +42,6 @@ def lease_seconds(environ: Mapping[str, str] = os.environ) -> float:
     return seconds
 
 
-def new_holder() -> str:
-    """host:pid:token; the token tells apart two stores opened by one process."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-
-
 def ensure_row(dialect: str, run_id: int) -> Insert:
     """An empty lease row for the run unless it has one (INSERT ... ON CONFLICT DO NOTHING)."""
     if dialect == "sqlite":
@@ -60,6 +56,12 @@ def take(run_id: int, holder: str, now: datetime, lease_s: float) -> Update:
     return (update(LeaseRow)
             .where(LeaseRow.run_id == run_id,
                    or_(LeaseRow.holder.is_(None), LeaseRow.expires_at < now, LeaseRow.holder == holder))
+            .values(holder=holder, renewed_at=now, expires_at=now + timedelta(seconds=lease_s)))
+
+
+def take_over(run_id: int, dead: str, holder: str, now: datetime, lease_s: float) -> Update:
+    """The lease for `holder` if it is still held by `dead` (a holder found dead); one row updated or none."""
+    return (update(LeaseRow).where(LeaseRow.run_id == run_id, LeaseRow.holder == dead)
             .values(holder=holder, renewed_at=now, expires_at=now + timedelta(seconds=lease_s)))
 
 

@@ -17,7 +17,7 @@ mode with synchronous=NORMAL, so a commit survives the process being killed at a
 lose the last commits, never consistency). `record_iteration` writes one iteration's records atomically: a
 resume sees whole iterations or none, and an iteration is complete once it has a terminal attempt.
 
-One writer per run: a process that drives a run holds its lease (`driving`, lease.py); while it does, its writes
+One writer per run: a process that drives a run holds its lease (`driving`, leased.py); while it does, its writes
 of that run (iterations, status, budget) renew the lease in their own transaction and fail with LeaseLostError,
 writing nothing, if another process took the run after the lease lapsed.
 
@@ -47,6 +47,8 @@ from evolve.store.connection import (
     require_sqlite_file,
     sqlite_pragmas,
 )
+from evolve.store.holders import new_holder
+from evolve.store.leased import LeasedRuns
 from evolve.store.records import (
     ATTEMPT_KINDS,
     FAILURE_KINDS,
@@ -84,7 +86,6 @@ from evolve.store.tables import (
     AttemptRow,
     CellRow,
     ExperimentRow,
-    LeaseRow,
     ProgramRow,
     RunRow,
     ScoreRow,
@@ -99,7 +100,7 @@ __all__ = [  # the records and errors live in store/records.py; importers may ke
 ]
 
 
-class ProgramStore(StreamedReads):
+class ProgramStore(LeasedRuns, StreamedReads):
     """Synchronous store over any SQLAlchemy URL; SQLite gets WAL, synchronous=NORMAL and a busy timeout."""
 
     def __init__(self, url_or_path: str, mode: OpenMode = "create") -> None:
@@ -127,72 +128,12 @@ class ProgramStore(StreamedReads):
             raise StoreError(f"the store {url_or_path} was written by another version of evolve "
                              f"(missing {', '.join(stale)}); use a new database file")
         self._sessions = GuardedSessions(sessionmaker(self.engine, expire_on_commit=False), self._where)
-        self.holder = leases.new_holder()  # this store's name in the leases it takes
+        self.holder = new_holder()  # this store's name in the leases it takes
         self._held: set[int] = set()  # runs this store holds the lease of: their writes check it
         self._lease_s = leases.DEFAULT_LEASE_S
 
     def close(self) -> None:
         self.engine.dispose()
-
-    def take_lease(self, run_id: int, lease_s: float | None = None) -> None:
-        """Make this store the one writer of the run (see leases.py); LeaseHeldError, one line naming the holder,
-        while another process's lease is live. Taking a lease this store holds renews it."""
-        lease_s = lease_s if lease_s is not None else leases.lease_seconds()
-        self.get_run(run_id)  # UnknownIdError first
-        now = utc_now()
-        with self._write(f"the lease of run {run_id}") as session:
-            if self.engine.dialect.name in leases.UPSERT_DIALECTS or session.get(LeaseRow, run_id) is None:
-                session.execute(leases.ensure_row(self.engine.dialect.name, run_id))
-            taken = session.execute(leases.take(run_id, self.holder, now, lease_s)).rowcount == 1
-        if not taken:
-            current = self.lease(run_id)
-            holder = current.describe(utc_now()) if current else "another process"
-            raise LeaseHeldError(f"run {run_id} is being driven by {holder}; one process writes a run at a time: "
-                                 "wait for that one to end, or stop it (a killed one's lease lapses by itself)")
-        self._lease_s = lease_s
-        self._held.add(run_id)
-
-    def renew_lease(self, run_id: int) -> bool:
-        """Push the lease's expiry on; False when the lease is no longer this store's (its writes of the run then
-        fail with LeaseLostError until it releases the lease)."""
-        with self._write(f"the lease of run {run_id}") as session:
-            return session.execute(leases.renew(run_id, self.holder, utc_now(), self._lease_s)).rowcount == 1
-
-    def release_lease(self, run_id: int) -> None:
-        """Give the run up (nothing happens if this store does not hold it)."""
-        self._held.discard(run_id)
-        with self._write(f"the lease of run {run_id}") as session:
-            session.execute(leases.release(run_id, self.holder, utc_now()))
-
-    def lease(self, run_id: int) -> LeaseInfo | None:
-        """The run's live or lapsed lease, None when nobody has held it or it was released."""
-        with self._sessions() as session:
-            row = session.get(LeaseRow, run_id)
-            if row is None or row.holder is None or row.renewed_at is None or row.expires_at is None:
-                return None
-            return LeaseInfo(run_id, row.holder, row.renewed_at, row.expires_at)
-
-    @contextmanager
-    def driving(self, run_id: int, lease_s: float | None = None) -> Iterator[None]:
-        """Hold the run's lease for the block: taken on entry (LeaseHeldError if another process drives it),
-        renewed every lease_s / 4 by a thread and at every commit, released on exit however the block ends."""
-        self.take_lease(run_id, lease_s)
-        heartbeat = leases.Heartbeat(lambda: self.renew_lease(run_id), self._lease_s / 4, f"lease-run-{run_id}")
-        heartbeat.start()
-        try:
-            yield
-        finally:
-            heartbeat.stop()
-            self.release_lease(run_id)
-
-    def _check_lease(self, session: Session, run_id: int) -> None:
-        """Inside a write of a run this store drives: renew the lease, or LeaseLostError (the write is rolled back)
-        when another process took the run after this one's lease lapsed."""
-        if run_id in self._held and session.execute(
-                leases.renew(run_id, self.holder, utc_now(), self._lease_s)).rowcount != 1:
-            taker = self.lease(run_id)
-            raise LeaseLostError(f"run {run_id} was taken over by {taker.process if taker else 'another process'} "
-                                 "after this process's lease lapsed; this process stopped writing it")
 
     @contextmanager
     def _write(self, what: str) -> Iterator[Session]:

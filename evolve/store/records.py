@@ -10,6 +10,7 @@ from typing import Literal, get_args
 
 from evolve.errors import UserError
 from evolve.records import AttemptKind
+from evolve.store.holders import holder_dead
 
 RunStatus = Literal["running", "finished", "failed", "interrupted"]
 RUN_STATUSES: tuple[str, ...] = get_args(RunStatus)
@@ -168,7 +169,8 @@ class LeaseInfo:
         return self.holder.rsplit(":", 1)[0]
 
     def live(self, now: datetime) -> bool:
-        return self.expires_at >= now
+        """Unexpired, and its holder not provably dead (a process of this host that is gone: holders.py)."""
+        return self.expires_at >= now and not holder_dead(self.holder)
 
     def describe(self, now: datetime) -> str:
         renewed = max(0.0, (now - self.renewed_at).total_seconds())
