@@ -31,10 +31,10 @@ from evolve.errors import UserError
 
 if TYPE_CHECKING:
     from evolve.api import Report, experiment_file, experiment_report, run, run_experiment
-    from evolve.cli.runner import RunOutcome
     from evolve.config import ConfigError, RunConfig, load_config
     from evolve.engine.experiment import ExperimentOutcome
     from evolve.engine.experiment_spec import ExperimentSpec, load_experiment
+    from evolve.engine.run_driver import RunOutcome
     from evolve.evaluator_api import CandidateFailure, EvaluationResult, Sandbox
     from evolve.problems.problem import Problem, ProblemError, load_problem
     from evolve.store.program_store import ProgramStore, StoreError
@@ -47,7 +47,7 @@ _EXPORTS: dict[str, str] = {
     "ProgramStore": "evolve.store.program_store", "StoreError": "evolve.store.program_store",
     "run": "evolve.api", "run_experiment": "evolve.api", "experiment_report": "evolve.api", "Report": "evolve.api",
     "experiment_file": "evolve.api",
-    "RunOutcome": "evolve.cli.runner",
+    "RunOutcome": "evolve.engine.run_driver",
     "load_experiment": "evolve.engine.experiment_spec", "ExperimentSpec": "evolve.engine.experiment_spec",
     "ExperimentOutcome": "evolve.engine.experiment",
     "EvaluationResult": "evolve.evaluator_api", "CandidateFailure": "evolve.evaluator_api",
@@ -77,4 +77,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    return sorted(__all__)  # the public names only: not the helpers this module imports for itself

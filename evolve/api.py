@@ -12,27 +12,30 @@ from typing import TYPE_CHECKING, Any, Literal
 from rich.console import Console
 
 if TYPE_CHECKING:
-    from evolve.cli.runner import RunOutcome
     from evolve.config import RunConfig
+    from evolve.engine.events import Observer
     from evolve.engine.experiment import ExperimentOutcome
     from evolve.engine.experiment_spec import ExperimentSpec
+    from evolve.engine.run_driver import RunOutcome
     from evolve.report.results import ExperimentResults
 
 
 def run(config: RunConfig | str | Path | None = None, *, overrides: Mapping[str, Any] | None = None,
-        resume: int | None = None, console: Console | None = None, live: bool | None = None,
+        resume: int | None = None, on_event: Observer | None = None,
         blame: Mapping[str, str] | None = None) -> RunOutcome:
     """Run an evolution to its end (or resume run `resume` in the config's store) and return its outcome: run_id,
-    status ('finished', 'interrupted' or 'policy_unavailable'; a resumable run either way) and stats.
+    status ('finished', 'interrupted' or 'policy_unavailable'; a resumable run either way), stats and db.
 
-    config: a RunConfig, an evolve.toml path, or None for the defaults; overrides: {'section.key': value} applied
-    on top of a path or the defaults. With `resume`, the config (and an override of run.db) only says where the
-    store is: the other overrides apply to the run's stored config, checked against its own policy's backend
-    (run.problem, run.seed, run.iterations and policy.name stay as stored). blame: {'section.key': how the user
-    wrote it} for the error lines. Progress goes to `console` (Console(quiet=True) for none); live: the live
-    panel (None: on a terminal only). A mistake in the config, the problem or the store raises a UserError."""
-    from evolve.cli.runner import run_evolution
+    config: a RunConfig, an evolve.toml path (its relative paths, programs_dir and the store, are read from the
+    file's folder), or None for the defaults; overrides: {'section.key': value} applied on top of a path or the
+    defaults. With `resume`, the config (and an override of run.db) only says where the store is: the other
+    overrides apply to the run's stored config, checked against its own policy's backend (run.problem, run.seed,
+    run.iterations and policy.name stay as stored). blame: {'section.key': how the user wrote it} for the error
+    lines. Nothing is printed: on_event, if given, is called with every event of the run (evolve.engine.events:
+    requests, evaluations, committed iterations). A mistake in the config, the problem or the store raises a
+    UserError."""
     from evolve.config import ConfigError, RunConfig, load_config
+    from evolve.engine.run_driver import run_evolution
 
     given = {key: value for key, value in (overrides or {}).items() if value is not None}
     located = {key: value for key, value in given.items() if key == "run.db" or resume is None}
@@ -43,9 +46,23 @@ def run(config: RunConfig | str | Path | None = None, *, overrides: Mapping[str,
         if "run.db" in located:
             config = config.model_copy(update={"run": config.run.model_copy(update={"db": located["run.db"]})})
     else:
-        config = load_config(config, located, dict(blame or {}))
-    return run_evolution(config, resume=resume, console=console, live=live,
-                         overrides=given if resume is not None else None, blame=blame)
+        config = _beside_file(load_config(config, located, dict(blame or {})), config, located)
+    return run_evolution(config, resume=resume, overrides=given if resume is not None else None, blame=blame,
+                         on_event=on_event)
+
+
+def _beside_file(config: RunConfig, path: str | Path | None, given: Mapping[str, Any]) -> RunConfig:
+    """The file's relative paths (run.programs_dir, a SQLite run.db) read from the file's folder, as a user who
+    wrote them there means them; overrides stay relative to the working directory, where they were typed."""
+    if path is None:
+        return config
+    folder = Path(path).parent
+    update: dict[str, str] = {}
+    if "run.programs_dir" not in given and not Path(config.run.programs_dir).is_absolute():
+        update["programs_dir"] = str(folder / config.run.programs_dir)
+    if "run.db" not in given and "://" not in config.run.db and not Path(config.run.db).is_absolute():
+        update["db"] = str(folder / config.run.db)
+    return config.model_copy(update={"run": config.run.model_copy(update=update)}) if update else config
 
 
 def experiment_file(name_or_path: str | Path) -> Path:

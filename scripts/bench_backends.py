@@ -39,8 +39,8 @@ from evolve.engine.offspring import offspring
 from evolve.policies.base import Policy
 from evolve.policies.factory import open_policy
 from evolve.problems.problem import load_problem
+from evolve.program_format import EVOLVE_START
 from evolve.records import Completion, MutationRequest, Program
-from evolve.search.edits import EVOLVE_START
 from evolve.search.prompt_templates import load_template
 from evolve.search.prompts import Prompt, PromptOptions, build_prompt
 

@@ -27,8 +27,8 @@ from evolve.policies.base import render_prompt
 from evolve.policies.llamacpp import model_files
 from evolve.policies.model_files import find_embedded_gguf, resolve_model
 from evolve.problems.problem import load_problem
+from evolve.program_format import block_body
 from evolve.records import MutationRequest, Program
-from evolve.search.edits import block_body
 from evolve.search.prompt_templates import load_template
 from evolve.search.prompts import PromptOptions, build_prompt
 

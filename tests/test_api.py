@@ -114,9 +114,16 @@ def test_evolve_run_drives_a_real_run_that_stores_scored_programs(tmp_path: Path
                  "run.seed": 3, "run.db": str(db), "run.concurrency": 1, "run.eval_workers": 1,
                  "policy.backend": "openai", "policy.url": url, "policy.model": "m", "policy.name": "scripted",
                  "policy.prefill": False, "policy.retries": 0}
-    outcome = evolve.run(overrides=overrides, console=Console(quiet=True), live=False)
+    events: list[object] = []
+    outcome = evolve.run(overrides=overrides, on_event=events.append)
     assert outcome.status == "finished"
     assert len(bodies) == 2
+    kinds = [type(event).__name__ for event in events]
+    assert kinds[:2] == ["RunLoading", "RunStarted"]
+    assert kinds.count("RequestStarted") == kinds.count("RequestEnded") == 2
+    assert kinds.count("IterationCommitted") == 2 and kinds.count("EvaluationStarted") == kinds.count("EvaluationEnded")
+    assert [event.iteration for event in events if type(event).__name__ == "IterationCommitted"] == [1, 2]
+    assert all(event.tokens > 0 and not event.error for event in events if type(event).__name__ == "RequestEnded")
     store = evolve.ProgramStore(str(db), mode="read")
     assert store.count_programs(outcome.run_id) == 3  # the seed and one child per iteration
     best = store.best_programs(outcome.run_id, 1)[0]

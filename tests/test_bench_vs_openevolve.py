@@ -18,7 +18,7 @@ from evolve.engine.offspring import build_child
 from evolve.policies.openai_api import OpenAIPolicy
 from evolve.problems.evaluation import evaluate_program
 from evolve.problems.problem import load_problem
-from evolve.search.edits import block_body
+from evolve.program_format import block_body
 from evolve.search.prompts import Prompt
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"

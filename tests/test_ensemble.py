@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from evolve.cli.runner import run_evolution
 from evolve.config import ConfigError, RunConfig, parse_config
 from evolve.engine.controller import Controller
+from evolve.engine.run_driver import run_evolution
 from evolve.policies.factory import open_policies
 from evolve.problems.problem import load_problem
 from evolve.report.run_summary import render_run, run_summary_dict
@@ -50,7 +50,7 @@ def iteration_policies(db: Path) -> dict[int, str]:
 def test_weighted_choice_draws_each_iteration_s_policy_from_the_run_seed_and_records_it(tmp_path: Path) -> None:
     with ScriptedPolicyServer("climber") as climber, ScriptedPolicyServer("breaker") as breaker:
         config = ensemble_config(tmp_path, {"climber": climber, "breaker": breaker}, 24)
-        outcome = run_evolution(config, console=Console(file=io.StringIO()), live=False)
+        outcome = run_evolution(config)
         assert outcome.status == "finished"
         recorded = iteration_policies(tmp_path / "run.db")
         weights = Bandit("weights", {"climber": 3.0, "breaker": 1.0})
@@ -77,7 +77,7 @@ def test_a_bandit_gives_most_iterations_to_the_policy_whose_children_beat_their_
     with ScriptedPolicyServer("climber") as climber, ScriptedPolicyServer("breaker") as breaker:
         config = ensemble_config(tmp_path, {"climber": climber, "breaker": breaker}, 30,
                                  ensemble={"choice": "bandit", "bandit": "ucb1", "exploration": 0.3})
-        outcome = run_evolution(config, console=Console(file=io.StringIO()), live=False)
+        outcome = run_evolution(config)
     counts = Counter(iteration_policies(tmp_path / "run.db").values())
     assert counts["breaker"] >= 1  # tried
     assert counts["climber"] >= 3 * counts["breaker"]
@@ -109,7 +109,7 @@ def test_a_resumed_bandit_holds_the_statistics_of_the_process_that_wrote_the_run
 def test_a_store_from_before_prompt_variants_is_still_split_by_policy_read_only(tmp_path: Path) -> None:
     with ScriptedPolicyServer("climber") as climber, ScriptedPolicyServer("breaker") as breaker:
         config = ensemble_config(tmp_path, {"climber": climber, "breaker": breaker}, 6)
-        outcome = run_evolution(config, console=Console(file=io.StringIO()), live=False)
+        outcome = run_evolution(config)
     with sqlite3.connect(tmp_path / "run.db") as connection:
         connection.execute("ALTER TABLE attempts DROP COLUMN prompt_variant")
     store = ProgramStore(str(tmp_path / "run.db"), mode="read")

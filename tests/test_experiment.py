@@ -184,7 +184,8 @@ def _iterations_done(db: str) -> int:
 
 def test_a_policy_failing_call_after_call_stops_the_run_resumably_instead_of_eating_its_budget(
         tmp_path: Path, refusing_server: str) -> None:
-    from evolve.cli.runner import run_evolution
+    from evolve.api import run as evolve_run
+    from evolve.cli.runner import draw_run
     from evolve.config import parse_config
 
     db = tmp_path / "refused.db"
@@ -193,7 +194,7 @@ def test_a_policy_failing_call_after_call_stops_the_run_resumably_instead_of_eat
                 "programs_dir": str(Path(__file__).resolve().parents[1] / "programs"), "stop_after_policy_errors": 3},
         "policy": {"backend": "openai", "url": refusing_server, "model": "x", "retries": 0}})
     console = Console(record=True, width=200)
-    outcome = run_evolution(config, console=console, live=False)
+    outcome = draw_run(lambda observe: evolve_run(config, on_event=observe), console, live=False)
     assert outcome.status == "policy_unavailable"
     store = ProgramStore(str(db))
     (run,) = store.list_runs()

@@ -15,7 +15,7 @@ from evolve.cli.main import _parser, main
 from evolve.cli.train import held_out_config, train_config, training_provenance
 from evolve.config import ConfigError
 from evolve.engine.experiment_spec import load_experiment, refuse_policies_trained_on_tests
-from evolve.rl.checkpoints import (
+from evolve.policies.provenance import (
     TrainingProvenance,
     checkpoint_provenance,
     held_out_refusal,

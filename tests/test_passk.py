@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from evolve.report.passk import EstimatorError, best_at_k, parse_ks, pass_at_k
+from evolve.stats.passk import EstimatorError, best_at_k, parse_ks, pass_at_k
 
 
 def brute_pass(solved: list[bool], k: int) -> float:

@@ -51,7 +51,7 @@ def test_scaffold_is_solved_by_the_right_program(scaffold: Path) -> None:
     import asyncio
 
     from evolve.problems.evaluation import evaluate_program
-    from evolve.search.edits import replace_block
+    from evolve.program_format import replace_block
 
     problem = load_problem("stairs", scaffold.parent)
     right = replace_block(problem.initial_code, "def solve(n: int) -> int:\n    a, b = 1, 1\n"

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from evolve.cli.runner import run_evolution
 from evolve.config import PromptEvolutionSection, RunConfig, parse_config
 from evolve.engine.controller import Controller
+from evolve.engine.run_driver import run_evolution
 from evolve.instruction_texts import TEMPLATE_SYSTEM
 from evolve.policies.factory import open_policies
 from evolve.problems.problem import load_problem
@@ -50,8 +50,7 @@ def evolving_config(tmp_path: Path, server: ScriptedPolicyServer, iterations: in
 
 def test_each_iteration_sends_and_records_its_instruction_and_the_report_splits_by_it(tmp_path: Path) -> None:
     with ScriptedPolicyServer("climber") as server:
-        outcome = run_evolution(evolving_config(tmp_path, server, 20), console=Console(file=io.StringIO()),
-                                live=False)
+        outcome = run_evolution(evolving_config(tmp_path, server, 20))
     with sqlite3.connect(tmp_path / "run.db") as connection:
         variants = dict(connection.execute("SELECT DISTINCT iteration, prompt_variant FROM attempts "
                                            "WHERE iteration >= 1").fetchall())

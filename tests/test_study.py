@@ -176,7 +176,7 @@ def test_a_study_refuses_a_base_trained_on_its_test_problems_or_unverified_befor
     from evolve.cli.main import main
     from evolve.engine.study import Study
     from evolve.engine.study_plan import StudyPaths
-    from evolve.rl.checkpoints import TrainingProvenance, stamp_checkpoint
+    from evolve.policies.provenance import TrainingProvenance, stamp_checkpoint
 
     base = tmp_path / "sft"  # a checkpoint folder as `evolve train` stamps it (the guard reads, never loads it)
     base.mkdir()
@@ -224,7 +224,7 @@ def test_training_curves_and_their_section_come_from_the_step_records() -> None:
 def test_a_tiny_real_study_stopped_after_training_resumes_without_redoing_anything(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from evolve.cli.main import main
-    from evolve.rl.checkpoints import inspect_checkpoint
+    from evolve.policies.provenance import inspect_checkpoint
     from evolve.store.program_store import ProgramStore
 
     text = STUDY.replace('algorithms = ["vpo", "grpo", "multi-rlvr"]', 'algorithms = ["vpo", "grpo"]')
@@ -290,7 +290,8 @@ def test_a_tiny_real_study_stopped_after_training_resumes_without_redoing_anythi
 def test_a_partly_trained_algorithm_is_partial_and_resumes_only_with_its_own_settings(tmp_path: Path) -> None:
     from evolve.engine.study import StudyError, _refuse_changed_training, training_status
     from evolve.engine.study_plan import train_configs
-    from evolve.rl.checkpoints import STATE_FILE, TRAIN_CONFIG_FILE
+    from evolve.policies.provenance import TRAIN_CONFIG_FILE
+    from evolve.rl.checkpoints import STATE_FILE
 
     spec = load_study(write(tmp_path, STUDY.replace("steps = 1", "steps = 4")))
     config = train_configs(spec, tmp_path / "study")["vpo-t0"]

@@ -28,7 +28,7 @@ def test_two_real_steps_then_evolve_run_loads_the_checkpoint(tmp_path: Path, alg
 
     from evolve.cli.main import main
     from evolve.policies.model_files import resolve_model
-    from evolve.rl.checkpoints import inspect_checkpoint
+    from evolve.policies.provenance import inspect_checkpoint
     from evolve.store.program_store import ProgramStore
 
     out = tmp_path / "out"

@@ -86,11 +86,13 @@ def _flag_overrides(args: argparse.Namespace) -> dict[str, object]:
 
 def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     from evolve.api import run
+    from evolve.cli.runner import draw_run
 
     # a resume reads the file for the store only: the flags and --set apply to the run's stored config
     overrides, blame = command_settings(args, _flag_overrides(args))
-    outcome = run(config_path(args.config), overrides=overrides, blame=blame, resume=args.resume, console=console,
-                  live=False if args.plain else None)
+    outcome = draw_run(lambda observe: run(config_path(args.config), overrides=overrides, blame=blame,
+                                           resume=args.resume, on_event=observe),
+                       console, live=False if args.plain else None)
     return {"finished": 0, "interrupted": 130}.get(outcome.status, 1)
 
 

@@ -59,7 +59,7 @@ def cmd_sample(args: argparse.Namespace, console: Console) -> int:
     from evolve.cli.common import run_config
     from evolve.config import ConfigError
     from evolve.engine.sampling import plan_samples, problem_sample, requests_for, run_samples
-    from evolve.report.passk import EstimatorError, check_k, parse_ks
+    from evolve.stats.passk import EstimatorError, check_k, parse_ks
     from evolve.store.program_store import ProgramStore
 
     try:

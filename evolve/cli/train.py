@@ -155,7 +155,7 @@ def held_out_split(args: argparse.Namespace, config: Any) -> tuple[Any, tuple[st
     """held_out_config's config, and the test problems it was checked against (--experiment's), None when no
     test list was given."""
     from evolve.config import ConfigError
-    from evolve.rl.checkpoints import problem_keys
+    from evolve.policies.provenance import problem_keys
 
     held_out: tuple[str, ...] | None = None
     if args.experiment:

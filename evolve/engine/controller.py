@@ -5,10 +5,20 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from evolve.config import ConfigError, RunConfig, SelectionConfig
 from evolve.engine.ensemble import Choice, SearchChoices
+from evolve.engine.events import (
+    EvaluationEnded,
+    EvaluationStarted,
+    IterationCommitted,
+    Observer,
+    RequestEnded,
+    RequestStarted,
+    RunProgressed,
+    ignore,
+)
 from evolve.engine.offspring import ChildScorer, code_key, offspring, require_seed
 from evolve.engine.run_stats import RunStats, describe_iteration
 from evolve.engine.schedule import IterationSchedule
@@ -35,7 +45,7 @@ class Controller:
         store: ProgramStore,
         policy: Policy | Mapping[str, Policy],
         run_id: int,
-        on_update: Callable[[RunStats], None] | None = None,
+        on_event: Observer | None = None,
         eval_slots: asyncio.Semaphore | None = None,
         eval_pool: EvaluatorPool | None = None,
     ) -> None:
@@ -47,7 +57,7 @@ class Controller:
         self.choices = SearchChoices(config, policies)
         self.policy = policies[config.policy.name]
         self.run_id = run_id
-        self.on_update = on_update or (lambda stats: None)
+        self.on_event: Observer = on_event or ignore
         self.selector = Selector(selection_for(config, problem), problem.objectives, config.run.seed)
         self.stats = RunStats(iterations_target=config.run.iterations, run_id=run_id)
         self.prompt_options = PromptOptions.from_policy(config.policy)
@@ -95,7 +105,7 @@ class Controller:
         pending = IterationSchedule(self.config.run.iterations, self.store.completed_iterations(self.run_id))
         self.stats.iterations_done = self.stats.iterations_at_start = pending.completed
         self._check_stop()  # a resumed run that already met its stop rule stays done
-        self.on_update(self.stats)
+        self.on_event(RunProgressed(self.stats))
         if self.stats.stopped:
             return self.stats
         # An iteration holds a request slot only while it generates: with eval_workers more iterations than request
@@ -212,12 +222,18 @@ class Controller:
         async with self._request_slots:
             started = time.monotonic()
             self.stats.in_flight += 1
+            self.on_event(RequestStarted(self.stats, iteration, attempt))
+            ended = RequestEnded(self.stats, iteration, attempt, error="cancelled")
             try:
                 completion = await choice.policy.generate(prompt, seed)
-            except PolicyUnavailable:
+                ended = RequestEnded(self.stats, iteration, attempt, completion.completion_tokens,
+                                     time.monotonic() - started)
+            except PolicyUnavailable as exc:
+                ended = RequestEnded(self.stats, iteration, attempt, error=str(exc).splitlines()[0][:300])
                 raise  # the run stops; this iteration stays unrecorded so that a resume asks again
             except Exception as exc:  # any backend failure is a recorded attempt, never a crash
                 reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+                ended = RequestEnded(self.stats, iteration, attempt, error=reason)
                 self._errors_in_row += 1
                 limit = self.config.run.stop_after_policy_errors
                 if limit and self._errors_in_row >= limit:  # this iteration stays unrecorded: a resume asks again
@@ -227,6 +243,7 @@ class Controller:
                 return [AttemptRecord("policy_error", reason, prompt=prompt_text)]
             finally:
                 self.stats.in_flight -= 1
+                self.on_event(ended)
         self._errors_in_row = 0
         completion = dataclasses.replace(completion, latency_s=completion.latency_s or time.monotonic() - started)
         self.stats.policy_calls += 1
@@ -294,10 +311,12 @@ class Controller:
 
     async def _evaluate(self, code: str) -> Evaluation:
         self.stats.evaluating += 1
+        self.on_event(EvaluationStarted(self.stats))
         try:
             return await self.scorer.evaluate(self.problem, code)
         finally:
             self.stats.evaluating -= 1
+            self.on_event(EvaluationEnded(self.stats))
 
     def _child_record(
         self, code: str, parent_id: int | None, island: int, edit: str, evaluation: Evaluation, policy: str = ""
@@ -335,10 +354,11 @@ class Controller:
         self.stats.children += len(programs)
         self.stats.iterations_with_child += bool(programs)
         self.stats.iterations_done += 1
-        self.stats.note(describe_iteration(iteration, island, programs, records,
-                                           f"{self.run_id}:{self.stats.programs - len(programs) + 1}"))
+        line = describe_iteration(iteration, island, programs, records,
+                                  f"{self.run_id}:{self.stats.programs - len(programs) + 1}")
+        self.stats.note(line)
         self._check_stop()
-        self.on_update(self.stats)
+        self.on_event(IterationCommitted(self.stats, iteration, line))
 
 
 async def _all_or_none(tasks: list[asyncio.Task[list[AttemptRecord | ChildRecord]]]

@@ -188,7 +188,7 @@ def refuse_policies_trained_on_tests(spec: ExperimentSpec) -> None:
     """ConfigError naming the policy, its checkpoint and the reason when a policy's checkpoint (its model folder or
     LoRA adapter, wherever it lies) was trained on any of the experiment's test problems, or, unless
     allow_unverified_checkpoint, has no provenance of its own that matches its weights (rl/checkpoints.py)."""
-    from evolve.rl.checkpoints import held_out_refusal
+    from evolve.policies.provenance import held_out_refusal
 
     for policy in spec.policies:
         for checkpoint in (policy.model, policy.lora if isinstance(policy, VLLMEngineSettings) else ""):

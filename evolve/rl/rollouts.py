@@ -28,11 +28,11 @@ from evolve.config import ConfigError
 from evolve.engine.offspring import ChildScorer, code_key, require_seed
 from evolve.policies.base import cut_at_stop, render_prompt
 from evolve.policies.hf import _RowStops
+from evolve.policies.provenance import problem_keys
 from evolve.problems.evaluation import evaluate_program
 from evolve.problems.problem import Problem, problem_key
 from evolve.records import MutationRequest, Program
 from evolve.rl.advantages import answer_key, duplicate_mask, reward_array
-from evolve.rl.checkpoints import problem_keys
 from evolve.rl.estimators import GroupRewards, objective_weights
 from evolve.search.prompt_templates import PromptTemplate
 from evolve.search.prompts import Prompt, PromptOptions, build_prompt

@@ -28,12 +28,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from evolve.engine.offspring import ChildScorer
+from evolve.policies.provenance import TrainingProvenance
 from evolve.problems.evaluation import resolve_objectives
 from evolve.problems.evaluator_pool import EvaluatorPool
 from evolve.problems.problem import load_problem
 from evolve.rl.checkpoints import (
     HELD_OUT_FILE,
-    TrainingProvenance,
     load_state,
     save_checkpoint,
     save_held_out,

@@ -7,8 +7,17 @@ import re
 import textwrap
 import warnings
 
-EVOLVE_START = "# EVOLVE-BLOCK-START"
-EVOLVE_END = "# EVOLVE-BLOCK-END"
+from evolve.program_format import (
+    EVOLVE_END,
+    EVOLVE_START,
+    EditError,
+    block_body,
+    block_indent,
+    find_blocks,
+    lines_of,
+    replace_block,
+)
+
 _FENCE = re.compile(r"^\s*```")
 _SEARCH = re.compile(r"^\s*<{5,}\s*SEARCH\s*$")
 _DIVIDER = re.compile(r"^\s*={5,}\s*$")
@@ -18,65 +27,7 @@ _CODE_HEAD = re.compile(
     r"(async\s+def|def|class|import|from)\s|[@#)\]}]"
     r"|[A-Za-z_][\w.]*(\s*,\s*[A-Za-z_][\w.]*)*\s*(:[^=]+)?([-+*/%&|^@]|//|\*\*|>>|<<)?=[^=]"
 )
-_REASON_CHARS = 200
 _PROSE_CUTS_TRIED = 8
-
-
-class EditError(ValueError):
-    """An answer that cannot become a program; `reason` is one short line for the attempts table."""
-
-    def __init__(self, reason: str) -> None:
-        reason = " ".join(reason.split())[:_REASON_CHARS]
-        super().__init__(reason)
-        self.reason = reason
-
-
-def _lines(code: str) -> list[str]:
-    # str.splitlines would also split on \f, \x1c, \u2028 ... which Python source treats as ordinary characters
-    return code.split("\n")
-
-
-def find_blocks(code: str) -> list[tuple[int, int]]:
-    """Line spans (start, end) of each block body: lines start..end-1 lie between a START and an END marker."""
-    spans: list[tuple[int, int]] = []
-    start: int | None = None
-    for number, line in enumerate(_lines(code)):
-        marker = line.strip()
-        if marker.startswith(EVOLVE_START):
-            start = number + 1
-        elif marker.startswith(EVOLVE_END) and start is not None:
-            spans.append((start, number))
-            start = None
-    return spans
-
-
-def _span(code: str, index: int) -> tuple[int, int]:
-    blocks = find_blocks(code)
-    if not blocks:
-        raise EditError("no EVOLVE-BLOCK in the parent")
-    if not -len(blocks) <= index < len(blocks):
-        raise EditError(f"no EVOLVE-BLOCK number {index}")
-    return blocks[index]
-
-
-def block_body(code: str, index: int = 0) -> str:
-    """The lines between the markers of block `index`, as written (indentation kept)."""
-    start, end = _span(code, index)
-    return "\n".join(_lines(code)[start:end])
-
-
-def replace_block(code: str, new_body: str, index: int = 0) -> str:
-    """`code` with the body of block `index` replaced by `new_body`; the markers and all other lines are kept."""
-    start, end = _span(code, index)
-    lines = _lines(code)
-    body = _lines(new_body.rstrip("\n")) if new_body.strip() else []
-    return "\n".join(lines[:start] + body + lines[end:])
-
-
-def block_indent(body: str) -> str:
-    """The indentation of the block's first code line."""
-    first = next((line for line in _lines(body) if line.strip()), "")
-    return first[: len(first) - len(first.lstrip())]
 
 
 def _parse(code: str) -> ast.Module | SyntaxError:
@@ -134,7 +85,7 @@ def _same_program(first: str, second: str) -> bool:
 
 def _outside_blocks(code: str) -> list[str]:
     """Every line that is not inside an EVOLVE block, with one placeholder per block body."""
-    lines = _lines(code)
+    lines = lines_of(code)
     kept: list[str] = []
     position = 0
     for start, end in find_blocks(code):
@@ -172,7 +123,7 @@ def split_answers(text: str, m: int, tag: str = "response") -> list[str]:
 
 def _fenced_segments(text: str) -> list[str]:
     """The non-empty pieces of the text between markdown fence lines, in order."""
-    lines = _lines(text)
+    lines = lines_of(text)
     fences = [number for number, line in enumerate(lines) if _FENCE.match(line)]
     bounds = [-1, *fences, len(lines)]
     segments = ["\n".join(lines[bounds[i] + 1 : bounds[i + 1]]) for i in range(len(bounds) - 1)]
@@ -184,9 +135,9 @@ def _between_markers(text: str) -> str:
     blocks = find_blocks(text)
     if blocks:
         start, end = blocks[0]
-        text = "\n".join(_lines(text)[start:end])
+        text = "\n".join(lines_of(text)[start:end])
     # find_blocks takes any line that starts with a marker for one: a child must hold none of its own
-    return "\n".join(line for line in _lines(text) if not line.strip().startswith((EVOLVE_START, EVOLVE_END)))
+    return "\n".join(line for line in lines_of(text) if not line.strip().startswith((EVOLVE_START, EVOLVE_END)))
 
 
 def _is_top_level_prose(line: str) -> bool:
@@ -262,7 +213,7 @@ def _drop_junk(code: str) -> str:
     dropped -= kept
     if not dropped:
         return code
-    filtered = "\n".join(line for number, line in enumerate(_lines(code), 1) if number not in dropped)
+    filtered = "\n".join(line for number, line in enumerate(lines_of(code), 1) if number not in dropped)
     return filtered if _syntax_error(filtered) is None else code
 
 
@@ -311,9 +262,9 @@ def extract_code(text: str) -> str:
 
     When fixing a stray or missing bracket lets more lines parse, the fixed lines are used.
     """
-    lines = _lines(text)
+    lines = lines_of(text)
     start = next((n for n, line in enumerate(lines) if line.strip() and _CODE_HEAD.match(line.lstrip())), 0)
-    lines = _lines(textwrap.dedent("\n".join(lines[start:])).rstrip())
+    lines = lines_of(textwrap.dedent("\n".join(lines[start:])).rstrip())
     end = _longest_parsing_prefix(lines)
     if end < len(lines):
         fixed = _with_brackets_fixed(lines)
@@ -362,7 +313,7 @@ def _parse_diff(answer: str) -> list[tuple[str, str]]:
     """(search, replace) pairs; a final block cut off before its REPLACE marker is kept."""
     edits: list[tuple[str, str]] = []
     state, search, replace = "", [], []  # state: "" outside, "search", "replace"
-    for line in _lines(answer.replace("\r\n", "\n")):
+    for line in lines_of(answer.replace("\r\n", "\n")):
         if _SEARCH.match(line):
             state, search, replace = "search", [], []
         elif state == "search" and _DIVIDER.match(line):
@@ -381,10 +332,10 @@ def _parse_diff(answer: str) -> list[tuple[str, str]]:
 
 def _matches(code: str, search: str) -> list[tuple[int, int]]:
     """Character spans of whole-line matches of `search` in `code`, ignoring whitespace at line ends."""
-    wanted = [line.rstrip() for line in _lines(search.strip("\n"))]
-    lines = [line.rstrip() for line in _lines(code)]
+    wanted = [line.rstrip() for line in lines_of(search.strip("\n"))]
+    lines = [line.rstrip() for line in lines_of(code)]
     offsets = [0]
-    for line in _lines(code):
+    for line in lines_of(code):
         offsets.append(offsets[-1] + len(line) + 1)
     spans = []
     for first in range(len(lines) - len(wanted) + 1):

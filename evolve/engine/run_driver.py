@@ -1,0 +1,129 @@
+"""Drives one run from its config: loads the problem and the policies, starts or resumes the run under its lease,
+drives the controller to its budget and writes the run's final status. It reports through events and returns what
+happened; drawing it is the caller's (the CLI's panel, an API caller's callback)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from evolve.config import RunConfig
+from evolve.engine.controller import Controller, check_features
+from evolve.engine.driving import RunError, cancelled_by_signals, resumed_config
+from evolve.engine.events import Observer, RunLoading, RunStarted, ignore
+from evolve.engine.run_stats import RunStats
+from evolve.policies.base import Policy, PolicyUnavailable
+from evolve.policies.factory import open_policies
+from evolve.problems.evaluation import resolve_objectives
+from evolve.problems.problem import Problem, load_problem
+from evolve.search.prompt_templates import load_template
+from evolve.store.program_store import LeaseLostError, ProgramStore, StoreError, UnknownIdError
+
+RunStatus = Literal["finished", "interrupted", "policy_unavailable"]
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """How a run ended: 'finished', or resumable ('interrupted'; 'policy_unavailable' with the reason in `error`)."""
+
+    run_id: int
+    status: RunStatus
+    stats: RunStats
+    db: str = ""  # the store the run is in (where --resume finds it)
+    error: str = ""
+
+
+def problem_for(config: RunConfig) -> Problem:
+    """The run's problem; a pattern problem's objectives fixed from its seed program's evaluation."""
+    problem = load_problem(config.run.problem, Path(config.run.programs_dir))
+    return problem if problem.objectives_known else asyncio.run(resolve_objectives(problem))
+
+
+def new_run(store: ProgramStore, config: RunConfig) -> int:
+    """A new run of `config` in the store (called once its problem and policy have loaded)."""
+    return store.create_run(
+        name=config.run.name or f"{config.run.problem}-{config.policy.name}-s{config.run.seed}",
+        problem=config.run.problem,
+        policy="+".join(section.name for section in config.ensemble_policies()),
+        seed=config.run.seed,
+        config_json=config.model_dump_json(),
+        iterations_target=config.run.iterations,
+    )
+
+
+def resumed(store: ProgramStore, config: RunConfig, resume: int, overrides: Mapping[str, Any] | None = None,
+            blame: Mapping[str, str] | None = None) -> RunConfig:
+    """The stored run's own config, found in config.run.db, with `overrides` applied (see resumed_config)."""
+    try:
+        return resumed_config(store, resume, config.run.db, overrides, blame)
+    except UnknownIdError as exc:
+        raise RunError(f"no run {resume} in {config.run.db}") from exc
+
+
+def run_evolution(config: RunConfig, resume: int | None = None, overrides: Mapping[str, Any] | None = None,
+                  blame: Mapping[str, str] | None = None, on_event: Observer | None = None) -> RunOutcome:
+    """Start a run of `config`, or resume run `resume` with its stored config (plus `overrides`, checked against it:
+    see resumed_config; `blame` names the flag behind each), and drive it to its budget.
+
+    The process holds the run's lease while it drives it: a resume of a run another live process drives is
+    refused (LeaseHeldError, one line) before the problem or the model loads. A new run is written to the store
+    only once its problem and its policy have loaded, so a failed start leaves no run behind."""
+    observe = on_event or ignore
+    store = ProgramStore(config.run.db, mode="existing") if resume is not None else None
+    with ExitStack() as held:
+        if store is not None and resume is not None:
+            config = resumed(store, config, resume, overrides, blame)
+            held.enter_context(store.driving(resume))
+        problem = problem_for(config)
+        check_features(config.selection.map_elites.features, problem)  # one line, before a model loads
+        for section in config.ensemble_policies():  # a missing template stops us before a model loads, too
+            load_template(section.template)
+        if store is None:  # a new run's store, made once the problem and the settings are known to be usable
+            store = ProgramStore(config.run.db, mode="create")
+        observe(RunLoading(config, resume is not None))
+        policies = held.enter_context(open_policies(config.ensemble_policies(), config.run.seed,
+                                                    config.run.concurrency))
+        run_id = resume if resume is not None else new_run(store, config)
+        if resume is None:
+            held.enter_context(store.driving(run_id))
+        return drive_run(store, config, problem, policies, run_id, resume is not None, observe)
+
+
+def drive_run(store: ProgramStore, config: RunConfig, problem: Problem, policies: Mapping[str, Policy], run_id: int,
+              resuming: bool, observe: Observer) -> RunOutcome:
+    """Drive a run whose lease this process holds and write its final status. A resumed run's state is read from
+    the store first: a store that cannot be read (damaged) stops the resume in one line with nothing written, and a
+    store error while the run goes on leaves its status as it was (`evolve runs` then reads it killed)."""
+    controller = Controller(config, problem, store, policies, run_id, on_event=observe)
+    if resuming:
+        controller.restore()
+    store.set_run_status(run_id, "running")
+    observe(RunStarted(run_id, config, problem, resuming, controller.stats))
+    try:
+        stats = asyncio.run(_drive(controller, policies))
+    except (LeaseLostError, StoreError):
+        raise  # another process drives the run now, or the store cannot be written: its status is not ours to write
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        store.set_run_status(run_id, "interrupted")
+        return RunOutcome(run_id, "interrupted", controller.stats, config.run.db)
+    except PolicyUnavailable as exc:
+        store.set_run_status(run_id, "interrupted")
+        return RunOutcome(run_id, "policy_unavailable", controller.stats, config.run.db, str(exc))
+    except BaseException:
+        store.set_run_status(run_id, "failed")
+        raise
+    store.set_run_status(run_id, "finished")
+    return RunOutcome(run_id, "finished", stats, config.run.db)
+
+
+async def _drive(controller: Controller, policies: Mapping[str, Policy]) -> RunStats:
+    try:
+        with cancelled_by_signals():
+            return await controller.run()
+    finally:
+        for policy in policies.values():
+            await policy.close()
