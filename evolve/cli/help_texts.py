@@ -1,11 +1,20 @@
 """The description and examples `evolve COMMAND --help` prints for every subcommand, applied in one place so that
-each command reads the same way."""
+each command reads the same way; the help of flags several commands share; argparse's errors as one line."""
 
 from __future__ import annotations
 
 import argparse
+import difflib
+import sys
 import textwrap
 from dataclasses import dataclass
+from typing import NoReturn
+
+# The help of a flag that a command declared without one, by its dest: the same words wherever it appears.
+SHARED_FLAG_HELP = {
+    "config": "TOML config the store is read from with --db unset (default: ./evolve.toml if present)",
+    "db": "SQLite file or SQLAlchemy URL (default: from config)",
+}
 
 
 @dataclass(frozen=True)
@@ -104,3 +113,33 @@ def apply_help(commands: argparse._SubParsersAction) -> None:
         if not parser.epilog:
             parser.epilog = "examples:\n" + "\n".join(f"  {line}" for line in entry.examples)
         parser.formatter_class = argparse.RawDescriptionHelpFormatter
+
+
+def fill_flag_help(parser: argparse.ArgumentParser) -> None:
+    """Give every flag of `parser` and its subcommands declared without help the shared words (SHARED_FLAG_HELP)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                fill_flag_help(sub)
+        elif action.help is None and action.dest in SHARED_FLAG_HELP:
+            action.help = SHARED_FLAG_HELP[action.dest]
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line, `evolve CMD: error: ...`, and a hint line pointing at
+    `evolve CMD --help` (with a guess for a mistyped subcommand), instead of the whole usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        print(f"hint: {self._guess(message)}see `{self.prog} --help`", file=sys.stderr)
+        raise SystemExit(2)
+
+    def _guess(self, message: str) -> str:
+        """'did you mean `evolve runs`? ' for an invalid subcommand close to one; '' otherwise."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction) and "invalid choice: " in message:
+                typed = message.split("invalid choice: ", 1)[1].split(" (", 1)[0].strip("'\"")
+                close = difflib.get_close_matches(typed, list(action.choices), n=1)
+                if close:
+                    return f"did you mean `{self.prog} {close[0]}`? "
+        return ""

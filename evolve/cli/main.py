@@ -13,7 +13,7 @@ from rich.table import Table
 
 from evolve.cli.common import DEFAULT_CONFIG, command_settings, config_path, run_config
 from evolve.cli.conventions import add_out_flag, add_set_flag, make_console
-from evolve.cli.help_texts import apply_help
+from evolve.cli.help_texts import OneLineParser, apply_help, fill_flag_help
 from evolve.errors import UserError
 
 if TYPE_CHECKING:
@@ -23,9 +23,11 @@ if TYPE_CHECKING:
 def _parser() -> argparse.ArgumentParser:
     from evolve import __version__
 
-    parser = argparse.ArgumentParser(prog="evolve", description=__doc__)
+    parser = OneLineParser(prog="evolve", description=__doc__,
+                           epilog="`evolve COMMAND --help` tells more of each. Tab completion: "
+                                  "eval \"$(evolve completion bash)\" (or zsh, fish: evolve completion --help)")
     parser.add_argument("--version", action="version", version=f"evolve {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = commands.add_parser("run", help="run an evolution from a config file, or resume one")
     run.add_argument("--config", "-c", default=None, help=f"TOML config (default: ./{DEFAULT_CONFIG} if present)")
@@ -70,11 +72,14 @@ def _parser() -> argparse.ArgumentParser:
     cli_study.add_commands(commands)
     from evolve.cli import serve as cli_serve
     cli_serve.add_commands(commands)
+    from evolve.cli import completion
 
     runs = commands.add_parser("runs", help="list the runs in a store")
     runs.add_argument("--db", default=None, help="SQLite file or SQLAlchemy URL (default: from config)")
     runs.add_argument("--config", "-c", default=None)
     add_set_flag(runs, "run.db=other.db")
+    completion.add_command(commands)
+    fill_flag_help(parser)
     apply_help(commands)
     return parser
 
@@ -235,14 +240,20 @@ def main(argv: list[str] | None = None) -> int:
     from evolve.cli import sample as cli_sample
     from evolve.cli import train as cli_train
 
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    if argv is None:  # the real command line: answer a shell's completion request (and exit) if it is one
+        from evolve.cli.completion import complete
+
+        complete(parser)
+    args = parser.parse_args(argv)
     console = make_console()
     handlers = {"run": _cmd_run, "runs": _cmd_runs, "problems": _cmd_problems, "check": _cmd_check,
                 "new-problem": _cmd_new_problem, "import": _cmd_import, "experiment": cli_experiments.cmd_experiment,
                 "report": cli_experiments.cmd_report, "show": cli_runs.cmd_show, "lineage": cli_runs.cmd_lineage,
                 "export": cli_runs.cmd_export, "train": cli_train.cmd_train, "sample": cli_sample.cmd_sample,
                 "study": lambda args, console: args.handler(args, console),
-                "serve": lambda args, console: args.handler(args, console)}
+                "serve": lambda args, console: args.handler(args, console),
+                "completion": lambda args, console: args.handler(args, console)}
     return exit_code(lambda: handlers[args.command](args, console), console)
 
 
