@@ -166,3 +166,44 @@ def start_serve(db: Path, *flags: str, env: dict[str, str] | None = None, timeou
     process.kill()
     process.wait()
     raise AssertionError("evolve serve printed no address:\n" + "\n".join(lines))
+
+
+LONG_LINE = "    return " + " + ".join(f"weight_{i} * feature_{i}" for i in range(40))  # far wider than any pane
+
+
+def tree_store(path: Path, programs: int, per_iteration: int = 25, seed: int = 0) -> Path:
+    """A finished one-run store of `programs` programs, written as the controller writes (a policy call, then its
+    child): each iteration's children have random parents among the last 300 programs (so the tree is deep and
+    bushy), on two islands, scalars drifting up; every program's feedback is one "feedback" artifact, and every
+    child's code has one line far wider than any pane."""
+    import random
+
+    from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore
+
+    rng = random.Random(seed)
+    store = ProgramStore(str(path))
+    iterations = -(-(programs - 1) // per_iteration)
+    run = store.create_run("tree", "toy", "p", seed, json.dumps({"selection": {"islands": 2}}), iterations)
+    code = "def f(x):\n    return 0\n"
+    (root,) = store.record_iteration(run, 0, [ChildRecord(code=code, parent_id=None, island=0, policy="", edit="",
+                                                          scores={"a": 0.1}, scalar=0.1, solved=False,
+                                                          artifacts={"feedback": "a: 0.1"})])
+    made = [(root.id, 0.1)]
+    iteration = 0
+    while len(made) < programs:
+        iteration += 1
+        records: list[AttemptRecord | ChildRecord] = []
+        for _ in range(min(per_iteration, programs - len(made))):
+            parent, base = rng.choice(made[-300:])
+            scalar = round(min(1.0, max(0.0, base + rng.uniform(-0.05, 0.08))), 4)
+            child = f"def f(x):\n    # child of {parent}\n{LONG_LINE}\n"
+            records += [AttemptRecord("policy_call", "stop", prompt="improve f", completion=child, latency_s=0.1,
+                                      prompt_tokens=5, completion_tokens=9),
+                        ChildRecord(code=child, parent_id=parent, island=rng.randrange(2), policy="p", edit=child,
+                                    scores={"a": scalar}, scalar=scalar, solved=scalar >= 1.0,
+                                    artifacts={"feedback": f"a: {scalar}"})]
+        stored = store.record_iteration(run, iteration, records, policy="p")
+        made += [(program.id, program.scalar) for program in stored]
+    store.set_run_status(run, "finished")
+    store.close()
+    return path

@@ -126,15 +126,35 @@ def test_program_detail_has_the_diff_against_its_parent_the_prompt_and_the_compl
     ("/api/runs/1/programs/99", 404, "no program 99 in run 1"),
     ("/api/runs/1/programs/3", 404, "no program 3 in run 1"),  # program 3 is run 2's seed
     ("/api/runs/1/tree?since=abc", 400, "since='abc'"),
-    ("/runs/1/lineage/99", 404, "program 99 is not in run 1"),
-    ("/experiments/nope/report", 404, "no experiment 'nope'"),
-    ("/no/such/page", 404, "no page /no/such/page"),
+    ("/api/no/such/endpoint", 404, "no page /api/no/such/endpoint"),
+    ("/assets/nope.js", 404, "no page /assets/nope.js"),
 ])
-def test_bad_ids_and_paths_get_one_json_error_line(served: Served, path: str, status: int, message: str) -> None:
+def test_bad_ids_and_paths_of_data_get_one_json_error_line(served: Served, path: str, status: int,
+                                                           message: str) -> None:
     response = httpx.get(served.base + path)
     assert response.status_code == status
     body = response.json()
     assert list(body) == ["error"] and message in body["error"] and "\n" not in body["error"]
+
+
+@pytest.mark.parametrize(("path", "message", "back"), [
+    ("/runs/9", "no run 9", "/"),
+    ("/runs/9/programs/1", "no run 9", "/"),
+    ("/runs/1/programs/99", "no program 99 in run 1", "/runs/1"),
+    ("/runs/1/programs/3", "no program 3 in run 1", "/runs/1"),  # program 3 is run 2's seed
+    ("/runs/1/lineage/99", "program 99 is not in run 1", "/runs/1"),
+    ("/experiments/nope/report", "no experiment &#x27;nope&#x27;", "/"),
+    ("/no/such/page", "no page /no/such/page", "/"),
+])
+def test_a_page_that_does_not_exist_is_a_not_found_page_with_the_bar_and_a_way_back(
+        served: Served, path: str, message: str, back: str) -> None:
+    response = httpx.get(served.base + path)
+    assert response.status_code == 404 and response.headers["content-type"].startswith("text/html")
+    page = response.text
+    assert "<h1>Not found</h1>" in page and f'<p id="not-found" class="error">{message}' in page
+    assert page.count('<header class="top"><a class="brand" href="/">evolve</a>') == 1
+    assert f'<a id="back" href="{back}">' in page
+    assert "click a program" not in page and "tree.js" not in page  # not the run page's empty panels
 
 
 TOO_BIG = str(2**63)  # one past the largest id a signed 64-bit column holds
@@ -150,8 +170,6 @@ TOO_BIG = str(2**63)  # one past the largest id a signed 64-bit column holds
     (f"/api/runs/1{'0' * 30}/tree?since=0", 404, f"no run 1{'0' * 30}"),
     (f"/api/runs/1/programs/{TOO_BIG}", 404, f"no program {TOO_BIG} in run 1"),
     (f"/api/runs/{TOO_BIG}/programs/1", 404, f"no run {TOO_BIG}"),
-    (f"/runs/1/lineage/{TOO_BIG}", 404, f"program {TOO_BIG} is not in run 1"),
-    (f"/runs/{TOO_BIG}/lineage/1", 404, f"no run {TOO_BIG}"),
 ])
 def test_a_since_or_an_id_no_64_bit_integer_holds_is_a_400_or_404_json_line_not_a_500(
         served: Served, path: str, status: int, message: str) -> None:
@@ -160,6 +178,20 @@ def test_a_since_or_an_id_no_64_bit_integer_holds_is_a_400_or_404_json_line_not_
     body = response.json()
     assert list(body) == ["error"] and message in body["error"] and "\n" not in body["error"]
     assert len(body["error"]) < 400  # a 5,000-digit since is not echoed whole
+
+
+@pytest.mark.parametrize(("path", "message"), [
+    (f"/runs/1/lineage/{TOO_BIG}", f"program {TOO_BIG} is not in run 1"),
+    (f"/runs/{TOO_BIG}/lineage/1", f"no run {TOO_BIG}"),
+    (f"/runs/{TOO_BIG}", f"no run {TOO_BIG}"),
+    ("/runs/1" + "0" * 5000, "no run 1000"),
+    ("/api/runs/1" + "0" * 5000, "no run 1000"),
+])
+def test_a_page_for_an_id_no_64_bit_integer_holds_is_a_not_found_page_not_a_500(served: Served, path: str,
+                                                                                message: str) -> None:
+    response = httpx.get(served.base + path)
+    assert response.status_code == 404 and message in response.text
+    assert len(response.text) < 2000  # a 5,000-digit id is not echoed whole
 
 
 def test_a_damaged_run_row_is_a_json_error_line_and_the_store_keeps_every_byte(tmp_path: Path) -> None:
@@ -189,7 +221,9 @@ def test_experiments_are_listed_and_their_report_is_rendered_on_demand(served: S
                                                                          "seed": 0}]
     report = httpx.get(f"{served.base}/experiments/exp-1.a/report")
     assert report.status_code == 200 and "<title>evolve report: exp-1.a</title>" in report.text
-    assert "&lt;b&gt;a&lt;/b&gt; &amp; b" in report.text and 'href="/"' in report.text and "<script" not in report.text
+    assert "&lt;b&gt;a&lt;/b&gt; &amp; b" in report.text and "<script" not in report.text
+    assert '<header class="top"><a class="brand" href="/">evolve</a><a href="/">runs</a>' in report.text
+    assert "<nav" not in report.text and '<link rel="stylesheet" href="/assets/nav.css">' in report.text
 
 
 def test_the_server_is_read_only_and_its_pages_load_scripts_only_from_itself(served: Served) -> None:
@@ -200,7 +234,9 @@ def test_the_server_is_read_only_and_its_pages_load_scripts_only_from_itself(ser
     assert "script-src 'self'" in page.headers["content-security-policy"]
     assert httpx.get(f"{served.base}/assets/tree.js").status_code == 200
     lineage = httpx.get(f"{served.base}/runs/1/lineage/2")
-    assert lineage.status_code == 200 and "lineage of 1:2" in lineage.text and 'href="/runs/1"' in lineage.text
+    assert lineage.status_code == 200 and "lineage of 1:2" in lineage.text
+    assert ('<header class="top"><a class="brand" href="/">evolve</a><a href="/">runs</a><a href="/runs/1">run 1</a>'
+            in lineage.text) and "<nav" not in lineage.text  # the bar the other pages have, not a second style
 
 
 def test_a_loopback_server_refuses_requests_naming_another_host(served: Served) -> None:

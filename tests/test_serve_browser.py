@@ -1,7 +1,10 @@
-"""`evolve serve` in headless Chromium (Playwright) while a real `evolve experiment` writes its store: the run's tree
+"""`evolve serve` in headless Chromium (Playwright). While a real `evolve experiment` writes its store: the run's tree
 gains programs without a reload, clicking one shows its code and its diff against its parent, and the experiment
-report linked from the run opens. Needs the `playwright` package and a Chromium at /usr/bin/chromium (or
-$EVOLVE_CHROMIUM); without either it skips, saying which. Set EVOLVE_SERVE_SHOTS=FOLDER to keep screenshots."""
+report linked from the run opens. Over a stored run of 3,000 programs: the tree fills its pane, its edges run
+straight from parent to child, it zooms around the pointer and pans, hovering a program highlights its parent and
+children, diffs wrap, every page has the same bar, and a missing run gets a not-found page. Needs the `playwright`
+package and a Chromium at /usr/bin/chromium (or $EVOLVE_CHROMIUM); without either it skips, saying which. Set
+EVOLVE_SERVE_SHOTS=FOLDER to keep screenshots (docs/images/ holds the ones the guide shows)."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from serve_run import canned_policy, experiment_file, start_experiment, start_serve
+from serve_run import LONG_LINE, Served, canned_policy, experiment_file, start_experiment, start_serve, tree_store
 
 CHROMIUM = os.environ.get("EVOLVE_CHROMIUM", "/usr/bin/chromium")
 ITERATIONS = 30
@@ -88,9 +91,6 @@ def test_the_tree_grows_live_and_a_click_shows_code_diff_and_the_report(browser:
             assert "live" in page.locator("#live").inner_text()
             # the page was not reloaded: only the poll can add programs
             _until(page, lambda: page.locator("circle.node").count() > first, 60, "the tree to gain a program")
-            if shots:
-                page.screenshot(path=str(shots / "tree_live.png"))
-            assert page.locator("#tree .lane").count() == 2  # one lane per island
 
             experiment.wait(timeout=180)
             _until(page, lambda: "finished" in page.locator("#live").inner_text(), 30, "the page to see the end")
@@ -108,12 +108,12 @@ def test_the_tree_grows_live_and_a_click_shows_code_diff_and_the_report(browser:
             diff = page.locator("#program-diff").inner_text()
             assert re.search(r"^\+\s+if n % 5 == 0:", diff, re.M) and "--- #" in diff
             if shots:
-                page.screenshot(path=str(shots / "tree_selected.png"))
+                page.screenshot(path=str(shots / "serve_run_tree.png"))
             page.locator("summary", has_text="code").first.click()
             assert "def fizzbuzz" in page.locator("#program-code").inner_text()
             page.locator("summary", has_text="completion").click()
             assert "FizzBuzz, variant" in page.locator("#program-completion").inner_text()  # after the prefill
-            assert page.locator("path.edge.chain").count() >= 1  # its ancestry is highlighted
+            assert page.locator("line.edge.chain").count() >= 1  # its ancestry is highlighted
             page.locator(".detail .links button", has_text="parent #").click()  # to its parent, which lists it
             page.wait_for_selector(f'.detail:not([data-program="{program_id}"]) #children')
             page.locator("#children").get_by_role("button", name=f"#{program_id}", exact=True).click()
@@ -123,15 +123,19 @@ def test_the_tree_grows_live_and_a_click_shows_code_diff_and_the_report(browser:
             page.wait_for_selector("#program-diff")
             assert page.url.endswith(f"/runs/1/programs/{program_id}")
             if shots:
-                page.screenshot(path=str(shots / "program.png"), full_page=True)
+                page.screenshot(path=str(shots / "serve_program.png"))
 
             page.click("#report-link")
             page.wait_for_load_state("load")
             assert page.url.endswith("/experiments/servetest/report")
             assert page.locator("h1").first.inner_text() == "Experiment servetest"
             assert page.locator(".chart svg").count() >= 1
+            assert page.locator("header.top").count() == 1 and page.locator("nav").count() == 0  # the one bar
             if shots:
-                page.screenshot(path=str(shots / "report.png"))
+                page.screenshot(path=str(shots / "serve_report.png"))
+            page.goto(f"{served.base}/")
+            page.wait_for_selector('#runs-table tr[data-run="1"]')
+            assert page.locator('tr[data-run="1"] td.solved').inner_text().startswith("yes (")
             assert problems == []
         finally:
             if served is not None:
@@ -139,3 +143,144 @@ def test_the_tree_grows_live_and_a_click_shows_code_diff_and_the_report(browser:
             if experiment.poll() is None:
                 experiment.terminate()
                 experiment.wait(timeout=30)
+
+
+# ---------------------------------------------------------------- a stored run of 3,000 programs
+
+PROGRAMS = 3000
+BAR = "rgb(31, 41, 55)"  # the bar's background on every page
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    served = start_serve(tree_store(tmp_path_factory.mktemp("big") / "big.db", PROGRAMS))
+    yield served
+    served.stop()
+
+
+def _open_tree(browser: Any, big: Served) -> Any:
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(f"{big.base}/runs/1")
+    page.wait_for_selector(f'#tree-svg[data-drawn="{PROGRAMS}"]')
+    return page
+
+
+def _dots(page: Any) -> dict[int, dict[str, float]]:
+    """Every dot: id -> {x, y (its centre in the SVG), parent (0 for the seed)}."""
+    rows = page.locator("circle.node").evaluate_all(
+        "dots => dots.map(d => [+d.dataset.id, +d.getAttribute('cx'), +d.getAttribute('cy'), +d.dataset.parent])")
+    return {row[0]: {"x": row[1], "y": row[2], "parent": row[3]} for row in rows}
+
+
+@pytest.mark.browser
+def test_the_tree_fills_its_pane_and_each_edge_runs_straight_from_parent_down_to_child(browser: Any,
+                                                                                       big: Served) -> None:
+    page = _open_tree(browser, big)
+    box = page.locator("#tree-svg").bounding_box()
+    assert box is not None and box["height"] > 0.7 * 900 and box["width"] > 0.5 * 1400  # most of the window
+    dots = _dots(page)
+    assert len(dots) == PROGRAMS
+    xs, ys = [d["x"] for d in dots.values()], [d["y"] for d in dots.values()]
+    assert max(xs) - min(xs) > 0.85 * box["width"] and max(ys) - min(ys) > 0.85 * box["height"]  # fitted to it
+    assert min(xs) >= 0 and max(xs) <= box["width"] and min(ys) >= 0 and max(ys) <= box["height"]
+    edges = page.locator("line.edge").evaluate_all(
+        "lines => lines.map(l => ['child', 'parent', 'x1', 'y1', 'x2', 'y2'].map(k => +(l.dataset[k] ?? "
+        "l.getAttribute(k))))")
+    assert len(edges) == PROGRAMS - 1  # one per program but the seed
+    for child, parent, x1, y1, x2, y2 in edges:
+        assert dots[child]["parent"] == parent
+        assert (x1, y1) == (dots[parent]["x"], dots[parent]["y"]) and (x2, y2) == (dots[child]["x"], dots[child]["y"])
+        assert y1 < y2  # the parent above its child
+    page.close()
+
+
+@pytest.mark.browser
+def test_the_tree_zooms_around_the_pointer_pans_and_hover_shows_parent_and_children(browser: Any,
+                                                                                    big: Served) -> None:
+    page = _open_tree(browser, big)
+    dots = _dots(page)
+    children: dict[int, list[int]] = {}
+    for key, dot in dots.items():
+        children.setdefault(int(dot["parent"]), []).append(key)
+    target = max((key for key in dots if dots[key]["parent"]), key=lambda key: len(children.get(key, [])))
+    parent = int(dots[target]["parent"])
+    box = page.locator("#tree-svg").bounding_box()
+    assert box is not None
+    pointer = (round(box["x"] + dots[target]["x"]), round(box["y"] + dots[target]["y"]))  # events get whole pixels
+
+    def span(found: dict[int, dict[str, float]]) -> float:
+        return abs(found[target]["x"] - found[parent]["x"]) + abs(found[target]["y"] - found[parent]["y"])
+
+    page.mouse.move(*pointer)
+    for _ in range(6):
+        page.mouse.wheel(0, -300)
+    _until(page, lambda: span(_dots(page)) > 10 * span(dots), 30, "the wheel to zoom in")
+    zoomed = _dots(page)
+    factor = span(zoomed) / span(dots)
+    for axis, at in (("x", 0), ("y", 1)):  # the point under the pointer stayed under it
+        before = box[axis] + dots[target][axis] - pointer[at]
+        assert abs(box[axis] + zoomed[target][axis] - pointer[at] - before * factor) < 1.5, axis
+    at = (box["x"] + zoomed[target]["x"], box["y"] + zoomed[target]["y"])
+
+    page.mouse.move(box["x"] + 2, box["y"] + 2)
+    page.mouse.move(*at)  # onto the program: its parent and children light up, with the edges to them
+    _until(page, lambda: page.locator("circle.hovered").count() == 1, 30, "the hover")
+    assert page.locator("circle.hovered").get_attribute("data-id") == str(target)
+    assert page.locator("circle.kin-parent").get_attribute("data-id") == str(parent)
+    lit = page.locator("circle.kin-child").evaluate_all("dots => dots.map(d => +d.dataset.id)")
+    assert sorted(lit) == sorted(children[target]) and len(lit) >= 2
+    assert page.locator("line.edge.kin").count() == 1 + len(children[target])
+    assert f"parent #{parent}" in page.locator("#hover").inner_text()
+
+    page.mouse.click(*at)  # a click selects it; its diff wraps and its feedback has one label
+    page.wait_for_selector(f'.detail[data-program="{target}"] #program-diff')
+    diff = page.locator("#program-diff")
+    assert diff.evaluate("pre => pre.scrollWidth <= pre.clientWidth") and "weight_39 * feature_39" in diff.inner_text()
+    detail = page.locator("#detail").inner_text()
+    assert detail.count("feedback") == 1 and "feedback:" not in detail
+
+    page.mouse.move(*at)
+    page.mouse.down()
+    page.mouse.move(at[0] - 150, at[1] - 90, steps=5)
+    page.mouse.up()  # a drag pans, and the click it ends with selects nothing
+    _until(page, lambda: abs(box["x"] + _dots(page)[target]["x"] - (at[0] - 150)) < 1.5, 30, "the drag to pan")
+    assert abs(box["y"] + _dots(page)[target]["y"] - (at[1] - 90)) < 1.5
+    page.click("#tree-fit")
+    assert _dots(page) == dots  # back to the whole tree
+    page.close()
+
+
+@pytest.mark.browser
+def test_a_program_page_wraps_long_diff_lines(browser: Any, big: Served) -> None:
+    page = browser.new_page(viewport={"width": 1000, "height": 800})
+    page.goto(f"{big.base}/runs/1/programs/{PROGRAMS}")
+    diff = page.wait_for_selector("#program-diff")
+    assert diff is not None and LONG_LINE.strip() in diff.inner_text().replace("\n", "")
+    assert diff.evaluate("pre => pre.scrollWidth <= pre.clientWidth && pre.getBoundingClientRect().right <= 1000")
+    page.close()
+
+
+@pytest.mark.browser
+def test_every_page_has_the_same_bar_and_a_missing_run_gets_a_not_found_page(browser: Any, big: Served) -> None:
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    for path, status in (("/", 200), ("/runs/1", 200), (f"/runs/1/programs/{PROGRAMS}", 200), ("/runs/1/lineage/40",
+                         200), ("/runs/99", 404), ("/runs/1/programs/99999", 404), ("/no/such/page", 404)):
+        response = page.goto(big.base + path)
+        assert response is not None and response.status == status, path
+        bar = page.wait_for_selector("header.top")
+        assert bar is not None and page.locator("header.top").count() == 1 and page.locator("nav").count() == 0, path
+        assert bar.evaluate("e => getComputedStyle(e).backgroundColor") == BAR, path
+        assert page.locator("header.top a.brand").inner_text() == "evolve", path
+        assert page.locator("header.top a", has_text="runs").first.get_attribute("href") == "/", path
+        if status == 404:  # one message and a way back, not empty panels and the run page's hint
+            assert page.locator("h1").inner_text() == "Not found", path
+            assert page.locator("#tree-svg, #detail").count() == 0 and "click a program" not in page.content()
+    page.goto(f"{big.base}/runs/99")
+    assert page.locator("#not-found").inner_text().startswith("no run 99 in ")
+    page.goto(f"{big.base}/runs/1/programs/99999")
+    assert page.locator("#back").get_attribute("href") == "/runs/1"
+
+    page.goto(f"{big.base}/")  # the runs list says "no" for a run that solved nothing, not a blank
+    page.wait_for_selector('#runs-table tr[data-run="1"]')
+    assert page.locator('tr[data-run="1"] td.solved').inner_text() == "no"
+    page.close()

@@ -1,15 +1,16 @@
 """The Starlette app behind `evolve serve`: pages (static HTML + vanilla JS from assets/), JSON endpoints over
 data.py's reads, and the lineage page and experiment report rendered on demand by evolve/report. Read-only: every
-route is GET. Unknown ids and paths are 404 with one JSON error line."""
+route is GET. Unknown ids and paths are 404: one JSON error line under /api and /assets, a not-found page (with the
+bar every page has) elsewhere."""
 
 from __future__ import annotations
 
-from html import escape
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 from starlette.applications import Starlette
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
@@ -22,6 +23,7 @@ from starlette.staticfiles import StaticFiles
 from evolve.errors import UserError
 from evolve.serve.auth import TokenGate
 from evolve.serve.data import StoreView
+from evolve.serve.pages import Crumbs, error_page, framed
 from evolve.store.program_store import ProgramStore, UnknownIdError
 from evolve.store.records import MAX_ID
 
@@ -32,6 +34,22 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline';
 
 
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1", "[::1]"]
+
+
+class IdConvertor(Convertor[int]):
+    """A path id: ASCII digits, as int; past 100 digits (int() refuses over 4,300 with a ValueError, a 500) a number
+    no id reaches, so the lookup says what is missing like any other unknown id."""
+
+    regex = "[0-9]+"
+
+    def convert(self, value: str) -> int:
+        return int(value) if len(value) <= 100 else 10 ** 100
+
+    def to_string(self, value: int) -> str:
+        return str(value)
+
+
+register_url_convertor("evolve_id", IdConvertor())
 
 
 class BadRequest(UserError):
@@ -57,13 +75,6 @@ def _since(request: Request) -> int:
     return int(raw)
 
 
-def _nav(html: str, links: str) -> str:
-    """A rendered report page with the web view's navigation bar added at the top of its body."""
-    bar = (f'<nav style="font:13px system-ui,sans-serif;padding:8px 28px;background:#1f2937;color:#e5e7eb">'
-           f'{links}</nav>')
-    return html.replace("<body>", f"<body>{bar}", 1)
-
-
 def create_app(store: ProgramStore, token: str | None = None, loopback_only: bool = True) -> Starlette:
     """The web app over `store` (opened read-only by its caller); with `token`, every request must carry it.
     `loopback_only` (a loopback bind): requests must name a loopback host, so a web page whose domain was re-pointed
@@ -85,15 +96,22 @@ def create_app(store: ProgramStore, token: str | None = None, loopback_only: boo
     def api_program(request: Request) -> Response:
         return JSONResponse(view.program(request.path_params["run_id"], request.path_params["program_id"]))
 
+    def run_page(request: Request) -> Response:
+        view.store.get_run(request.path_params["run_id"])  # an unknown run: the not-found page, not empty panels
+        return FileResponse(ASSETS / "run.html", media_type="text/html")
+
+    def program_page(request: Request) -> Response:
+        view.check_program(request.path_params["run_id"], request.path_params["program_id"])
+        return FileResponse(ASSETS / "program.html", media_type="text/html")
+
     def lineage_page(request: Request) -> Response:
         from evolve.report.lineage import ancestry, lineage_html
 
         run_id, program_id = request.path_params["run_id"], request.path_params["program_id"]
         html = lineage_html(ancestry(store, run_id, program_id))
-        links = (f'<a style="color:#93c5fd" href="/">all runs</a> &middot; <a style="color:#93c5fd" '
-                 f'href="/runs/{run_id}">run {run_id}</a> &middot; <a style="color:#93c5fd" '
-                 f'href="/runs/{run_id}/programs/{program_id}">program #{program_id}</a>')
-        return HTMLResponse(_nav(html, links))
+        return HTMLResponse(framed(html, [("runs", "/"), (f"run {run_id}", f"/runs/{run_id}"),
+                                          (f"program #{program_id}", f"/runs/{run_id}/programs/{program_id}"),
+                                          ("lineage", None)]))
 
     def report_page(request: Request) -> Response:
         from evolve.engine.experiment_spec import ExperimentSpec
@@ -107,28 +125,29 @@ def create_app(store: ProgramStore, token: str | None = None, loopback_only: boo
             raise StoredSpecError(f"experiment '{name}' was stored by another version of evolve and does not read "
                                   f"now ({exc.error_count()} errors); `evolve report FILE` reports it") from exc
         html = report_html(collect(store, spec))
-        return HTMLResponse(_nav(html, f'<a style="color:#93c5fd" href="/">all runs</a> &middot; experiment '
-                                       f'{escape(name)}'))
+        return HTMLResponse(framed(html, [("runs", "/"), (f"experiment {name}: report", None)]))
 
     routes = [
         Route("/", _page("index.html")),
         Route("/favicon.ico", lambda request: FileResponse(ASSETS / "favicon.svg", media_type="image/svg+xml")),
-        Route("/runs/{run_id:int}", _page("run.html")),
-        Route("/runs/{run_id:int}/programs/{program_id:int}", _page("program.html")),
-        Route("/runs/{run_id:int}/lineage/{program_id:int}", lineage_page),
+        Route("/runs/{run_id:evolve_id}", run_page),
+        Route("/runs/{run_id:evolve_id}/programs/{program_id:evolve_id}", program_page),
+        Route("/runs/{run_id:evolve_id}/lineage/{program_id:evolve_id}", lineage_page),
         Route("/experiments/{name}/report", report_page),
         Route("/api/runs", api_runs),
         Route("/api/experiments", api_experiments),
-        Route("/api/runs/{run_id:int}", api_run),
-        Route("/api/runs/{run_id:int}/tree", api_tree),
-        Route("/api/runs/{run_id:int}/programs/{program_id:int}", api_program),
+        Route("/api/runs/{run_id:evolve_id}", api_run),
+        Route("/api/runs/{run_id:evolve_id}/tree", api_tree),
+        Route("/api/runs/{run_id:evolve_id}/programs/{program_id:evolve_id}", api_program),
         Mount("/assets", StaticFiles(directory=ASSETS), name="assets"),
     ]
     middleware = [Middleware(SecurityHeaders),
                   *([Middleware(TrustedHostMiddleware, allowed_hosts=LOOPBACK_HOSTS)] if loopback_only else []),
                   *([Middleware(TokenGate, token=token)] if token else [])]
-    return Starlette(routes=routes, middleware=middleware, exception_handlers={
+    app = Starlette(routes=routes, middleware=middleware, exception_handlers={
         UnknownIdError: _not_found, UserError: _user_error, HTTPException: _http_error})
+    app.state.store = store
+    return app
 
 
 class SecurityHeaders(BaseHTTPMiddleware):
@@ -143,20 +162,45 @@ class SecurityHeaders(BaseHTTPMiddleware):
         return response
 
 
-def _error(status: int, message: str) -> Response:
-    return JSONResponse({"error": " ".join(message.splitlines())}, status_code=status)
+def _is_page(request: Request) -> bool:
+    """A request for a page (a person's browser), not for data or a file the pages load."""
+    return not request.url.path.startswith(("/api/", "/assets/"))
+
+
+def _error(request: Request, status: int, message: str) -> Response:
+    """One JSON error line for /api and /assets; for a page, a page with the bar and a way back."""
+    line = " ".join(message.splitlines())
+    if not _is_page(request):
+        return JSONResponse({"error": line}, status_code=status)
+    shown = line if len(line) <= 300 else line[:300] + "..."  # a 5,000-digit id is not echoed whole
+    crumbs: Crumbs = [("runs", "/"), ("not found" if status == 404 else "error", None)]
+    return error_page(shown, crumbs, _back(request), status)
+
+
+def _back(request: Request) -> tuple[str, str]:
+    """Where the not-found page links: the run, when the path names a run this store has; else the runs list."""
+    run_id = request.path_params.get("run_id")
+    if isinstance(run_id, int) and request.url.path.startswith(f"/runs/{run_id}/"):
+        store: ProgramStore = request.app.state.store
+        try:
+            store.get_run(run_id)
+        except UserError:
+            pass
+        else:
+            return f"run {run_id}", f"/runs/{run_id}"
+    return "the runs of this store", "/"
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:
-    return _error(404, str(exc))
+    return _error(request, 404, str(exc))
 
 
 async def _user_error(request: Request, exc: Exception) -> Response:
     from evolve.report.lineage import LineageError
 
     if isinstance(exc, LineageError):  # the program is not in the run
-        return _error(404, str(exc))
-    return _error(400 if isinstance(exc, BadRequest) else 500, str(exc))
+        return _error(request, 404, str(exc))
+    return _error(request, 400 if isinstance(exc, BadRequest) else 500, str(exc))
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -164,4 +208,4 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     message = f"no page {request.url.path}" if exc.status_code == 404 else str(exc.detail)
     if exc.status_code == 405:
         message = f"{request.method} {request.url.path}: this server is read-only (GET only)"
-    return _error(exc.status_code, message)
+    return _error(request, exc.status_code, message)

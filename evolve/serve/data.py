@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import sessionmaker
 
+from evolve.records import Program
 from evolve.store.connection import GuardedSessions
 from evolve.store.program_store import FAILURE_KINDS, TERMINAL_KINDS, ProgramStore, RunInfo, StoreError, UnknownIdError
 from evolve.store.tables import AttemptRow, CellRow, ExperimentRow, ProgramRow, ScoreRow, utc_now
@@ -123,14 +124,19 @@ class StoreView:
         return {"run": header, "nodes": nodes, "last": nodes[-1]["id"] if nodes else since,
                 "more": len(nodes) == limit}
 
-    def program(self, run_id: int, program_id: int) -> dict[str, Any]:
-        """One program of the run whole: code, unified diff against its parent (server-side), the prompt and the
-        whole completion of the policy call that made it, the answer used, its score vector and artifacts. Not its
-        children: programs.parent_id has no index, so finding them would scan the run (the tree page knows them)."""
+    def check_program(self, run_id: int, program_id: int) -> Program:
+        """The program, when the run has it; else UnknownIdError naming what is missing (the run, or the program)."""
         self.store.get_run(run_id)
         found = self.store.programs_by_id([program_id]).get(program_id)
         if found is None or found.run_id != run_id:
             raise UnknownIdError(f"no program {program_id} in run {run_id}")
+        return found
+
+    def program(self, run_id: int, program_id: int) -> dict[str, Any]:
+        """One program of the run whole: code, unified diff against its parent (server-side), the prompt and the
+        whole completion of the policy call that made it, the answer used, its score vector and artifacts. Not its
+        children: programs.parent_id has no index, so finding them would scan the run (the tree page knows them)."""
+        found = self.check_program(run_id, program_id)
         parent = self.store.programs_by_id([found.parent_id]).get(found.parent_id) if found.parent_id else None
         diff = ""
         if parent is not None:

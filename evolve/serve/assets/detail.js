@@ -60,8 +60,9 @@ const programView = (() => {
     scoresTable(program)];
     const artifacts = Object.entries(program.artifacts || {});
     if (artifacts.length) {
-      parts.push(el("h3", { text: "feedback" }), ...artifacts.map(([key, value]) =>
-        el("div", {}, el("span", { class: "muted", text: `${key}: ` }), el("pre", { class: "block", text: value }))));
+      // the evaluator's "feedback" sits under the heading itself; any other artifact is named above its text
+      parts.push(el("h3", { text: "feedback" }), ...artifacts.map(([key, value]) => el("div", { class: "artifact" },
+        key === "feedback" ? null : el("div", { class: "muted", text: key }), el("pre", { class: "block", text: value }))));
     }
     if (program.parent !== null) {
       parts.push(el("h3", { text: `diff against parent #${program.parent}` }),

@@ -15,7 +15,8 @@
       el("td", {}, statusBadge(run.status)),
       el("td", { class: "num", text: `${run.iterations_done}/${run.iterations_target}` }),
       el("td", { class: "num", text: run.programs }), el("td", { class: "num", text: num(run.best) }),
-      el("td", { class: "num", text: run.solved_programs || "" }),
+      el("td", { class: "solved", text: run.solved_programs ? `yes (${run.solved_programs})` : "no",
+        title: "programs that solve the problem" }),
       el("td", {}, run.experiment ? el("a", { href: `/experiments/${encodeURIComponent(run.experiment)}/report`,
         text: run.experiment }) : ""),
       el("td", { class: "muted", text: run.name })));
