@@ -153,9 +153,10 @@ def render_file(reference: FileReference) -> list[str]:
 def file_references() -> tuple[FileReference, ...]:
     """Every file a user writes, with the models that read it (imported here: MkDocs loads this module early)."""
     from evolve import config
-    from evolve.engine import experiment_spec, study_config
+    from evolve.engine import experiment_spec
     from evolve.problems import cascade, objectives, problem
     from evolve.rl import train_config
+    from evolve.study import config as study_config
 
     common = tuple(config.BasePolicySection.model_fields)
     policy = [Section("policy", config.BasePolicySection, "Every policy's keys, whatever its backend. `[[policies]]` "

@@ -312,8 +312,8 @@ def test_dataset_cli_names_a_missing_problem(tmp_path: Path, capsys: pytest.Capt
 
 
 def readme_verl_overrides() -> list[str]:
-    """The Hydra overrides of the `python -m verl.trainer.main_ppo` command in README.md's "VPO in veRL"."""
-    text = (ROOT / "README.md").read_text()
+    """The Hydra overrides of the `python -m verl.trainer.main_ppo` command in docs/training.md's "VPO in veRL"."""
+    text = (ROOT / "docs" / "training.md").read_text()
     command = text[text.index("python -m verl.trainer.main_ppo"):]
     command = command[:command.index("```")].replace("\\\n", " ")
     return command.split()[3:]
