@@ -87,33 +87,22 @@ def load_experiment_file(experiment: str | Path | ExperimentSpec, db: str | None
     return load_experiment(experiment_file(experiment), db, overrides)
 
 
-def run_experiment(experiment: str | Path | ExperimentSpec, *, db: str | None = None,
-                   console: Console | None = None, live: bool | None = None,
-                   cluster: str | None = None, overrides: Mapping[str, Any] | None = None) -> ExperimentOutcome:
+def run_experiment(experiment: str | Path | ExperimentSpec, *, db: str | None = None, cluster: str | None = None,
+                   overrides: Mapping[str, Any] | None = None, on_event: Observer | None = None) -> ExperimentOutcome:
     """Run (or resume: finished cells are kept) every cell of an experiment: policies x problems x seeds.
     The outcome holds each cell's status, the errors met, and whether it finished or was interrupted.
-    cluster="ray": each cell is a Ray task on the cluster at RAY_ADDRESS, or a local one (evolve/cluster/)."""
-    from evolve.cli.progress import ExperimentView
+    cluster="ray": each cell is a Ray task on the cluster at RAY_ADDRESS, or a local one (evolve/cluster/).
+    Nothing is printed: on_event, if given, is called with every event (evolve.engine.events: the cells planned,
+    each cell started and ended, the events of each cell's run, the experiment ended)."""
     from evolve.engine.experiment import ExperimentRunner
 
-    console = console or Console()
     spec = load_experiment_file(experiment, db, overrides)
-    cells = len(spec.cells())
-    ensembles = len(spec.ensembles)
-    arms = f"{len(spec.policies)} policies" + (f" + {ensembles} ensemble{'s' * (ensembles != 1)}" if ensembles else "")
-    console.print(f"experiment [bold]{spec.name}[/]: {arms} x {len(spec.problems)} problems "
-                  f"x {len(spec.seeds)} seeds = {cells} cells of {spec.iterations} iterations, store {spec.db}",
-                  highlight=False)
     executor = None
     if cluster is not None:
         from evolve.cluster import cell_executor
 
         executor = cell_executor(cluster)
-    runner = ExperimentRunner(spec, executor=executor)
-    view = ExperimentView(f"evolve experiment {spec.name}", list(runner.cells.values()), console, live=live)
-    runner.on_change = view.update
-    with view:
-        return runner.run()
+    return ExperimentRunner(spec, on_event=on_event, executor=executor).run()
 
 
 @dataclass(frozen=True)
@@ -129,9 +118,8 @@ def experiment_report(experiment: str | Path | ExperimentSpec, *, db: str | None
            console: Console | None = None) -> Report:
     """Which problems each policy cracked: shown on the console and written to out (default reports/NAME/) as
     report.html, report.json and CSV files. StoreError when the experiment never ran in its store."""
-    from evolve.report.html import report_html
+    from evolve.report.report_files import write_report
     from evolve.report.results import collect
-    from evolve.report.results_files import write_csvs, write_json
     from evolve.report.terminal import render_report
     from evolve.store.program_store import ProgramStore, StoreError
 
@@ -148,11 +136,7 @@ def experiment_report(experiment: str | Path | ExperimentSpec, *, db: str | None
                       "file (cells it no longer names are left out, new ones show as not run)", highlight=False)
     results = collect(store, spec, score_range=score_range, pairs=pairs)
     render_report(results, console)
-    folder = Path(out or Path("reports") / spec.name)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "report.html").write_text(report_html(results))
-    write_json(results, folder / "report.json")
-    files = (folder / "report.html", folder / "report.json", *write_csvs(results, folder))
+    files = write_report(results, Path(out or Path("reports") / spec.name))
     console.print("wrote " + ", ".join(str(path) for path in files), highlight=False)
     return Report(results, files)
 

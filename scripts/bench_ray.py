@@ -96,7 +96,7 @@ def run_arm(name: str, spec: ExperimentSpec, executor: object | None, cluster_st
             last_look[0] = time.monotonic()
             first_iteration_delays(spec, started, seen)
 
-    runner.on_change = watch
+    runner.on_event = watch
     outcome = runner.run()
     wall = time.monotonic() - started
     if not outcome.finished:

@@ -203,7 +203,7 @@ def test_a_run_stored_with_every_backends_settings_still_loads() -> None:
 
 def test_every_shipped_config_and_experiment_file_still_parses() -> None:
     from evolve.engine.experiment_spec import load_experiment
-    from evolve.engine.study_config import load_study
+    from evolve.study.plan import load_study
 
     assert isinstance(load_config(ROOT / "evolve.toml").policy, LlamaCppPolicySection)
     studies = sorted((ROOT / "experiments").glob("study*.toml"))

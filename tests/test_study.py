@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from evolve.config import ConfigError
-from evolve.engine.study_config import load_study
+from evolve.study.plan import load_study
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,7 +60,7 @@ def write(tmp_path: Path, text: str, name: str = "tiny.toml") -> Path:
 
 
 def test_equal_budgets_give_each_algorithm_answers_per_prompt_over_m_completions(tmp_path: Path) -> None:
-    from evolve.engine.study_plan import train_configs
+    from evolve.study.plan import train_configs
 
     spec = load_study(write(tmp_path, STUDY))
     budgets = {b.algo: b for b in spec.budgets()}
@@ -78,7 +78,7 @@ def test_equal_budgets_give_each_algorithm_answers_per_prompt_over_m_completions
 
 def test_each_algorithm_trains_one_checkpoint_per_training_seed_and_each_is_evolved_everywhere(
         tmp_path: Path) -> None:
-    from evolve.engine.study_plan import StudyPaths, experiment_spec, train_configs
+    from evolve.study.plan import StudyPaths, experiment_spec, train_configs
 
     text = STUDY.replace("answers = 3\n", "answers = 3\nseeds = [3, 5, 8]\n").replace("seeds = [0]", "seeds = [0, 1]")
     spec = load_study(write(tmp_path, text))
@@ -163,7 +163,7 @@ def test_a_fresh_study_has_every_stage_to_do_and_keeps_to_its_store(tmp_path: Pa
 
 
 def test_the_time_left_of_a_stage_follows_the_pace_it_has_kept() -> None:
-    from evolve.engine.study import format_duration, time_left
+    from evolve.study.pipeline import format_duration, time_left
 
     assert time_left(600.0, 0.25) == pytest.approx(1800.0)  # a quarter done in 10 min: 30 min to go
     assert time_left(None, 0.5) is None and time_left(600.0, 0.0) is None and time_left(600.0, 1.0) is None
@@ -174,9 +174,9 @@ def test_the_time_left_of_a_stage_follows_the_pace_it_has_kept() -> None:
 def test_a_study_refuses_a_base_trained_on_its_test_problems_or_unverified_before_training(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from evolve.cli.main import main
-    from evolve.engine.study import Study
-    from evolve.engine.study_plan import StudyPaths
     from evolve.policies.provenance import TrainingProvenance, stamp_checkpoint
+    from evolve.study.pipeline import Study
+    from evolve.study.plan import StudyPaths
 
     base = tmp_path / "sft"  # a checkpoint folder as `evolve train` stamps it (the guard reads, never loads it)
     base.mkdir()
@@ -288,10 +288,10 @@ def test_a_tiny_real_study_stopped_after_training_resumes_without_redoing_anythi
 
 
 def test_a_partly_trained_algorithm_is_partial_and_resumes_only_with_its_own_settings(tmp_path: Path) -> None:
-    from evolve.engine.study import StudyError, _refuse_changed_training, training_status
-    from evolve.engine.study_plan import train_configs
     from evolve.policies.provenance import TRAIN_CONFIG_FILE
     from evolve.rl.checkpoints import STATE_FILE
+    from evolve.study.pipeline import StudyError, _refuse_changed_training, training_status
+    from evolve.study.plan import train_configs
 
     spec = load_study(write(tmp_path, STUDY.replace("steps = 1", "steps = 4")))
     config = train_configs(spec, tmp_path / "study")["vpo-t0"]

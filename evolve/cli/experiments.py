@@ -38,8 +38,15 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
 def cmd_experiment(args: argparse.Namespace, console: Console) -> int:
     from evolve.api import run_experiment
+    from evolve.cli.progress import ExperimentDrawing
 
-    outcome = run_experiment(_spec(args), console=console, live=False if args.plain else None, cluster=args.cluster)
+    spec = _spec(args)
+    console.print(experiment_header(spec), highlight=False)
+    drawing = ExperimentDrawing(console, live=False if args.plain else None)
+    try:
+        outcome = run_experiment(spec, cluster=args.cluster, on_event=drawing)
+    finally:
+        drawing.close()
     for error in outcome.errors:
         console.print(f"[red]error:[/] {error}", highlight=False)
     done = sum(cell.status == "finished" for cell in outcome.cells.values())
@@ -51,6 +58,14 @@ def cmd_experiment(args: argparse.Namespace, console: Console) -> int:
     if outcome.interrupted:
         return 130
     return 0 if outcome.finished else 1
+
+
+def experiment_header(spec: ExperimentSpec) -> str:
+    """The line that opens `evolve experiment`: arms x problems x seeds, the budget and the store."""
+    ensembles = len(spec.ensembles)
+    arms = f"{len(spec.policies)} policies" + (f" + {ensembles} ensemble{'s' * (ensembles != 1)}" if ensembles else "")
+    return (f"experiment [bold]{spec.name}[/]: {arms} x {len(spec.problems)} problems x {len(spec.seeds)} seeds = "
+            f"{len(spec.cells())} cells of {spec.iterations} iterations, store {spec.db}")
 
 
 def cmd_report(args: argparse.Namespace, console: Console) -> int:

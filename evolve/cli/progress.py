@@ -14,6 +14,15 @@ from rich.table import Table
 from rich.text import Text
 
 from evolve.cli.pace import Heartbeat, clock, pace, pace_text
+from evolve.engine.events import (
+    CellChanged,
+    CellEnded,
+    CellRunEvent,
+    CellStarted,
+    Event,
+    ExperimentEnded,
+    ExperimentPlanned,
+)
 from evolve.engine.experiment import CellProgress
 from evolve.engine.experiment_spec import CellKey
 from evolve.engine.run_stats import RunStats
@@ -236,6 +245,31 @@ class ExperimentView:
         footer = Text(f"{finished}/{len(self.cells)} cells finished, {running_cells} running; elapsed "
                       f"{clock(time.monotonic() - self._started)}, ETA {clock(self._eta())}", style="dim")
         return Panel(Group(table, footer), title=self.title, border_style="green")
+
+
+class ExperimentDrawing:
+    """An observer of an experiment's events that draws them: an ExperimentView opened when the cells are planned,
+    updated as cells move, closed when the experiment ends (or by close(), for an experiment that failed first)."""
+
+    def __init__(self, console: Console, live: bool | None = None) -> None:
+        self.console = console
+        self.live = live
+        self._view: ExperimentView | None = None
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, ExperimentPlanned):
+            self.close()
+            self._view = ExperimentView(f"evolve experiment {event.name}", list(event.cells), self.console,
+                                        live=self.live).__enter__()
+        elif isinstance(event, ExperimentEnded):
+            self.close()
+        elif self._view is not None and isinstance(event, CellStarted | CellChanged | CellRunEvent | CellEnded):
+            self._view.update(event.cell)
+
+    def close(self) -> None:
+        if self._view is not None:
+            self._view.__exit__(None, None, None)
+            self._view = None
 
 
 def _waiting(cell: CellProgress) -> str:

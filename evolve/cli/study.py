@@ -27,9 +27,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
 
 def cmd_study(args: argparse.Namespace, console: Console) -> int:
-    from evolve.engine.study import Study
-    from evolve.engine.study_config import load_study
-    from evolve.engine.study_plan import StudyPaths
+    from evolve.study.pipeline import Study
+    from evolve.study.plan import StudyPaths, load_study
 
     spec = load_study(args.file)
     study = Study(spec, StudyPaths.of(spec, args.out, args.db), console, source=args.file, cluster=args.cluster)

@@ -9,16 +9,13 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from evolve.errors import UserError
+from evolve.cluster.placement import ClusterError
 
 if TYPE_CHECKING:
     from evolve.engine.experiment import CellExecutor
 
 CLUSTER_KINDS = ("ray",)
-
-
-class ClusterError(UserError):
-    """The cluster cannot run this experiment (Ray missing, unreachable, or a store its nodes cannot share)."""
+__all__ = ["CLUSTER_KINDS", "ClusterError", "cell_executor", "keep_local_ray_on_loopback"]
 
 
 def cell_executor(kind: str) -> CellExecutor:

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 from sqlalchemy.engine import make_url
 
-from evolve.cluster import ClusterError
 from evolve.config import (
     HFPolicySection,
     LlamaCppPolicySection,
@@ -17,7 +16,12 @@ from evolve.config import (
     VLLMPolicySection,
 )
 from evolve.engine.experiment_spec import ExperimentSpec
+from evolve.errors import UserError
 from evolve.store.connection import database_url
+
+
+class ClusterError(UserError):
+    """The cluster cannot run this experiment (Ray missing, unreachable, or a store its nodes cannot share)."""
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ from pathlib import Path
 import ray
 from ray.exceptions import RayError
 
-from evolve.cluster import ClusterError
 from evolve.cluster.placement import (
+    ClusterError,
     cell_resources,
     policy_for_cell,
     refuse_sqlite_across_hosts,

@@ -12,11 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from evolve.engine.cells import CellProgress, ExperimentOutcome
 from evolve.engine.run_stats import RunStats
 
 if TYPE_CHECKING:
     from evolve.config import RunConfig
-    from evolve.engine.experiment import CellProgress
     from evolve.problems.problem import Problem
 
 
@@ -123,7 +123,15 @@ class CellEnded:
     cell: CellProgress
 
 
-ExperimentEvent = ExperimentPlanned | CellStarted | CellChanged | CellRunEvent | CellEnded
+@dataclass(frozen=True)
+class ExperimentEnded:
+    """The experiment stopped: every cell finished, or it was interrupted, or it stopped on errors (`outcome`)."""
+
+    name: str
+    outcome: ExperimentOutcome
+
+
+ExperimentEvent = ExperimentPlanned | CellStarted | CellChanged | CellRunEvent | CellEnded | ExperimentEnded
 Event = RunEvent | ExperimentEvent
 Observer = Callable[[Event], None]
 

@@ -14,8 +14,8 @@ again, together, after the policies' arms.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -24,11 +24,22 @@ from evolve.config import (
     PolicySection,
     RunConfig,
 )
+from evolve.engine.cells import CellProgress, ExperimentOutcome
 from evolve.engine.controller import Controller, check_features
 from evolve.engine.driving import cancelled_by_signals, resumed_config
+from evolve.engine.events import (
+    CellChanged,
+    CellEnded,
+    CellRunEvent,
+    CellStarted,
+    ExperimentEnded,
+    ExperimentPlanned,
+    Observer,
+    RunEvent,
+    ignore,
+)
 from evolve.engine.experiment_spec import CellKey, ExperimentSpec, refuse_policies_trained_on_tests
 from evolve.engine.offspring import SeedProgramError
-from evolve.engine.run_stats import RunStats
 from evolve.policies.base import Policy, PolicyUnavailable
 from evolve.policies.factory import open_policies, open_policy
 from evolve.problems.evaluation import resolve_objectives
@@ -36,26 +47,6 @@ from evolve.problems.evaluator_pool import EvaluatorPool
 from evolve.problems.problem import Problem, load_problem
 from evolve.search.prompt_templates import load_template
 from evolve.store.program_store import LeaseHeldError, LeaseLostError, ProgramStore, RunInfo
-
-
-@dataclass
-class CellProgress:
-    key: CellKey
-    run_id: int | None = None
-    status: str = "waiting"
-    stats: RunStats | None = None
-    detail: str = ""
-
-
-@dataclass
-class ExperimentOutcome:
-    cells: dict[CellKey, CellProgress]
-    errors: list[str] = field(default_factory=list)
-    interrupted: bool = False
-
-    @property
-    def finished(self) -> bool:
-        return not self.interrupted and all(cell.status == "finished" for cell in self.cells.values())
 
 
 async def run_sharing_backend(backend: Policy | Mapping[str, Policy],
@@ -94,22 +85,60 @@ class CellExecutor(Protocol):
         """Run every cell of `todo` to a resting status, updating them (and `outcome`) and calling runner.on_change."""
 
 
-class ExperimentRunner:
-    """Runs the unfinished cells of one experiment; `on_change` is called whenever a cell's progress moves. With an
-    `executor`, the cells run where it puts them (each still one run in the store, driven under its lease)."""
+RESTING = ("finished", "failed", "interrupted")
 
-    def __init__(self, spec: ExperimentSpec, on_change: Callable[[CellProgress], None] | None = None,
+
+class ExperimentRunner:
+    """Runs the unfinished cells of one experiment, reporting through `on_event` (evolve.engine.events: the cells
+    planned, each cell started, its run's events, each cell ended, the experiment ended). With an `executor`, the
+    cells run where it puts them (each still one run in the store, driven under its lease)."""
+
+    def __init__(self, spec: ExperimentSpec, on_event: Observer | None = None,
                  executor: CellExecutor | None = None) -> None:
         self.spec = spec
-        self.on_change = on_change or (lambda cell: None)
+        self.on_event: Observer = on_event or ignore
         self.executor = executor
-        self.store = ProgramStore(spec.db)
         self.cells = {key: CellProgress(key) for key in spec.cells()}
+        self._reported: dict[CellKey, str] = {}  # each cell's status as the events last told it
+
+    def on_change(self, cell: CellProgress, cause: RunEvent | None = None) -> None:
+        """Tell the observer that `cell` moved: CellStarted when it starts running, then CellRunEvent for each event
+        of its run (`cause`), CellEnded when it comes to rest, CellChanged for a new note in between."""
+        before = self._reported.get(cell.key, "waiting")
+        self._reported[cell.key] = cell.status
+        if cell.status == "running" and before != "running":
+            self.on_event(CellStarted(cell))
+        if cause is not None:
+            self.on_event(CellRunEvent(cell, cause))
+        elif cell.status in RESTING and before not in RESTING:
+            self.on_event(CellEnded(cell))
+        elif not (cell.status == "running" and before != "running"):
+            self.on_event(CellChanged(cell))
+
+    @cached_property
+    def store(self) -> ProgramStore:
+        """The experiment's store, made (or opened) on first use: inside run(), so a Ctrl-C while it is being made
+        is an interruption like any other."""
+        return ProgramStore(self.spec.db)
 
     def run(self) -> ExperimentOutcome:
+        """Every unfinished cell to a resting status. A Ctrl-C at any point, before the store exists or before any
+        cell started included, ends it as an interruption (outcome.interrupted, the cells left as they were), from
+        which the same experiment resumes."""
         if self.executor is not None and self.spec.ensembles:
             raise ConfigError(f"experiment {self.spec.name}: [[ensembles]] arms run in this process only; run it "
                               "without --cluster, or move the ensembles to an experiment of their own")
+        outcome = ExperimentOutcome(self.cells)
+        try:
+            self._run(outcome)
+        except KeyboardInterrupt:
+            outcome.interrupted = True
+            self._mark_stopped(list(self.cells.values()), "interrupted")
+        finally:
+            self.on_event(ExperimentEnded(self.spec.name, outcome))
+        return outcome
+
+    def _run(self, outcome: ExperimentOutcome) -> None:
         for problem in self.spec.problems:  # a missing or broken problem folder stops us before any model loads
             check_features(self.spec.selection.map_elites.features,
                            load_problem(problem, Path(self.spec.run.programs_dir)))
@@ -118,15 +147,15 @@ class ExperimentRunner:
             load_template(policy.template)
         self.store.save_experiment(self.spec.name, self.spec.model_dump_json())
         self.load_stored_cells()
-        outcome = ExperimentOutcome(self.cells)
+        self._reported = {key: cell.status for key, cell in self.cells.items()}
+        self.on_event(ExperimentPlanned(self.spec.name, tuple(self.cells.values())))
         if self.executor is not None:
             self.executor.run_cells(self, [cell for cell in self.cells.values() if cell.status != "finished"], outcome)
-            return outcome
+            return
         for arm in self.spec.arm_names():
             todo = [cell for key, cell in self.cells.items() if key[1] == arm and cell.status != "finished"]
             if todo and not self.run_policy_cells(self.spec.arm_policies(arm), todo, outcome):
                 break
-        return outcome
 
     def load_stored_cells(self) -> None:
         """Give every cell already in the store its run id and resting status."""
@@ -210,11 +239,11 @@ class ExperimentRunner:
         self.store.set_run_status(run_id, "running")
         cell.status, cell.detail = "running", ""
 
-        def moved(stats: RunStats) -> None:
-            cell.stats = stats
-            self.on_change(cell)
+        def moved(event: RunEvent) -> None:
+            cell.stats = getattr(event, "stats", cell.stats)
+            self.on_change(cell, event)
 
-        controller = Controller(config, problem, self.store, backend, run_id, on_update=moved,
+        controller = Controller(config, problem, self.store, backend, run_id, on_event=moved,
                                 eval_slots=eval_slots, eval_pool=eval_pool)
         try:
             cell.stats = await controller.run()

@@ -17,19 +17,15 @@ ALGO-tSEED (vpo-t0, vpo-t1, ...); the algorithm is its arm.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictInt, ValidationError, model_validator
+from pydantic import Field, StrictInt, model_validator
 
 from evolve.config import (
     MAX_SEED,
     POLICY_BACKENDS,
-    ConfigError,
     SelectionConfig,
     StrictModel,
-    describe_error,
-    read_toml,
 )
 from evolve.engine.experiment_spec import CellDefaults
 from evolve.problems.problem import problem_key
@@ -237,21 +233,3 @@ class TrainingBudget:
     @property
     def total_completions(self) -> int:
         return self.group_size * self.prompts_per_step * self.steps
-
-
-def load_study(path: str | Path) -> StudySpec:
-    """The study file, validated (name defaults to the file's stem); ConfigError names the file and the first
-    mistake. Every algorithm's training settings and every policy table are checked here too, before any work."""
-    path = Path(path)
-    data = read_toml(path)
-    data.setdefault("name", path.stem)
-    try:
-        spec = StudySpec.model_validate(data)
-    except ValidationError as exc:
-        errors = sorted(exc.errors(), key=lambda error: error["type"] != "extra_forbidden")
-        raise ConfigError(describe_error(errors[0], str(path), StudySpec)) from None
-    from evolve.engine.study_plan import policy_sections, train_configs
-
-    train_configs(spec, Path("studies") / spec.name, str(path))
-    policy_sections(spec, Path("studies") / spec.name, str(path))
-    return spec

@@ -28,8 +28,8 @@ from typing import Any, Literal
 
 from rich.console import Console
 
-from evolve.engine.study_config import BASE_POLICY, StudySpec
-from evolve.engine.study_plan import StudyPaths, experiment_spec, policy_sections, sampling_config, train_configs
+from evolve.study.config import BASE_POLICY, StudySpec
+from evolve.study.plan import StudyPaths, experiment_spec, policy_sections, sampling_config, train_configs
 from evolve.errors import UserError
 
 STAGES = ("train", "sample", "evolve", "report")

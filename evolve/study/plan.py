@@ -12,8 +12,8 @@ from pydantic import TypeAdapter, ValidationError
 
 from evolve.config import ConfigError, PolicySection, RunConfig, RunSection, describe_error
 from evolve.engine.experiment_spec import ExperimentSpec
-from evolve.engine.study_config import BASE_POLICY, StudySpec, TrainingRun
-from evolve.toml_files import format_validation_error
+from evolve.study.config import BASE_POLICY, StudySpec, TrainingRun
+from evolve.toml_files import format_validation_error, read_toml
 
 STORE_FILE = "study.db"
 STATE_FILE = "study_state.json"
@@ -113,3 +113,19 @@ def sampling_config(spec: StudySpec, paths: StudyPaths, policy: PolicySection) -
                      eval_workers=r.eval_workers, warm_evaluators=r.warm_evaluators,
                      evaluator_recycle=r.evaluator_recycle)
     return RunConfig(run=run, policy=policy)
+
+
+def load_study(path: str | Path) -> StudySpec:
+    """The study file, validated (name defaults to the file's stem); ConfigError names the file and the first
+    mistake. Every algorithm's training settings and every policy table are checked here too, before any work."""
+    path = Path(path)
+    data = read_toml(path)
+    data.setdefault("name", path.stem)
+    try:
+        spec = StudySpec.model_validate(data)
+    except ValidationError as exc:
+        errors = sorted(exc.errors(), key=lambda error: error["type"] != "extra_forbidden")
+        raise ConfigError(describe_error(errors[0], str(path), StudySpec)) from None
+    train_configs(spec, Path("studies") / spec.name, str(path))
+    policy_sections(spec, Path("studies") / spec.name, str(path))
+    return spec

@@ -1,0 +1,2 @@
+"""The study pipeline (`evolve study FILE`): train, sample, evolve and report in stages, above the engine, rl and
+report packages it drives; `config.py` is the file's model, `plan.py` what each stage runs, `pipeline.py` the stages."""
