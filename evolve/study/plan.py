@@ -10,10 +10,10 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from evolve.config import ConfigError, PolicySection, RunConfig, RunSection, describe_error
+from evolve.config import ConfigError, PolicySection, RunConfig, RunSection, describe_error, read_toml
 from evolve.engine.experiment_spec import ExperimentSpec
 from evolve.study.config import BASE_POLICY, StudySpec, TrainingRun
-from evolve.toml_files import format_validation_error, read_toml
+from evolve.toml_files import format_validation_error
 
 STORE_FILE = "study.db"
 STATE_FILE = "study_state.json"
