@@ -8,6 +8,7 @@ $EVOLVE_CHROMIUM); without either it skips, saying which.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -22,7 +23,7 @@ import pytest
 from evolve.engine.experiment_spec import ExperimentSpec
 from evolve.report.charts import Series, line_chart, palette
 from evolve.report.html import report_html
-from evolve.report.results import ExperimentResults, collect
+from evolve.report.results import ExperimentResults, ObjectiveReach, collect
 from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore
 
 VPO, GRPO, BROKEN = 'vpo <m=3> & "co"', "grpo", "broken"
@@ -159,6 +160,21 @@ def test_page_escapes_names_marks_states_and_is_self_contained(results: Experime
     assert "https://" not in lowered and "@import" not in lowered and not re.search(r"\bnan\b", lowered)
 
 
+def test_the_few_seeds_warning_names_the_seeds_the_design_has_and_is_gone_at_ten(results: ExperimentResults) -> None:
+    assert "At 3 seeds these intervals are wide: that is what 3 seeds can tell." in report_html(results)
+    one = report_html(dataclasses.replace(results, seeds=(0,)))
+    assert "At 1 seed these intervals are wide: that is what 1 seed can tell." in one and "At 3 seeds" not in one
+    many = report_html(dataclasses.replace(results, seeds=tuple(range(20))))
+    assert "intervals are wide" not in many and "At 3 seeds" not in many
+
+
+def _twenty_objectives(results: ExperimentResults) -> ExperimentResults:
+    """The results with alpha scored on 20 tests (test_0 .. test_19), each reached by some seeds of each policy."""
+    reaches = tuple(ObjectiveReach("alpha", policy, f"test_{i}", 1.0, 3, (i + k) % 4, 1.0, 0.5)
+                    for k, policy in enumerate(results.policies) for i in range(20))
+    return dataclasses.replace(results, objectives=reaches)
+
+
 def test_line_chart_handles_a_single_point_flat_lines_equal_bands_and_no_data() -> None:
     colours = palette(["a", "b", "c"])
     assert colours == palette(["a", "b", "c"]) and len(set(colours.values())) == 3
@@ -250,9 +266,26 @@ def test_report_renders_every_chart_in_headless_chromium(results: ExperimentResu
     shot = tmp_path / "report.png"
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
-    if os.environ.get("EVOLVE_SCREENSHOT_DIR"):
+    if os.environ.get("EVOLVE_SCREENSHOT_DIR"):  # the whole page, and its first screen (docs/images/report.png)
         folder = Path(os.environ["EVOLVE_SCREENSHOT_DIR"])
         folder.mkdir(parents=True, exist_ok=True)
         shutil.copy(shot, folder / "report_html_test.png")
+        page.screenshot(path=str(folder / "report.png"))
     page.close()
     assert not problems, problems
+
+
+@pytest.mark.browser
+def test_a_twenty_objective_table_is_shown_whole(results: ExperimentResults, browser: Any, tmp_path: Path) -> None:
+    path = tmp_path / "objectives.html"
+    path.write_text(report_html(_twenty_objectives(results)))
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(path.as_uri())
+    box = page.locator("div.objectives[data-problem='alpha']")
+    assert box.evaluate("div => div.scrollWidth <= div.clientWidth")  # nothing hidden past its right edge
+    right = page.locator("main").evaluate("main => main.getBoundingClientRect().right")
+    for i in range(20):
+        cell = box.locator("th", has_text=re.compile(f"^test_{i}$"))
+        bounds = cell.bounding_box()
+        assert cell.is_visible() and bounds is not None and bounds["x"] + bounds["width"] <= right, f"test_{i}"
+    page.close()

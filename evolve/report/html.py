@@ -113,10 +113,17 @@ def _header(results: ExperimentResults) -> str:
             f"(the candidate means at which a gambler spreading a unit over fixed bets on the scores ends below "
             f"2 / alpha): at least {level} coverage for any distribution of scores in the declared range, at any n, "
             f"narrower than Hoeffding's where the scores agree, and never zero width, so three seeds that agree "
-            f"still leave room for a fourth that does not. "
-            f"At 3 seeds these intervals are wide: that is what 3 seeds can tell. First-crack times are Kaplan-Meier "
+            f"still leave room for a fourth that does not. {_few_seeds(seeds)}First-crack times are Kaplan-Meier "
             f"estimates in which a seed that never cracked counts as censored at its budget. Cracked follows each "
             f"problem's current solved rule, applied to the stored score vectors.</p></header>")
+
+
+def _few_seeds(seeds: int) -> str:
+    """The warning a small design needs (empty from 10 seeds on, where the intervals have narrowed)."""
+    if seeds >= 10:
+        return ""
+    return (f"At {seeds} seed{'s' if seeds != 1 else ''} these intervals are wide: that is what {seeds} "
+            f"seed{'s' if seeds != 1 else ''} can tell. ")
 
 
 def _notes(results: ExperimentResults) -> str:

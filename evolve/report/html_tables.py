@@ -8,6 +8,8 @@ from html import escape
 from evolve.report.results import METRIC_LABELS, ExperimentResults, ObjectiveReach
 from evolve.report.stats import PairedDifference
 
+TRANSPOSE_AT = 8  # objectives past this (and past the number of policies) are rows, not columns
+
 
 def _per(total: float, iterations: int, digits: int = 1) -> str:
     per = f'<span class="band"> ({total / iterations:,.{digits}f}/it)</span>' if iterations else ""
@@ -116,11 +118,19 @@ def objectives_html(results: ExperimentResults, colours: dict[str, str]) -> str:
         threshold = next((o.threshold for o in reaches if o.threshold is not None), None)
         bar = f"seeds with a program scoring &ge; {threshold:g}" if threshold is not None else \
             "best value over seeds (the problem has no per-objective bar)"
-        head = "".join(f'<th class="num" title="{escape(n)}">{escape(n)}</th>' for n in names)
-        rows = "".join(f'<tr><th><span class="swatch" style="background:{colours[p]}"></span>{escape(p)}</th>'
-                       + "".join(_reach_cell(by_key.get((p, n))) for n in names) + "</tr>" for p in policies)
+        swatches = {p: f'<span class="swatch" style="background:{colours[p]}"></span>{escape(p)}' for p in policies}
+        if len(names) > max(TRANSPOSE_AT, len(policies)):  # a row per objective: any number of them fits the page
+            head = "".join(f"<th>{swatches[p]}</th>" for p in policies)
+            rows = "".join(f'<tr><th>{escape(n)}</th>' + "".join(_reach_cell(by_key.get((p, n))) for p in policies)
+                           + "</tr>" for n in names)
+            corner = "objective"
+        else:
+            head = "".join(f'<th class="num" title="{escape(n)}">{escape(n)}</th>' for n in names)
+            rows = "".join(f"<tr><th>{swatches[p]}</th>" + "".join(_reach_cell(by_key.get((p, n))) for n in names)
+                           + "</tr>" for p in policies)
+            corner = "policy"
         tables.append(f'<div class="objectives" data-problem="{escape(problem)}"><h3>{escape(problem)}: {bar}</h3>'
-                      f'<table class="objectives"><thead><tr><th>policy</th>{head}</tr></thead><tbody>{rows}'
+                      f'<table class="objectives"><thead><tr><th>{corner}</th>{head}</tr></thead><tbody>{rows}'
                       f"</tbody></table></div>")
     return ('<section><h2>Objectives reached</h2><p class="hint">Which tests (objectives) each policy reached, per '
             "problem: in how many of its seeds some program reached the problem's per-objective bar "
