@@ -26,13 +26,15 @@ REQUIRED = "required"
 
 class Section(NamedTuple):
     """One table of a file: its TOML name ("run", "[[policies]]", "" for the top level), the model that reads it,
-    the keys it leaves to other sections (a nested table, the common policy keys), and a line saying what it is."""
+    the keys it leaves to other sections (a nested table, the common policy keys), a line saying what it is, and the
+    keys the file's loader fills in when the file leaves them out (the model requires them)."""
 
     name: str
     model: type[BaseModel]
     note: str = ""
     skip: tuple[str, ...] = ()
     heading: str = ""
+    filled: tuple[tuple[str, str], ...] = ()
 
 
 class FileReference(NamedTuple):
@@ -103,9 +105,9 @@ def bounds(info: FieldInfo) -> str:
         for attribute, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
             if getattr(item, attribute, None) is not None:
                 words.append(f"{sign} {getattr(item, attribute)}")
-        for attribute, what in (("min_length", "at least"), ("max_length", "at most")):
+        for attribute, sign in (("min_length", ">="), ("max_length", "<=")):
             if getattr(item, attribute, None) is not None:
-                words.append(f"{what} {getattr(item, attribute)} items")
+                words.append(f"length {sign} {getattr(item, attribute)}")
         if getattr(item, "pattern", None):
             words.append(f"matches `{item.pattern}`")
     return ", ".join(words)
@@ -134,7 +136,8 @@ def section_rows(section: Section, example: dict[str, Any] | None) -> Iterator[s
             continue
         value = lookup(example, section.name, key) if shipped else None
         given = (f" {cell(toml_value(value))} |" if value is not None else " |") if shipped else ""
-        yield (f"| `{key}` | {cell(type_name(info.annotation))} | `{cell(field_default(info))}` |{given} "
+        default = f"({dict(section.filled)[key]})" if key in dict(section.filled) else f"`{field_default(info)}`"
+        yield (f"| `{key}` | {cell(type_name(info.annotation))} | {cell(default)} |{given} "
                f"{cell(bounds(info))} | {cell(info.description or '')} |")
 
 
@@ -182,7 +185,8 @@ def file_references() -> tuple[FileReference, ...]:
     experiment = FileReference(
         "Experiment files (`evolve experiment FILE`)",
         "An experiment runs every cell (policy x problem x seed) in one store; see experiments/default.toml.",
-        (Section("", experiment_spec.ExperimentSpec, skip=("run", "selection")),
+        (Section("", experiment_spec.ExperimentSpec, skip=("run", "selection"),
+                 filled=(("name", "the file's name less .toml"), ("db", "NAME.db beside the file"))),
          Section("run", experiment_spec.CellDefaults, experiment_spec.CellDefaults.__doc__ or ""),
          Section("selection", config.SelectionConfig, "As in evolve.toml.", skip=("map_elites",)),
          Section("[[policies]]", config.BasePolicySection, "One table per policy: the `[policy]` keys of evolve.toml, "
@@ -191,7 +195,8 @@ def file_references() -> tuple[FileReference, ...]:
     study = FileReference(
         "Study files (`evolve study FILE`)",
         "A study trains, samples, evolves and reports in one resumable command; see experiments/study_small.toml.",
-        (Section("", study_config.StudySpec, skip=("training", "sampling", "evolution")),
+        (Section("", study_config.StudySpec, skip=("training", "sampling", "evolution"),
+                 filled=(("name", "the file's name less .toml"),)),
          Section("training", study_config.TrainingSection),
          Section("sampling", study_config.SamplingSection),
          Section("evolution", study_config.EvolutionSection, skip=("run", "selection")),
