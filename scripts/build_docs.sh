@@ -11,8 +11,10 @@ from importlib.metadata import PackageNotFoundError, version
 for pin in sys.argv[1:]:
     name, wanted = pin.split("==")
     try:
-        assert version(name) == wanted
-    except (PackageNotFoundError, AssertionError):
+        installed = version(name)
+    except PackageNotFoundError:
+        sys.exit(1)
+    if installed != wanted:
         sys.exit(1)
 PY
 then
