@@ -187,3 +187,30 @@ def test_cli_new_problem_then_check_by_folder_path(tmp_path: Path, capsys) -> No
     assert main(["check", str(tmp_path / "knapsack")]) == 0
     assert main(["new-problem", "knapsack", "--programs-dir", str(tmp_path)]) == 1
     assert "already exists" in capsys.readouterr().out
+
+
+def test_a_seed_scoring_0_everywhere_is_a_warning_unless_problem_toml_calls_it_a_stub(tmp_path: Path,
+                                                                                      scaffold: Path) -> None:
+    folder = scaffold_copy(tmp_path, scaffold)
+    initial = folder / "initial.py"
+    initial.write_text(initial.read_text().replace("    return n\n", "    return -1\n"))
+    report = check_problem("stairs", tmp_path)
+    assert report.initial is not None and set(report.initial.scores.values()) == {0.0}
+    assert any("every objective of initial.py is 0" in message for message in warnings(report))  # unexpected
+
+    toml = folder / "problem.toml"
+    toml.write_text("stub_seed = true\n" + toml.read_text())
+    report = check_problem("stairs", tmp_path)
+    assert report.ok and warnings(report) == []
+    assert "initial.py scores 0 on every objective, as the stub seed it is should (problem.toml: stub_seed = true)" \
+        in [finding.message for finding in report.findings if finding.severity == "ok"]
+
+
+def test_an_imported_humaneval_task_passes_the_check_without_the_all_zero_warning(tmp_path: Path) -> None:
+    from evolve.problems.humaneval import import_humaneval
+
+    (imported,) = import_humaneval(tmp_path, [0])
+    report = check_problem(imported.name, tmp_path)
+    assert report.ok and report.problem is not None and report.problem.stub_seed
+    assert report.initial is not None and set(report.initial.scores.values()) == {0.0}
+    assert warnings(report) == []

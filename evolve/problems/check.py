@@ -108,8 +108,13 @@ def check_problem(name_or_path: str, programs_dir: Path) -> CheckReport:
         report.add("warning", f"{problem.path / 'initial.py'}: the initial program already meets the solved rule "
                               f"({solved_rule(problem)}); nothing is left to discover")
     if all(value == 0 for value in first.scores.values()):
-        report.add("warning", f"{evaluator}: every objective of initial.py is 0; selection has no signal "
-                              "to start from (give partial credit, or a better seed program)")
+        if problem.stub_seed:
+            report.add("ok", "initial.py scores 0 on every objective, as the stub seed it is should "
+                             "(problem.toml: stub_seed = true)")
+        else:
+            report.add("warning", f"{evaluator}: every objective of initial.py is 0; selection has no signal "
+                                  "to start from (give partial credit, or a better seed program; a stub seed meant "
+                                  "to fail every test says so in problem.toml: stub_seed = true)")
     limit = problem.limits.wall_time_s
     if first.wall_s > 0.5 * limit:
         report.add("warning", f"{problem.path / 'problem.toml'}: initial.py took {first.wall_s:.1f} s of the "

@@ -213,6 +213,7 @@ def problem_toml(task: HumanEvalTask, objectives: int) -> str:
         f'name = "{task.name}"',
         f"description = {toml_string(description)}",
         f"provenance = {toml_string(textwrap.fill(provenance, 110))}",
+        "stub_seed = true  # initial.py is the prompt with a stub body: it fails every test, by design",
         f"objectives = {objectives_text}",
         "",
         "[score]", 'reduction = "mean"', "",

@@ -109,6 +109,8 @@ class ProblemFile(StrictModel):
     prompt: PromptSection = PromptSection()
     cascade: tuple[CascadeStageSection, ...] = Field((), description="[[cascade]] stages run before evaluate(), "
                                                      "cheapest first (problems/cascade.py)")
+    stub_seed: bool = Field(False, description="initial.py is a stub meant to fail every test (a benchmark's prompt "
+                            "with an empty body): `evolve check` expects it to score 0 on every objective")
 
     @field_validator("objectives", mode="before")
     @classmethod
@@ -142,6 +144,7 @@ class Problem:
     # objectives = {pattern = ...}: objectives stays () until resolved() fixes it from the first evaluation's names
     objective_pattern: str = ""
     cascade: tuple[CascadeStage, ...] = ()  # [[cascade]]: stages before evaluate(); a child below a threshold stops
+    stub_seed: bool = False  # problem.toml stub_seed: the seed scores 0 everywhere by design (evolve check)
 
     @property
     def evaluator_path(self) -> Path:
@@ -337,6 +340,7 @@ def load_problem(name_or_path: str, programs_dir: Path | str = "programs") -> Pr
         features=spec.map_elites.features,
         provenance=" ".join(spec.provenance.split()),
         prompt=ProblemPrompt(**spec.prompt.model_dump()),
+        stub_seed=spec.stub_seed,
     )
 
 
