@@ -157,7 +157,9 @@ def test_a_fresh_study_has_every_stage_to_do_and_keeps_to_its_store(tmp_path: Pa
                  "3. evolve  to do    0/7 cells finished (0 started)", "4. report  to do",
                  "left: no pace yet for train, sample, evolve"):
         assert line in out
-    assert (folder / "study.db").is_file()
+    assert not folder.exists()  # --status only reads: no folder, state file or store is made
+    folder.mkdir()
+    (folder / "study_state.json").write_text(json.dumps({"db": str(folder / "study.db"), "seconds": {}}))  # as a run
     assert main(["study", str(path), "--out", str(folder), "--db", str(tmp_path / "other.db"), "--status"]) == 1
     assert f"this study's store is {folder / 'study.db'}" in capsys.readouterr().out
 

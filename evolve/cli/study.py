@@ -31,10 +31,12 @@ def cmd_study(args: argparse.Namespace, console: Console) -> int:
     from evolve.study.plan import StudyPaths, load_study
 
     spec = load_study(args.file)
-    study = Study(spec, StudyPaths.of(spec, args.out, args.db), console, source=args.file, cluster=args.cluster)
-    if args.status:
-        study.print_statuses(study.statuses())
+    paths = StudyPaths.of(spec, args.out, args.db)
+    if args.status:  # reads only: creates no folder, state file or store
+        reader = Study(spec, paths, console, source=args.file, read_only=True)
+        reader.print_statuses(reader.statuses())
         return 0
+    study = Study(spec, paths, console, source=args.file, cluster=args.cluster)
     outcome = study.run(args.until)
     for error in outcome.errors:
         console.print(f"[red]error:[/] {error}", highlight=False, soft_wrap=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, make_url, text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
-from sqlalchemy.pool import QueuePool
+from sqlalchemy.pool import NullPool
 
 from evolve.store.records import MAX_ID, StoreError, UnknownIdError
 from evolve.store.tables import Base, DamagedValue, missing_columns
@@ -37,21 +38,32 @@ def require_sqlite_file(url: str) -> None:
 
 
 def read_only_sqlite_engine(url: str) -> Engine | None:
-    """An engine that opens the SQLite file of `url` read-only (SQLite's mode=ro: no write, no journal mode switch,
-    no schema made, so a foreign or empty file keeps every byte); None for other databases and in-memory SQLite."""
+    """An engine that reads the SQLite file of `url` and writes nothing: no write, no journal mode switch, no schema
+    made, so a foreign or empty file keeps every byte; None for other databases and in-memory SQLite.
+
+    Nor does it leave files beside it. A reader of a WAL database needs its -wal and -shm files, and SQLite makes
+    them when they are missing, but only the last connection to close removes them, and only if it could write.
+    So each session gets a connection of its own, closed when it ends (NullPool), and where no -wal file is there
+    (no writer has the database open) and the file may be written, that connection opens it read-write with
+    query_only on: closing it then removes the files it made, as a writer's last close does. Where a -wal file is
+    there (a writer is at work, or one was killed), the connection opens it read-only (mode=ro) and uses them."""
     parsed = make_url(url)
     database = parsed.database or ""
     if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") or database.startswith("file:"):
         return None
-    uri = f"{Path(database).resolve().as_uri()}?mode=ro"
+    path = Path(database).resolve()
 
     def connect() -> sqlite3.Connection:
-        connection = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        wal = path.with_name(path.name + "-wal")
+        if not wal.exists() and os.access(path, os.W_OK) and os.access(path.parent, os.W_OK):
+            connection = sqlite3.connect(str(path), check_same_thread=False)
+        else:
+            connection = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, check_same_thread=False)
         connection.execute("PRAGMA busy_timeout=30000")  # a writer's commit in progress: wait, as writers do
         connection.execute("PRAGMA query_only=ON")
         return connection
 
-    return create_engine("sqlite://", creator=connect, poolclass=QueuePool)
+    return create_engine("sqlite://", creator=connect, poolclass=NullPool)
 
 
 class GuardedSessions:

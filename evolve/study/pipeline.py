@@ -28,9 +28,9 @@ from typing import Any, Literal
 
 from rich.console import Console
 
+from evolve.errors import UserError
 from evolve.study.config import BASE_POLICY, StudySpec
 from evolve.study.plan import StudyPaths, experiment_spec, policy_sections, sampling_config, train_configs
-from evolve.errors import UserError
 
 STAGES = ("train", "sample", "evolve", "report")
 Stage = Literal["train", "sample", "evolve", "report"]
@@ -61,7 +61,8 @@ class StudyOutcome:
 class StudyState:
     """STUDY/study_state.json: the store the study uses and the seconds spent per stage (and per training run)."""
 
-    def __init__(self, paths: StudyPaths) -> None:
+    def __init__(self, paths: StudyPaths, read_only: bool = False) -> None:
+        """`read_only` (`--status`): read the file if there is one, create nothing (no folder, no file)."""
         self.path = paths.state
         data = json.loads(self.path.read_text()) if self.path.is_file() else {}
         stored_db = data.get("db")
@@ -69,8 +70,10 @@ class StudyState:
             raise StudyError(f"{paths.folder}: this study's store is {stored_db}; run it with --db {stored_db} "
                              "(or another --out for a new study)")
         self.data: dict[str, Any] = {"db": paths.db, "seconds": data.get("seconds", {})}
+        if read_only:
+            return
         paths.folder.mkdir(parents=True, exist_ok=True)
-        if not self.path.is_file():  # else left alone: a `--status` beside a running study must not write over it
+        if not self.path.is_file():  # else left alone: the seconds another invocation is adding stay its own
             self.save()
 
     def save(self) -> None:
@@ -203,15 +206,18 @@ class Study:
     the stages still to do, up to `until`."""
 
     def __init__(self, spec: StudySpec, paths: StudyPaths, console: Console | None = None,
-                 source: str = "study", cluster: str | None = None) -> None:
+                 source: str = "study", cluster: str | None = None, read_only: bool = False) -> None:
+        """`read_only` (`--status`): nothing is created or written, not the folder, its state file or its store;
+        `run` then refuses."""
         from evolve.store.program_store import ProgramStore
+        from evolve.store.read_view import status_view
 
-        self.spec, self.paths = spec, paths
+        self.spec, self.paths, self.read_only = spec, paths, read_only
         self.cluster = cluster  # "ray": the evolve stage's cells run as Ray tasks (evolve/cluster/)
         self.console = console or Console()
-        self.state = StudyState(paths)
+        self.state = StudyState(paths, read_only)
         self.train_configs = train_configs(spec, paths.folder, source)
-        self.store = ProgramStore(paths.db)
+        self.store = status_view(paths.db) if read_only else ProgramStore(paths.db)
 
     def statuses(self) -> list[StageStatus]:
         per_run = {name: training_status(config) for name, config in self.train_configs.items()}
@@ -272,6 +278,8 @@ class Study:
             raise ConfigError(f"study {self.spec.name}: its base {self.spec.base} {reason}")
 
     def run(self, until: str = "report") -> StudyOutcome:
+        if self.read_only:
+            raise StudyError("this study was opened to read its status only")
         self.refuse_a_base_trained_on_tests()
         statuses = self.statuses()
         self.print_statuses(statuses)
