@@ -4,7 +4,7 @@ report linked from the run opens. Over a stored run of 3,000 programs: the tree 
 straight from parent to child, it zooms around the pointer and pans, hovering a program highlights its parent and
 children, diffs wrap, every page has the same bar, and a missing run gets a not-found page. Needs the `playwright`
 package and a Chromium at /usr/bin/chromium (or $EVOLVE_CHROMIUM); without either it skips, saying which. Set
-EVOLVE_SERVE_SHOTS=FOLDER to keep screenshots (docs/images/ holds the ones the guide shows)."""
+EVOLVE_SCREENSHOT_DIR=FOLDER to keep screenshots (docs/images/ holds the ones the guide shows)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ from serve_run import LONG_LINE, Served, canned_policy, experiment_file, start_e
 CHROMIUM = os.environ.get("EVOLVE_CHROMIUM", "/usr/bin/chromium")
 ITERATIONS = 30
 PAUSE_S = 0.25  # per canned answer: the run lasts several seconds, long enough to watch it grow
+# EVOLVE_SCREENSHOT_DIR=docs/images (with tests/test_report_html.py) remakes the screenshots the guide shows
+SHOTS = Path(os.environ["EVOLVE_SCREENSHOT_DIR"]) if os.environ.get("EVOLVE_SCREENSHOT_DIR") else None
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +71,7 @@ def _programs_in_store(db: Path) -> int:
 
 @pytest.mark.browser
 def test_the_tree_grows_live_and_a_click_shows_code_diff_and_the_report(browser: Any, tmp_path: Path) -> None:
-    shots = Path(os.environ["EVOLVE_SERVE_SHOTS"]) if os.environ.get("EVOLVE_SERVE_SHOTS") else None
+    shots = SHOTS
     db = tmp_path / "servetest.db"
     with canned_policy(PAUSE_S) as url:
         experiment = start_experiment(experiment_file(tmp_path, url, ITERATIONS))
@@ -131,8 +133,6 @@ def test_the_tree_grows_live_and_a_click_shows_code_diff_and_the_report(browser:
             assert page.locator("h1").first.inner_text() == "Experiment servetest"
             assert page.locator(".chart svg").count() >= 1
             assert page.locator("header.top").count() == 1 and page.locator("nav").count() == 0  # the one bar
-            if shots:
-                page.screenshot(path=str(shots / "serve_report.png"))
             page.goto(f"{served.base}/")
             page.wait_for_selector('#runs-table tr[data-run="1"]')
             assert page.locator('tr[data-run="1"] td.solved').inner_text().startswith("yes (")
@@ -191,6 +191,8 @@ def test_the_tree_fills_its_pane_and_each_edge_runs_straight_from_parent_down_to
         assert dots[child]["parent"] == parent
         assert (x1, y1) == (dots[parent]["x"], dots[parent]["y"]) and (x2, y2) == (dots[child]["x"], dots[child]["y"])
         assert y1 < y2  # the parent above its child
+    if SHOTS:
+        page.screenshot(path=str(SHOTS / "serve_tree_3000.png"))
     page.close()
 
 

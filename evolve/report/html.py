@@ -94,8 +94,9 @@ def _header(results: ExperimentResults) -> str:
     facts = [
         ("store", f"<code>{escape(results.db)}</code>"),
         ("generated", escape(results.generated_at)),
-        ("design", f"{len(results.policies)} policies &times; {len(results.problems)} problems &times; {seeds} "
-                   f"seeds ({', '.join(escape(str(s)) for s in results.seeds)})"),
+        ("design", f"{_count(len(results.policies), 'policy', 'policies')} &times; "
+                   f"{_count(len(results.problems), 'problem')} &times; {_count(seeds, 'seed')} "
+                   f"({', '.join(escape(str(s)) for s in results.seeds)})"),
         ("iterations", f"{results.iterations} per cell, {results.answers_per_iteration} candidate answers each "
                        "(a policy writing m per request makes answers / m requests)"),
         ("intervals", f"{level}: Clopper-Pearson for cracked k/n; betting (Waudby-Smith and Ramdas) for means of "
@@ -118,12 +119,15 @@ def _header(results: ExperimentResults) -> str:
             f"problem's current solved rule, applied to the stored score vectors.</p></header>")
 
 
+def _count(n: int, one: str, many: str = "") -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
+
+
 def _few_seeds(seeds: int) -> str:
     """The warning a small design needs (empty from 10 seeds on, where the intervals have narrowed)."""
     if seeds >= 10:
         return ""
-    return (f"At {seeds} seed{'s' if seeds != 1 else ''} these intervals are wide: that is what {seeds} "
-            f"seed{'s' if seeds != 1 else ''} can tell. ")
+    return f"At {_count(seeds, 'seed')} these intervals are wide: that is what {_count(seeds, 'seed')} can tell. "
 
 
 def _notes(results: ExperimentResults) -> str:

@@ -8,7 +8,7 @@
 const treeView = (() => {
   const SVG = "http://www.w3.org/2000/svg";
   const PAD = { left: 60, right: 18, top: 18, bottom: 18 }; // the left margin holds the row labels
-  const MAX_COLUMN = 70, MAX_ROW = 110; // px per unit at most, so a small tree is not blown up to the whole box
+  const MAX_COLUMN = 80, MAX_ROW = 150; // px per unit at most, so a small tree is not blown up to the whole box
 
   function svgEl(tag, attrs) {
     const node = document.createElementNS(SVG, tag);
