@@ -11,6 +11,7 @@ from evolve.cli.conventions import add_out_flag, add_set_flag
 
 if TYPE_CHECKING:
     from evolve.engine.experiment_spec import ExperimentSpec
+    from evolve.report.design import ReportDesign
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -54,7 +55,8 @@ def cmd_experiment(args: argparse.Namespace, console: Console) -> int:
     same = (f" --db {args.db}" if args.db else "") + "".join(f" --set {item}" for item in args.set)
     if not outcome.finished:
         console.print(f"the experiment is saved; continue with: evolve experiment {args.file}{same}", highlight=False)
-    console.print(f"report: evolve report {args.file}{same}", highlight=False)
+    store = f" --db {args.db}" if args.db else ""  # the store keeps the design it ran with, --set included
+    console.print(f"report: evolve report {args.file}{store}", highlight=False)
     if outcome.interrupted:
         return 130
     return 0 if outcome.finished else 1
@@ -69,14 +71,38 @@ def experiment_header(spec: ExperimentSpec) -> str:
 
 
 def cmd_report(args: argparse.Namespace, console: Console) -> int:
+    from rich.markup import escape
+
     from evolve.api import experiment_report
     from evolve.config import ConfigError
 
     score_range = _score_range(args.score_range, ConfigError)
-    experiment = _spec(args, args.experiment) if args.set else args.experiment
-    experiment_report(experiment, db=args.db, out=args.out, pairs=args.pairs, score_range=score_range,
-                      console=console)
+    design = _report_design(args)
+    if design.note:
+        color = "yellow" if design.severity == "warning" else "dim"
+        console.print(f"[{color}]{design.severity}:[/] {escape(design.note)}", highlight=False, soft_wrap=True)
+    experiment_report(design.spec, out=args.out, pairs=args.pairs, score_range=score_range, console=console)
     return 0
+
+
+def _report_design(args: argparse.Namespace) -> ReportDesign:
+    """The design `evolve report` follows: the one the experiment ran with, as its store keeps it (report/design.py);
+    the file and the report's own --set where it gives some."""
+    from evolve.api import experiment_file
+    from evolve.cli.common import experiment_settings
+    from evolve.engine.experiment_spec import load_experiment
+    from evolve.report.design import report_design
+    from evolve.store.program_store import ProgramStore
+
+    path = experiment_file(args.experiment)
+    values, labels = experiment_settings(args)
+    spec = load_experiment(path, args.db)
+    store = ProgramStore(spec.db, mode="read")
+    try:
+        stored = store.experiment_spec(spec.name)
+    finally:
+        store.close()
+    return report_design(path, stored, args.db, values, labels)
 
 
 def _spec(args: argparse.Namespace, name: str | None = None) -> ExperimentSpec:

@@ -27,6 +27,7 @@ from evolve.problems.problem import problem_key
 from evolve.seeds import cell_seed
 
 CellKey = tuple[str, str, int]  # (problem, policy, seed)
+OVERRIDES_KEY = "overrides"  # ExperimentSpec's record of the --set flags, never read from a file
 
 
 class CellDefaults(StrictModel):
@@ -70,6 +71,9 @@ class ExperimentSpec(StrictModel):
     allow_unverified_checkpoint: bool = Field(False, description="use a trained checkpoint whose provenance "
                                               "(evolve_training.json in its folder) is missing or does not match "
                                               "its weights; the held-out guard cannot check such a one")
+    overrides: dict[str, Any] = Field(default_factory=dict, description="not a key of the file: the --set KEY=VALUE "
+                                      "this design was read with, kept in the store with it (`evolve report` reads "
+                                      "the design an experiment ran with, and tells a changed file from --set)")
 
     @model_validator(mode="after")
     def _names_are_unique(self) -> ExperimentSpec:
@@ -171,7 +175,13 @@ def load_experiment(path: str | Path, db: str | None = None, overrides: Mapping[
 
     path = Path(path)
     data = read_toml(path)
+    if OVERRIDES_KEY in data:
+        raise ConfigError(f"{path}: {OVERRIDES_KEY} is not a key of an experiment file (the store keeps there the "
+                          "--set flags an experiment ran with)")
     blame = apply_overrides(data, overrides or {}, labels)
+    if OVERRIDES_KEY in data:
+        raise ConfigError(f"{OVERRIDES_KEY}: not a key --set can set (it records the --set flags themselves)")
+    data[OVERRIDES_KEY] = dict(overrides or {})
     data.setdefault("name", path.stem)
     data.setdefault("db", str(path.with_name(f"{data['name']}.db")))
     if db is not None:
@@ -196,3 +206,35 @@ def refuse_policies_trained_on_tests(spec: ExperimentSpec) -> None:
                                       spec.allow_unverified_checkpoint) if checkpoint else ""
             if reason:
                 raise ConfigError(f"policy '{policy.name}': its checkpoint {checkpoint} {reason}")
+
+
+def design_changes(before: ExperimentSpec, after: ExperimentSpec, shown: int = 8) -> list[str]:
+    """'KEY BEFORE -> AFTER' for each setting that differs between two designs of an experiment (its store and the
+    --set record aside): scalars and lists of scalars whole, tables and [[policies]] entries key by key (an entry by
+    its name where it has one). At most `shown`, then 'and N more'."""
+    old, new = _flat(before), _flat(after)
+    changes = [f"{key} {_shown(old.get(key))} -> {_shown(new.get(key))}"
+               for key in [*old, *(key for key in new if key not in old)] if old.get(key) != new.get(key)]
+    return changes[:shown] + ([f"and {len(changes) - shown} more"] if len(changes) > shown else [])
+
+
+def _flat(spec: ExperimentSpec) -> dict[str, Any]:
+    data = spec.model_dump(mode="json", exclude={"db", OVERRIDES_KEY})
+    flat: dict[str, Any] = {}
+
+    def walk(value: Any, key: str) -> None:
+        if isinstance(value, dict):
+            for name, inner in value.items():
+                walk(inner, f"{key}.{name}" if key else name)
+        elif isinstance(value, list) and value and all(isinstance(entry, dict) for entry in value):
+            for index, entry in enumerate(value):
+                walk(entry, f"{key}.{entry.get('name', index)}")
+        else:
+            flat[key] = value
+
+    walk(data, "")
+    return flat
+
+
+def _shown(value: Any) -> str:
+    return "(none)" if value is None else str(value) if not isinstance(value, str) else repr(value)
