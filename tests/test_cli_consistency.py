@@ -141,13 +141,15 @@ def test_eta_comes_from_this_process_iteration_rate_and_leaves_resumed_iteration
     from evolve.cli.pace import clock, pace
     from evolve.engine.run_stats import RunStats
 
-    stats = RunStats(iterations_target=40, started_at=100.0)
+    stats = RunStats(iterations_target=40, started_at=100.0, workers=1)
     stats.iterations_done = stats.iterations_at_start = 10  # a resumed run: 10 done by an earlier process
+    stats.iteration_started(11, 100.0)
     assert pace(stats, now=160.0).eta_s is None  # no iteration in this process yet: no rate, no guess
-    stats.iterations_done = 15  # 5 iterations in 60 s here: 25 left take 300 s
+    stats.iteration_ended(11, 112.0, committed=True)  # one iteration of 12 s here: 29 left on one worker
+    stats.iterations_done = 11
     now = pace(stats, now=160.0)
-    assert now.elapsed_s == 60.0 and now.eta_s == 300.0 and now.waiting_on == ""
-    assert (clock(now.eta_s), clock(59), clock(3720), clock(None)) == ("5m 00s", "59s", "1h 02m", "-")
+    assert now.elapsed_s == 60.0 and now.eta_s == 29 * 12.0 and now.waiting_on == ""
+    assert (clock(now.eta_s), clock(59), clock(3720), clock(None)) == ("5m 48s", "59s", "1h 02m", "-")
 
 
 def test_a_run_at_zero_says_what_it_waits_on() -> None:

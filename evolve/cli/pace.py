@@ -20,12 +20,29 @@ class Pace:
 
 
 def pace(stats: RunStats, now: float | None = None) -> Pace:
-    """The run's pace: a resumed run's earlier iterations are left out of the rate, so its ETA is this process's."""
-    elapsed = (time.monotonic() if now is None else now) - stats.started_at
-    done_here = stats.iterations_done - stats.iterations_at_start
+    """The run's pace in this process (a resumed run's earlier iterations are left out): elapsed time, the ETA of
+    its budget (see eta) and what it waits on before its first iteration."""
+    now = time.monotonic() if now is None else now
+    return Pace(now - stats.started_at, 0.0 if stats.stopped else eta(stats, now), waiting_on(stats))
+
+
+def eta(stats: RunStats, now: float) -> float | None:
+    """Seconds until the budget is spent, from the estimated time per iteration (RunStats.seconds_per_iteration):
+    `workers` iterations go at once (Little's law), so while more remain than that, remaining x that time /
+    workers; once every remaining iteration can be in flight, what is left of the mean time for the youngest of
+    them (at least a quarter of it). None before the first commit. A run that stops when solved may end sooner:
+    its budget is what this estimates."""
+    per_iteration = stats.seconds_per_iteration(now)
+    if per_iteration is None:
+        return None
     remaining = max(0, stats.iterations_target - stats.iterations_done)
-    eta = remaining * elapsed / done_here if done_here > 0 else None
-    return Pace(elapsed, 0.0 if stats.stopped else eta, waiting_on(stats))
+    if remaining == 0:
+        return 0.0
+    workers = max(1, stats.workers)
+    if remaining > workers:
+        return remaining * per_iteration / workers
+    youngest = min((now - started for started in stats.iteration_starts.values()), default=0.0)
+    return max(per_iteration - youngest, 0.25 * per_iteration)
 
 
 def waiting_on(stats: RunStats) -> str:
@@ -33,7 +50,8 @@ def waiting_on(stats: RunStats) -> str:
     if stats.iterations_done > stats.iterations_at_start or stats.stopped:
         return ""
     if stats.in_flight:
-        return f"waiting for the first completion ({requests(stats.in_flight)} in flight)"
+        tokens = f", {stats.live_tokens()} tokens generated so far" if stats.live_tokens is not None else ""
+        return f"waiting for the first completion ({requests(stats.in_flight)} in flight{tokens})"
     if stats.evaluating:
         return "evaluating the seed program" if stats.best is None else f"evaluating {stats.evaluating} children"
     return "starting" if stats.best is None else "starting the first iterations"

@@ -13,7 +13,7 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
-from evolve.cli.pace import Heartbeat, clock, pace, pace_text
+from evolve.cli.pace import Heartbeat, clock, eta, pace, pace_text
 from evolve.engine.events import (
     CellChanged,
     CellEnded,
@@ -143,9 +143,10 @@ class ExperimentView:
     the same facts (elapsed, ETA, requests in flight, what a cell at 0/N waits on) and a heartbeat when quiet."""
 
     def __init__(self, title: str, cells: list[CellProgress], console: Console | None = None,
-                 live: bool | None = None, heartbeat_s: float = 30.0) -> None:
+                 live: bool | None = None, heartbeat_s: float = 30.0, parallel_cells: int = 1) -> None:
         self.title = title
         self.cells = cells
+        self.parallel_cells = parallel_cells
         self.console = console or Console()
         self.live_mode = self.console.is_terminal if live is None else live
         self.heartbeat_s = heartbeat_s
@@ -205,17 +206,22 @@ class ExperimentView:
                 + (f"; {'; '.join(waiting)}" if waiting else ""))
 
     def _eta(self) -> float | None:
-        """Iterations left in unfinished cells at the rate the cells of this process have gone so far."""
+        """The unfinished cells' time at the pace of the running ones: each running cell's own ETA, a cell not
+        started yet a whole budget at the running cells' mean time per iteration, `parallel_cells` at a time (never
+        less than the longest running cell's ETA). Models loading between policies are not counted."""
         unfinished = [cell for cell in self.cells if cell.status not in ("finished", "failed")]
         if not unfinished:
             return 0.0
-        done_here = sum(c.stats.iterations_done - c.stats.iterations_at_start for c in self.cells if c.stats)
-        target = _target(self.cells)
-        if done_here <= 0 or not target:
+        now = time.monotonic()
+        running = [cell.stats for cell in unfinished if cell.status == "running" and cell.stats is not None]
+        left = [found for found in (eta(stats, now) for stats in running) if found is not None]
+        whole = [stats.iterations_target * per / max(1, stats.workers) for stats in running
+                 if (per := stats.seconds_per_iteration(now)) is not None]
+        if not left or not whole:
             return None
-        left = sum(max(0, c.stats.iterations_target - c.stats.iterations_done) if c.stats else target
-                   for c in unfinished)
-        return left * (time.monotonic() - self._started) / done_here
+        waiting = len(unfinished) - len(running)
+        parallel = max(1, min(self.parallel_cells, len(unfinished)))
+        return max(max(left), (sum(left) + waiting * sum(whole) / len(whole)) / parallel)
 
     def render(self) -> Panel:
         table = Table(expand=False, box=None, padding=(0, 1))
@@ -260,7 +266,7 @@ class ExperimentDrawing:
         if isinstance(event, ExperimentPlanned):
             self.close()
             self._view = ExperimentView(f"evolve experiment {event.name}", list(event.cells), self.console,
-                                        live=self.live).__enter__()
+                                        live=self.live, parallel_cells=event.parallel_cells).__enter__()
         elif isinstance(event, ExperimentEnded):
             self.close()
         elif self._view is not None and isinstance(event, CellStarted | CellChanged | CellRunEvent | CellEnded):
@@ -274,11 +280,6 @@ class ExperimentDrawing:
 
 def _waiting(cell: CellProgress) -> str:
     return pace(cell.stats).waiting_on if cell.status == "running" and cell.stats is not None else ""
-
-
-def _target(cells: list[CellProgress]) -> int:
-    """A cell's budget where a cell that has not started has no stats yet: the others' (cells share it)."""
-    return next((cell.stats.iterations_target for cell in cells if cell.stats), 0)
 
 
 def _best(stats: RunStats) -> str:

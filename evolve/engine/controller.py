@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from evolve.config import ConfigError, RunConfig, SelectionConfig
 from evolve.engine.ensemble import Choice, SearchChoices
@@ -13,6 +13,7 @@ from evolve.engine.events import (
     EvaluationEnded,
     EvaluationStarted,
     IterationCommitted,
+    IterationStarted,
     Observer,
     RequestEnded,
     RequestStarted,
@@ -59,7 +60,8 @@ class Controller:
         self.run_id = run_id
         self.on_event: Observer = on_event or ignore
         self.selector = Selector(selection_for(config, problem), problem.objectives, config.run.seed)
-        self.stats = RunStats(iterations_target=config.run.iterations, run_id=run_id)
+        self.stats = RunStats(iterations_target=config.run.iterations, run_id=run_id,
+                              live_tokens=live_token_count(policies.values()))
         self.prompt_options = PromptOptions.from_policy(config.policy)
         self.template = load_template(config.policy.template)
         self._seen_code: set[str] = set()
@@ -111,6 +113,7 @@ class Controller:
         # An iteration holds a request slot only while it generates: with eval_workers more iterations than request
         # slots, the policy keeps `concurrency` requests in flight while earlier children are being evaluated.
         in_flight = self.config.run.concurrency + self.config.run.eval_workers
+        self.stats.workers = in_flight
         workers = [asyncio.create_task(self._worker(pending)) for _ in range(in_flight)]
         all_done = asyncio.gather(*workers)
         stop = asyncio.create_task(self._stop.wait())
@@ -204,13 +207,20 @@ class Controller:
         prompt = choice.prompt(request, self.problem.prompt)
         prompt_text = prompt.text if prompt.text is not None else render_prompt_text(prompt.messages, prompt.prefill)
         seen_in_iteration: set[str] = set()  # children of every request of this iteration, for duplicates
+        self.stats.iteration_started(iteration, time.monotonic())
+        self.on_event(IterationStarted(self.stats, iteration))
         tasks = [asyncio.create_task(self._request(iteration, attempt, island, parent, prompt, prompt_text,
                                                    seen_in_iteration, choice))
                  for attempt in range(choice.requests)]
+        committed = False
         try:
             outcomes = await _all_or_none(tasks)
+            self.stats.iteration_ended(iteration, time.monotonic(), committed=True)
+            committed = True
             self._commit(iteration, [record for records in outcomes for record in records], island, parent, choice)
         finally:  # committed (its children are in the novelty index now) or dropped
+            if not committed:
+                self.stats.iteration_ended(iteration, time.monotonic(), committed=False)
             if self.in_flight is not None:
                 self.in_flight.release(iteration)
 
@@ -371,6 +381,13 @@ async def _all_or_none(tasks: list[asyncio.Task[list[AttemptRecord | ChildRecord
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def live_token_count(policies: Iterable[Policy]) -> Callable[[], int] | None:
+    """What the policies' models have generated so far, counted as they generate (a sign of life while a long
+    answer is on its way); None when no policy counts (a remote server answers whole completions only)."""
+    counters = [policy.generated_tokens for policy in policies if callable(getattr(policy, "generated_tokens", None))]
+    return (lambda: sum(counter() for counter in counters)) if counters else None
 
 
 def requests_per_iteration(config: RunConfig) -> int:

@@ -47,6 +47,14 @@ class RunProgressed:
 
 
 @dataclass(frozen=True)
+class IterationStarted:
+    """A worker took up `iteration`: its parent chosen and its prompt built, its requests go out next."""
+
+    stats: RunStats
+    iteration: int
+
+
+@dataclass(frozen=True)
 class RequestStarted:
     stats: RunStats
     iteration: int
@@ -84,8 +92,8 @@ class IterationCommitted:
     line: str
 
 
-RunEvent = (RunLoading | RunStarted | RunProgressed | RequestStarted | RequestEnded | EvaluationStarted
-            | EvaluationEnded | IterationCommitted)
+RunEvent = (RunLoading | RunStarted | RunProgressed | IterationStarted | RequestStarted | RequestEnded
+            | EvaluationStarted | EvaluationEnded | IterationCommitted)
 
 
 @dataclass(frozen=True)
@@ -94,6 +102,7 @@ class ExperimentPlanned:
 
     name: str
     cells: tuple[CellProgress, ...]
+    parallel_cells: int = 1  # cells run at once (of one policy: policies take turns)
 
 
 @dataclass(frozen=True)

@@ -148,7 +148,7 @@ class ExperimentRunner:
         self.store.save_experiment(self.spec.name, self.spec.model_dump_json())
         self.load_stored_cells()
         self._reported = {key: cell.status for key, cell in self.cells.items()}
-        self.on_event(ExperimentPlanned(self.spec.name, tuple(self.cells.values())))
+        self.on_event(ExperimentPlanned(self.spec.name, tuple(self.cells.values()), self.spec.parallel_cells))
         if self.executor is not None:
             self.executor.run_cells(self, [cell for cell in self.cells.values() if cell.status != "finished"], outcome)
             return

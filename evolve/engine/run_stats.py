@@ -3,8 +3,10 @@ description of each committed iteration."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from evolve.records import Program
@@ -35,6 +37,34 @@ class RunStats:
     programs: int = 0  # the run's stored programs so far
     best_number: int = 0  # the best program's number in the run (1..programs), as `evolve show RUN:N` takes it
     solved_number: int = 0  # the first solved program's number
+    workers: int = 1  # iterations this process drives at once (each worker takes the next iteration when it commits)
+    iteration_starts: dict[int, float] = field(default_factory=dict)  # iterations in flight -> when they started
+    iteration_seconds: float = 0.0  # start -> commit, summed over the iterations this process committed
+    iterations_timed: int = 0
+    live_tokens: Callable[[], int] | None = None  # tokens the policy's model has generated so far, where it says
+
+    def iteration_started(self, iteration: int, now: float) -> None:
+        self.iteration_starts[iteration] = now
+
+    def iteration_ended(self, iteration: int, now: float, committed: bool) -> None:
+        """An iteration left flight: committed (its time counts towards the pace) or dropped (it does not)."""
+        started = self.iteration_starts.pop(iteration, None)
+        if committed and started is not None:
+            self.iteration_seconds += now - started
+            self.iterations_timed += 1
+
+    def seconds_per_iteration(self, now: float) -> float | None:
+        """The mean start-to-commit time of an iteration, estimated at `now`; None before the first commit here.
+
+        Iterations start together and short ones commit first, so the mean of the committed ones is too low while
+        long ones are still in flight, and their time plus the time in flight so far, per commit, is too high
+        (as if no iteration in flight would ever end): the estimate is the geometric mean of the two, which meets
+        both as the run goes on (tests/test_eta.py replays recorded runs against it)."""
+        if not self.iterations_timed:
+            return None
+        committed = self.iteration_seconds / self.iterations_timed
+        in_flight = sum(max(0.0, now - started) for started in self.iteration_starts.values())
+        return math.sqrt(committed * (self.iteration_seconds + in_flight) / self.iterations_timed)
 
     def note(self, line: str) -> None:
         self.recent.append(line)

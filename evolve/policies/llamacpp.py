@@ -103,6 +103,10 @@ class LlamaCppPolicy:
     def decode(self, tokens: Sequence[int]) -> str:
         return str(self.tokenizer.decode(list(tokens), skip_special_tokens=True))
 
+    def generated_tokens(self) -> int:
+        """Tokens the engine has generated so far, those of requests still generating included (a sign of life)."""
+        return self.engine.stats().generated_tokens
+
     async def generate(self, prompt: Prompt, seed: int) -> Completion:
         if self._closed:
             raise PolicyError(f"policy {self.name} is closed")
