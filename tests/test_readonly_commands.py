@@ -86,3 +86,17 @@ def test_the_status_of_a_study_never_run_creates_no_folder(inside: Path, capsys:
     assert main(["study", "study.toml", "--out", "never_run", "--status"]) == 0
     assert "3. evolve  to do    0/7 cells finished (0 started)" in capsys.readouterr().out
     assert not (inside / "never_run").exists()
+
+
+def test_the_status_of_a_study_whose_store_has_no_tables_yet_makes_none(
+        inside: Path, postgresql_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from sqlalchemy import create_engine, inspect
+
+    assert main(["study", "study.toml", "--out", "never_run", "--db", postgresql_url, "--status"]) == 0
+    assert "2. sample  to do    0/7 (policy, problem) runs" in capsys.readouterr().out
+    engine = create_engine(postgresql_url)
+    try:
+        assert inspect(engine).get_table_names() == []
+    finally:
+        engine.dispose()
+    assert not (inside / "never_run").exists()

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy import inspect
+
 from evolve.store.connection import database_url, require_sqlite_file
 from evolve.store.program_store import ProgramStore
 from evolve.store.records import StoreError
+from evolve.store.tables import RunRow
 
 IN_MEMORY = "sqlite://"  # an empty store that lives in this process only
 
@@ -27,10 +30,15 @@ class StatusView:
 
 
 def status_view(url_or_path: str) -> StatusView:
-    """The store at `url_or_path` opened read-only; a SQLite file that does not exist yet reads as an empty store
-    (in memory: no file is made). Any other failure to open it is the StoreError it was."""
+    """The store at `url_or_path` opened read-only; a SQLite file that does not exist yet, or a database without the
+    store's tables, reads as an empty store (in memory: nothing is made). Any other failure to open it is the
+    StoreError it was."""
     try:
         require_sqlite_file(database_url(url_or_path))
     except StoreError:
         return StatusView(ProgramStore(IN_MEMORY))
-    return StatusView(ProgramStore(url_or_path, mode="read"))
+    store = ProgramStore(url_or_path, mode="read")
+    if not inspect(store.engine).has_table(RunRow.__tablename__):  # a database made for the store, still empty
+        store.close()
+        return StatusView(ProgramStore(IN_MEMORY))
+    return StatusView(store)
