@@ -10,7 +10,7 @@ import json
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -77,6 +77,15 @@ def test_python_dash_m_evolve_is_the_command_line() -> None:
 def encoder_server() -> Iterator[tuple[str, list[dict]]]:
     """A real OpenAI-compatible endpoint on loopback whose every chat answer is a correct run-length encoder (a
     different variant per request, so each child is a new program)."""
+    yield from answer_server(lambda number: RUN_LENGTH_ENCODER.format(number=number))
+
+
+# scores below the seed (which encodes every run as a run of one): every child is valid and worse
+WORSE_ENCODER = 'def encode(s: str) -> str:\n    return "{number}" * 0\n'
+
+
+def answer_server(answer: Callable[[int], str]) -> Iterator[tuple[str, list[dict]]]:
+    """A real OpenAI-compatible endpoint on loopback answering request N (from 1) with answer(N)."""
     bodies: list[dict] = []
     lock = threading.Lock()
 
@@ -86,7 +95,7 @@ def encoder_server() -> Iterator[tuple[str, list[dict]]]:
             with lock:
                 bodies.append(body)
                 number = len(bodies)
-            message = {"role": "assistant", "content": RUN_LENGTH_ENCODER.format(number=number)}
+            message = {"role": "assistant", "content": answer(number)}
             reply = json.dumps({"choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
                                 "usage": {"prompt_tokens": 50, "completion_tokens": 60}}).encode()
             self.send_response(200)
@@ -217,3 +226,75 @@ def test_a_toml_file_that_cannot_be_read_is_one_line(tmp_path: Path) -> None:
     (folder / "problem.toml").write_bytes(b'name = "broken\xff"\n')
     with pytest.raises(evolve.ProblemError, match="not UTF-8 text"):
         evolve.load_problem("broken", tmp_path / "programs")
+
+
+# ---------------------------------------------------------------- what a new user meets (issue 30, items 1 and 4)
+
+
+def scripted_overrides(url: str, db: Path) -> dict[str, object]:
+    return {"run.problem": "run_length", "run.programs_dir": str(ROOT / "programs"), "run.iterations": 2,
+            "run.seed": 3, "run.db": str(db), "run.concurrency": 1, "run.eval_workers": 1,
+            "policy.backend": "openai", "policy.url": url, "policy.model": "m", "policy.name": "scripted",
+            "policy.prefill": False, "policy.retries": 0}
+
+
+def cli_run(url: str, db: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    flags = [f"--set={key}={json.dumps(value)}" for key, value in scripted_overrides(url, db).items()
+             if key not in ("run.problem", "run.iterations", "run.db")]
+    code = main(["run", "--plain", "--problem", "run_length", "--iterations", "2", "--db", str(db), *flags])
+    assert code == 0
+    return capsys.readouterr().out
+
+
+def test_the_end_of_a_run_says_when_no_child_beat_the_seed(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    server = answer_server(lambda number: WORSE_ENCODER.format(number=number))
+    url, _ = next(server)
+    out = cli_run(url, tmp_path / "worse.db", capsys)
+    assert "no child beat the seed program (scalar " in out and "2 valid children evaluated" in out
+    assert "the best program is still the seed" in out
+
+
+def test_the_end_of_a_run_gives_the_best_child_against_the_seed(tmp_path: Path,
+                                                                encoder_server: tuple[str, list[dict]],
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    out = cli_run(encoder_server[0], tmp_path / "better.db", capsys)
+    line = next(line for line in out.splitlines() if "beat the seed" in line)
+    assert line.startswith("the best child, 1:") and "against" in line and "solves the problem" in line
+
+
+def test_the_python_api_prints_nothing_unless_asked(tmp_path: Path, encoder_server: tuple[str, list[dict]],
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    outcome = evolve.run(overrides=scripted_overrides(encoder_server[0], tmp_path / "quiet.db"))
+    assert outcome.status == "finished" and outcome.db == str(tmp_path / "quiet.db")
+    assert capsys.readouterr() == ("", "")
+
+
+def test_a_config_file_elsewhere_reads_its_paths_from_its_own_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     encoder_server: tuple[str, list[dict]]) -> None:
+    project = tmp_path / "project"
+    (project / "problems").mkdir(parents=True)
+    import shutil
+
+    shutil.copytree(ROOT / "programs" / "run_length", project / "problems" / "run_length")
+    (project / "evolve.toml").write_text(
+        '[run]\nproblem = "run_length"\nprograms_dir = "problems"\ndb = "runs.db"\niterations = 1\nconcurrency = 1\n'
+        'eval_workers = 1\n\n[policy]\nbackend = "openai"\nmodel = "m"\nprefill = false\nretries = 0\n'
+        f'url = "{encoder_server[0]}"\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    outcome = evolve.run(project / "evolve.toml")
+    assert outcome.status == "finished"
+    assert (project / "runs.db").is_file() and not (elsewhere / "runs.db").exists()
+    # an override is typed where the user stands: it stays relative to the working directory
+    outcome = evolve.run(str(project / "evolve.toml"), overrides={"run.db": "here.db"})
+    assert (elsewhere / "here.db").is_file()
+
+
+def test_load_problem_reads_the_programs_folder_by_default_and_dir_lists_the_public_names(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    assert evolve.load_problem("lis").name == "lis"
+    assert dir(evolve) == sorted(evolve.__all__)
+    assert not {"Any", "TYPE_CHECKING", "annotations", "importlib"} & set(dir(evolve))
