@@ -161,7 +161,8 @@ def big(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 def _open_tree(browser: Any, big: Served) -> Any:
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     page.goto(f"{big.base}/runs/1")
-    page.wait_for_selector(f'#tree-svg[data-drawn="{PROGRAMS}"]')
+    # the page adds and lays out the last page of programs in one task: all there means all placed
+    _until(page, lambda: page.locator("circle.node").count() == PROGRAMS, 60, "the whole tree")
     return page
 
 
