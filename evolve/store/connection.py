@@ -46,7 +46,8 @@ def read_only_sqlite_engine(url: str) -> Engine | None:
     So each session gets a connection of its own, closed when it ends (NullPool), and where no -wal file is there
     (no writer has the database open) and the file may be written, that connection opens it read-write with
     query_only on: closing it then removes the files it made, as a writer's last close does. Where a -wal file is
-    there (a writer is at work, or one was killed), the connection opens it read-only (mode=ro) and uses them."""
+    there (a writer is at work, or one was killed), or a rollback journal (which a read-write open would roll back),
+    the connection opens it read-only (mode=ro) and uses them."""
     parsed = make_url(url)
     database = parsed.database or ""
     if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") or database.startswith("file:"):
@@ -54,8 +55,8 @@ def read_only_sqlite_engine(url: str) -> Engine | None:
     path = Path(database).resolve()
 
     def connect() -> sqlite3.Connection:
-        wal = path.with_name(path.name + "-wal")
-        if not wal.exists() and os.access(path, os.W_OK) and os.access(path.parent, os.W_OK):
+        beside = [path.with_name(path.name + suffix) for suffix in ("-wal", "-journal")]  # a writer's, or a crash's
+        if not any(file.exists() for file in beside) and os.access(path, os.W_OK) and os.access(path.parent, os.W_OK):
             connection = sqlite3.connect(str(path), check_same_thread=False)
         else:
             connection = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, check_same_thread=False)
