@@ -194,6 +194,11 @@ def test_the_tree_fills_its_pane_and_each_edge_runs_straight_from_parent_down_to
         assert y1 < y2  # the parent above its child
     if SHOTS:
         page.screenshot(path=str(SHOTS / "serve_tree_3000.png"))
+    page.select_option("#tree-rows", "iteration")  # a row per iteration instead: 120 iterations after the seed's
+    by_iteration = _dots(page)
+    assert len({dot["y"] for dot in by_iteration.values()}) == 121
+    assert all(by_iteration[child]["y"] > by_iteration[int(dot["parent"])]["y"]
+               for child, dot in by_iteration.items() if dot["parent"])
     page.close()
 
 
