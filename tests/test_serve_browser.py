@@ -167,10 +167,17 @@ def _open_tree(browser: Any, big: Served) -> Any:
 
 
 def _dots(page: Any) -> dict[int, dict[str, float]]:
-    """Every dot: id -> {x, y (its centre in the SVG), parent (0 for the seed)}."""
+    """Every dot drawn (the page leaves those outside the pane undrawn): id -> {x, y (its centre in the SVG),
+    parent (0 for the seed)}."""
     rows = page.locator("circle.node").evaluate_all(
-        "dots => dots.map(d => [+d.dataset.id, +d.getAttribute('cx'), +d.getAttribute('cy'), +d.dataset.parent])")
+        "dots => dots.filter(d => d.style.display !== 'none').map(d => [+d.dataset.id, +d.getAttribute('cx'), "
+        "+d.getAttribute('cy'), +d.dataset.parent])")
     return {row[0]: {"x": row[1], "y": row[2], "parent": row[3]} for row in rows}
+
+
+def _scale(page: Any) -> float:
+    """Pixels per column of the tree now (the page keeps its view on the SVG: "kx ky tx ty")."""
+    return float((page.locator("#tree-svg").get_attribute("data-view") or "0").split()[0])
 
 
 @pytest.mark.browser
@@ -215,16 +222,15 @@ def test_the_tree_zooms_around_the_pointer_pans_and_hover_shows_parent_and_child
     box = page.locator("#tree-svg").bounding_box()
     assert box is not None
     pointer = (round(box["x"] + dots[target]["x"]), round(box["y"] + dots[target]["y"]))  # events get whole pixels
-
-    def span(found: dict[int, dict[str, float]]) -> float:
-        return abs(found[target]["x"] - found[parent]["x"]) + abs(found[target]["y"] - found[parent]["y"])
+    fitted = _scale(page)
 
     page.mouse.move(*pointer)
     for _ in range(6):
         page.mouse.wheel(0, -300)
-    _until(page, lambda: span(_dots(page)) > 10 * span(dots), 30, "the wheel to zoom in")
+    _until(page, lambda: _scale(page) > 10 * fitted, 30, "the wheel to zoom in")
     zoomed = _dots(page)
-    factor = span(zoomed) / span(dots)
+    assert len(zoomed) < len(dots) / 5  # what left the pane is not drawn
+    factor = _scale(page) / fitted
     for axis, at in (("x", 0), ("y", 1)):  # the point under the pointer stayed under it
         before = box[axis] + dots[target][axis] - pointer[at]
         assert abs(box[axis] + zoomed[target][axis] - pointer[at] - before * factor) < 1.5, axis
@@ -247,12 +253,15 @@ def test_the_tree_zooms_around_the_pointer_pans_and_hover_shows_parent_and_child
     detail = page.locator("#detail").inner_text()
     assert detail.count("feedback") == 1 and "feedback:" not in detail
 
+    move = (150 if at[0] < box["x"] + box["width"] / 2 else -150, 90 if at[1] < box["y"] + box["height"] / 2 else -90)
+    to = (at[0] + move[0], at[1] + move[1])  # towards the middle: the program stays in the pane
     page.mouse.move(*at)
     page.mouse.down()
-    page.mouse.move(at[0] - 150, at[1] - 90, steps=5)
+    page.mouse.move(*to, steps=5)
     page.mouse.up()  # a drag pans, and the click it ends with selects nothing
-    _until(page, lambda: abs(box["x"] + _dots(page)[target]["x"] - (at[0] - 150)) < 1.5, 30, "the drag to pan")
-    assert abs(box["y"] + _dots(page)[target]["y"] - (at[1] - 90)) < 1.5
+    _until(page, lambda: abs(box["x"] + _dots(page)[target]["x"] - to[0]) < 1.5, 30, "the drag to pan")
+    assert abs(box["y"] + _dots(page)[target]["y"] - to[1]) < 1.5
+    assert page.locator(f'.detail[data-program="{target}"]').count() == 1
     page.click("#tree-fit")
     assert _dots(page) == dots  # back to the whole tree
     page.close()

@@ -103,28 +103,46 @@ const treeView = (() => {
       render();
     }
 
+    // only what lies in the box is drawn: the rest is taken out of rendering (display: none) and left as it was
+    // (an attribute change restyles even a hidden element), so zoomed in on a run of thousands the browser styles,
+    // lays out and paints the few in view. The view (scales and offsets) is kept on the SVG as data-view.
     function render() {
       frame = 0;
-      const span = hi - lo;
+      const span = hi - lo, { width, height } = size(), margin = 12;
       const radius = Math.min(7, Math.max(1.6, 0.32 * Math.min(kx, ky)));
       svg.classList.toggle("dense", radius < 3);
+      svg.setAttribute("data-view", [kx, ky, tx, ty].join(" "));
       for (const node of nodes.values()) {
         node.x = tx + node.lx * kx;
         node.y = ty + node.row * ky;
+        const inside = node.x > -margin && node.x < width + margin && node.y > -margin && node.y < height + margin;
+        show(node.dot, inside);
+        if (!inside) continue;
         node.dot.setAttribute("cx", node.x.toFixed(1));
         node.dot.setAttribute("cy", node.y.toFixed(1));
-        node.dot.setAttribute("r", node.solved ? radius + 1.5 : radius);
-        node.dot.setAttribute("fill", evolve.colour(span > 0 ? (node.scalar - lo) / span : 1));
+        const r = node.solved ? radius + 1.5 : radius, fill = evolve.colour(span > 0 ? (node.scalar - lo) / span : 1);
+        if (node.r !== r) node.dot.setAttribute("r", node.r = r);
+        if (node.fill !== fill) node.dot.setAttribute("fill", node.fill = fill);
       }
       for (const node of nodes.values()) {
         if (!node.edge) continue;
         const parent = nodes.get(node.parent);
+        const inside = Math.max(parent.x, node.x) > 0 && Math.min(parent.x, node.x) < width &&
+          Math.max(parent.y, node.y) > 0 && Math.min(parent.y, node.y) < height;
+        show(node.edge, inside);
+        if (!inside) continue;
         node.edge.setAttribute("x1", parent.x.toFixed(1));
         node.edge.setAttribute("y1", parent.y.toFixed(1));
         node.edge.setAttribute("x2", node.x.toFixed(1));
         node.edge.setAttribute("y2", node.y.toFixed(1));
       }
       labels();
+    }
+
+    function show(element, visible) {
+      if (element.shown === visible) return;
+      element.shown = visible;
+      element.style.display = visible ? "" : "none";
     }
 
     function labels() { // the row numbers down the left margin, at most one per 18 px
