@@ -3,7 +3,6 @@ does (same output on the console, same store writes) and returns what happened i
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,38 +115,33 @@ class Report:
 def experiment_report(experiment: str | Path | ExperimentSpec, *, db: str | None = None, out: str | Path | None = None,
            pairs: Literal["all", "first"] = "all", score_range: tuple[float, float] = (0.0, 1.0),
            console: Console | None = None) -> Report:
-    """Which problems each policy cracked: shown on the console and written to out (default reports/NAME/) as
-    report.html, report.json and CSV files. StoreError when the experiment never ran in its store."""
+    """Which problems each policy cracked, written to out (default reports/NAME/) as report.html, report.json and
+    CSV files, and shown on `console` if one is given. An experiment file (or name) is reported with the design the
+    experiment ran with, as its store keeps it (a file changed since is said so on the console, both designs
+    named); an ExperimentSpec is reported as given. StoreError when the experiment never ran in its store."""
+    from rich.markup import escape
+
+    from evolve.report.design import report_design
     from evolve.report.report_files import write_report
     from evolve.report.results import collect
     from evolve.report.terminal import render_report
     from evolve.store.program_store import ProgramStore, StoreError
 
-    console = console or Console()
     spec = load_experiment_file(experiment, db)
     store = ProgramStore(spec.db, mode="read")
     stored = store.experiment_spec(spec.name)
     if stored is None:
         named = experiment if isinstance(experiment, str | Path) else spec.name
         raise StoreError(f"no experiment '{spec.name}' in {spec.db}; run `evolve experiment {named}` first")
-    if not _same_spec(stored, spec):
-        source = experiment_file(experiment) if isinstance(experiment, str | Path) else f"experiment {spec.name}"
-        console.print(f"[yellow]warning:[/] {source} changed since the experiment last ran; the report follows the "
-                      "file (cells it no longer names are left out, new ones show as not run)", highlight=False)
+    if isinstance(experiment, str | Path):
+        design = report_design(experiment_file(experiment), stored, db)
+        spec = design.spec
+        if design.note and console is not None:
+            color = "yellow" if design.severity == "warning" else "dim"
+            console.print(f"[{color}]{design.severity}:[/] {escape(design.note)}", highlight=False, soft_wrap=True)
     results = collect(store, spec, score_range=score_range, pairs=pairs)
-    render_report(results, console)
     files = write_report(results, Path(out or Path("reports") / spec.name))
-    console.print("wrote " + ", ".join(str(path) for path in files), highlight=False)
+    if console is not None:
+        render_report(results, console)
+        console.print("wrote " + ", ".join(str(path) for path in files), highlight=False)
     return Report(results, files)
-
-
-def _same_spec(stored: str, spec: ExperimentSpec) -> bool:
-    """Whether the spec an experiment last ran with (as stored) is `spec`: read with today's defaults, so a key added
-    to the experiment file since (with its default) is no change."""
-    from evolve.engine.experiment_spec import ExperimentSpec
-
-    try:
-        then = ExperimentSpec.model_validate(json.loads(stored) | {"db": spec.db})
-    except ValueError:  # a key this version no longer has, or one it refuses: the file changed
-        return False
-    return json.loads(then.model_dump_json()) == json.loads(spec.model_dump_json())

@@ -283,15 +283,19 @@ def test_every_output_path_flag_is_out_with_o_and_old_spellings_are_hidden() -> 
 def test_an_experiment_stored_before_a_new_key_with_its_default_is_not_reported_as_changed() -> None:
     import json
 
-    from evolve.api import _same_spec
     from evolve.engine.experiment_spec import load_experiment
+    from evolve.report.design import report_design
 
-    spec = load_experiment(ROOT / "experiments/default.toml")
+    path = ROOT / "experiments/default.toml"
+    spec = load_experiment(path)
     older = json.loads(spec.model_dump_json())
     del older["run"]["stop_when_solved"], older["run"]["target_score"]  # as a store written before these keys
-    assert _same_spec(json.dumps(older), spec)
-    assert not _same_spec(json.dumps(older | {"iterations": spec.iterations + 1}), spec)
-    assert not _same_spec(json.dumps(older | {"retired_key": 1}), spec)
+    assert report_design(path, json.dumps(older)).note == ""
+    changed = report_design(path, json.dumps(older | {"iterations": spec.iterations + 1}))
+    assert changed.severity == "warning" and "changed since" in changed.note
+    assert changed.spec.iterations == spec.iterations + 1  # the design it ran with, not the file's
+    retired = report_design(path, json.dumps(older | {"retired_key": 1}))
+    assert retired.severity == "warning" and "not readable here" in retired.note
 
 
 def test_the_python_api_takes_the_same_experiment_overrides() -> None:

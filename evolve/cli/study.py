@@ -36,8 +36,14 @@ def cmd_study(args: argparse.Namespace, console: Console) -> int:
         reader = Study(spec, paths, console, source=args.file, read_only=True)
         reader.print_statuses(reader.statuses())
         return 0
-    study = Study(spec, paths, console, source=args.file, cluster=args.cluster)
-    outcome = study.run(args.until)
+    from evolve.cli.progress import ExperimentDrawing
+
+    drawing = ExperimentDrawing(console)  # the evolve stage's cells, drawn as `evolve experiment` draws them
+    study = Study(spec, paths, console, source=args.file, cluster=args.cluster, on_event=drawing)
+    try:
+        outcome = study.run(args.until)
+    finally:
+        drawing.close()
     for error in outcome.errors:
         console.print(f"[red]error:[/] {error}", highlight=False, soft_wrap=True)
     again = f"evolve study {args.file}" + (f" --out {args.out}" if args.out else "") + \

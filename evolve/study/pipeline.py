@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from rich.console import Console
 
+from evolve.engine.events import Observer
 from evolve.errors import UserError
 from evolve.study.config import BASE_POLICY, StudySpec
 from evolve.study.plan import StudyPaths, experiment_spec, policy_sections, sampling_config, train_configs
@@ -206,7 +207,8 @@ class Study:
     the stages still to do, up to `until`."""
 
     def __init__(self, spec: StudySpec, paths: StudyPaths, console: Console | None = None,
-                 source: str = "study", cluster: str | None = None, read_only: bool = False) -> None:
+                 source: str = "study", cluster: str | None = None, read_only: bool = False,
+                 on_event: Observer | None = None) -> None:
         """`read_only` (`--status`): nothing is created or written, not the folder, its state file or its store;
         `run` then refuses."""
         from evolve.store.program_store import ProgramStore
@@ -214,6 +216,7 @@ class Study:
 
         self.spec, self.paths, self.read_only = spec, paths, read_only
         self.cluster = cluster  # "ray": the evolve stage's cells run as Ray tasks (evolve/cluster/)
+        self.on_event = on_event  # the evolve stage's experiment events (the CLI draws them)
         self.console = console or Console()
         self.state = StudyState(paths, read_only)
         self.train_configs = train_configs(spec, paths.folder, source)
@@ -336,15 +339,22 @@ class Study:
                 return
 
     def _evolve(self, outcome: StudyOutcome) -> None:
-        from evolve.api import run_experiment
+        from evolve.engine.experiment import ExperimentRunner
 
-        result = run_experiment(experiment_spec(self.spec, self.paths), console=self.console, cluster=self.cluster)
+        executor = None
+        if self.cluster is not None:
+            from evolve.cluster import cell_executor
+
+            executor = cell_executor(self.cluster)
+        result = ExperimentRunner(experiment_spec(self.spec, self.paths), on_event=self.on_event,
+                                  executor=executor).run()
         outcome.errors += [f"evolve: {error}" for error in result.errors]
         outcome.interrupted = result.interrupted
 
     def _report(self, outcome: StudyOutcome) -> None:
-        from evolve.api import experiment_report
         from evolve.problems.problem import load_problem
+        from evolve.report.report_files import write_report
+        from evolve.report.results import collect
         from evolve.report.study_arms import arm_report, arms_section_html, render_arms
         from evolve.report.study_report import (
             read_training_log,
@@ -353,9 +363,13 @@ class Study:
             training_section_html,
             with_training_section,
         )
+        from evolve.report.terminal import render_report
+        from evolve.store.program_store import ProgramStore
 
-        report = experiment_report(experiment_spec(self.spec, self.paths), out=self.paths.report,
-                                   console=self.console)
+        results = collect(ProgramStore(self.paths.db, mode="read"), experiment_spec(self.spec, self.paths))
+        render_report(results, self.console)
+        files = write_report(results, self.paths.report)
+        self.console.print("wrote " + ", ".join(str(path) for path in files), highlight=False)
         problems = [load_problem(name, Path(self.spec.programs_dir)) for name in self.spec.training.problems]
         objectives = {problem.name: problem.objectives for problem in problems}
         curves = [training_curves(name, read_training_log(Path(config.out) / "train_log.jsonl"), objectives)
@@ -370,11 +384,11 @@ class Study:
                  "training_runs": [{"policy": run.name, "algo": run.algo, "training_seed": run.seed}
                                    for run in self.spec.training_runs()],
                  "spec": self.spec.model_dump(mode="json")}
-        arms = arm_report(report.results, facts["training_runs"], self.spec.claim, self.spec.training.seeds)
+        arms = arm_report(results, facts["training_runs"], self.spec.claim, self.spec.training.seeds)
         render_arms(arms, self.console)
         page.write_text(with_training_section(page.read_text(),
                                               arms_section_html(arms) + training_section_html(curves, budgets)))
-        document = study_json(self.spec.name, facts, budgets, curves, sampled_results(self), report.results,
+        document = study_json(self.spec.name, facts, budgets, curves, sampled_results(self), results,
                               self.state.seconds, arms=arms)
         path = self.paths.report / "study_report.json"
         path.write_text(json.dumps(document, indent=1) + "\n")
