@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from types import TracebackType
+from typing import Self
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
@@ -57,26 +58,23 @@ def summary_rows(stats: RunStats) -> list[tuple[str, str]]:
     ]
 
 
-class ProgressView:
-    """Context manager that renders RunStats; call update() whenever the stats change. On a terminal a live panel
-    (redrawn 4 times a second, so elapsed time and the spinner move between updates); elsewhere one line per
-    iteration with the same facts, and a heartbeat line when nothing was printed for `heartbeat_s` seconds."""
+class _View:
+    """What both views share: while open, a live panel on a terminal (redrawn 4 times a second from `_renderable`,
+    so elapsed time and spinners move between updates), elsewhere the title, then plain lines and a heartbeat line
+    (`_heartbeat_line`) when nothing was printed for `heartbeat_s` seconds."""
 
-    def __init__(self, title: str, console: Console | None = None, live: bool | None = None,
-                 heartbeat_s: float = 30.0) -> None:
+    def __init__(self, title: str, console: Console | None, live: bool | None, heartbeat_s: float) -> None:
         self.title = title
         self.console = console or Console()
         self.live_mode = self.console.is_terminal if live is None else live
         self.heartbeat_s = heartbeat_s
         self._live: Live | None = None
         self._heartbeat: Heartbeat | None = None
-        self._stats: RunStats | None = None
-        self._printed = 0
 
-    def __enter__(self) -> ProgressView:
+    def __enter__(self) -> Self:
         if self.live_mode:
             self._live = Live(console=self.console, refresh_per_second=4, transient=False,
-                              get_renderable=self._current)
+                              get_renderable=self._renderable)
             self._live.__enter__()
         else:
             self.console.print(self.title, highlight=False)
@@ -89,16 +87,34 @@ class ProgressView:
         if self._heartbeat is not None:
             self._heartbeat.__exit__(exc_type, exc, tb)
         if self._live is not None:
+            self._live.refresh()
             self._live.__exit__(exc_type, exc, tb)
 
-    def _current(self) -> RenderableType:
+    def _emit(self, line: str) -> None:
+        self.console.print(line, highlight=False, soft_wrap=True)
+
+    def _renderable(self) -> RenderableType:
+        raise NotImplementedError
+
+    def _heartbeat_line(self) -> str:
+        raise NotImplementedError
+
+
+class ProgressView(_View):
+    """Context manager that renders RunStats; call update() whenever the stats change. On a terminal a live panel;
+    elsewhere one line per iteration with the same facts, and a heartbeat line when quiet."""
+
+    def __init__(self, title: str, console: Console | None = None, live: bool | None = None,
+                 heartbeat_s: float = 30.0) -> None:
+        super().__init__(title, console, live, heartbeat_s)
+        self._stats: RunStats | None = None
+        self._printed = 0
+
+    def _renderable(self) -> RenderableType:
         if self._stats is None:
             return Panel(Spinner("dots", "starting: loading the problem and scoring the seed program"),
                          title=self.title, border_style="green")
         return self.render(self._stats)
-
-    def _emit(self, line: str) -> None:
-        self.console.print(line, highlight=False, soft_wrap=True)
 
     def _heartbeat_line(self) -> str:
         stats = self._stats
@@ -138,44 +154,24 @@ class ProgressView:
         return Panel(Group(table, Text(""), recent), title=self.title, border_style="green")
 
 
-class ExperimentView:
+class ExperimentView(_View):
     """Live table of an experiment's cells on a terminal; elsewhere one line per cell event and per iteration, with
     the same facts (elapsed, ETA, requests in flight, what a cell at 0/N waits on) and a heartbeat when quiet."""
 
     def __init__(self, title: str, cells: list[CellProgress], console: Console | None = None,
                  live: bool | None = None, heartbeat_s: float = 30.0, parallel_cells: int = 1) -> None:
-        self.title = title
+        super().__init__(title, console, live, heartbeat_s)
         self.cells = cells
         self.parallel_cells = parallel_cells
-        self.console = console or Console()
-        self.live_mode = self.console.is_terminal if live is None else live
-        self.heartbeat_s = heartbeat_s
-        self._live: Live | None = None
-        self._heartbeat: Heartbeat | None = None
         self._shown: dict[CellKey, tuple[str, int, str]] = {}
         self._started = time.monotonic()
 
-    def __enter__(self) -> ExperimentView:
+    def __enter__(self) -> Self:
         self._started = time.monotonic()
-        if self.live_mode:
-            self._live = Live(console=self.console, refresh_per_second=4, transient=False, get_renderable=self.render)
-            self._live.__enter__()
-        else:
-            self.console.print(self.title, highlight=False)
-            self._heartbeat = Heartbeat(self._heartbeat_line, self._emit, self.heartbeat_s).__enter__()
-        return self
+        return super().__enter__()
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if self._heartbeat is not None:
-            self._heartbeat.__exit__(exc_type, exc, tb)
-        if self._live is not None:
-            self._live.refresh()
-            self._live.__exit__(exc_type, exc, tb)
-
-    def _emit(self, line: str) -> None:
-        self.console.print(line, highlight=False, soft_wrap=True)
+    def _renderable(self) -> RenderableType:
+        return self.render()
 
     def update(self, cell: CellProgress) -> None:
         if self._live is not None:
