@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from browser import chromium
 
 from evolve.engine.experiment_spec import ExperimentSpec
 from evolve.report.charts import Series, line_chart, palette
@@ -38,7 +39,6 @@ SCRIPTS: dict[tuple[str, str, int], dict[int, float]] = {
     ("beta", GRPO, 0): {}, ("beta", GRPO, 1): {1: 0.2},  # ("beta", GRPO, 2) never ran
     ("alpha", BROKEN, 0): {}, ("alpha", BROKEN, 1): {}, ("alpha", BROKEN, 2): {},  # beta never ran
 }
-CHROMIUM = os.environ.get("EVOLVE_CHROMIUM", "/usr/bin/chromium")
 
 
 def _child(scalar: float, parent_id: int | None, policy: str) -> ChildRecord:
@@ -200,19 +200,8 @@ def test_line_chart_handles_a_single_point_flat_lines_equal_bands_and_no_data() 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:  # a playwright Browser
-    try:
-        from playwright.sync_api import Error, sync_playwright
-    except ImportError:
-        pytest.skip("the playwright package is not installed (pip install playwright)")
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install -y chromium, or set EVOLVE_CHROMIUM)")
-    with sync_playwright() as playwright:
-        try:
-            launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
-        except Error as exc:
-            pytest.skip(f"Chromium at {CHROMIUM} does not start: {str(exc).splitlines()[0]}")
+    with chromium() as launched:
         yield launched
-        launched.close()
 
 
 @pytest.mark.browser

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from browser import chromium
 from serve_run import LONG_LINE, Served, canned_policy, experiment_file, start_experiment, start_serve, tree_store
 
-CHROMIUM = os.environ.get("EVOLVE_CHROMIUM", "/usr/bin/chromium")
 ITERATIONS = 30
 PAUSE_S = 0.25  # per canned answer: the run lasts several seconds, long enough to watch it grow
 # EVOLVE_SCREENSHOT_DIR=docs/images (with tests/test_report_html.py) remakes the screenshots the guide shows
@@ -27,19 +27,8 @@ SHOTS = Path(os.environ["EVOLVE_SCREENSHOT_DIR"]) if os.environ.get("EVOLVE_SCRE
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:  # a playwright Browser
-    try:
-        from playwright.sync_api import Error, sync_playwright
-    except ImportError:
-        pytest.skip("the playwright package is not installed (pip install playwright)")
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install -y chromium, or set EVOLVE_CHROMIUM)")
-    with sync_playwright() as playwright:
-        try:
-            launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
-        except Error as exc:
-            pytest.skip(f"Chromium at {CHROMIUM} does not start: {str(exc).splitlines()[0]}")
+    with chromium() as launched:
         yield launched
-        launched.close()
 
 
 def _wait_for(condition: Any, timeout_s: float, what: str) -> None:
