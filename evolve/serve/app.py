@@ -1,12 +1,9 @@
-"""The Starlette app behind `evolve serve`: pages (static HTML + vanilla JS from assets/), JSON endpoints over
-data.py's reads, and the lineage page and experiment report rendered on demand by evolve/report. Read-only: every
-route is GET. Unknown ids and paths are 404: one JSON error line under /api and /assets, a not-found page (with the
-bar every page has) elsewhere."""
+"""The Starlette app behind `evolve serve`: pages (their bodies and vanilla JS from assets/, in the head pages.py
+writes), JSON endpoints over data.py's reads, and the lineage page and experiment report rendered on demand by
+evolve/report. Read-only: every route is GET. Unknown ids and paths are 404: one JSON error line under /api and
+/assets, a not-found page (with the bar every page has) elsewhere."""
 
 from __future__ import annotations
-
-from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 from starlette.applications import Starlette
@@ -23,11 +20,10 @@ from starlette.staticfiles import StaticFiles
 from evolve.errors import UserError
 from evolve.serve.auth import TokenGate
 from evolve.serve.data import StoreView
-from evolve.serve.pages import Crumbs, error_page, framed
+from evolve.serve.pages import ASSETS, Crumbs, error_page, framed, scripted_page
 from evolve.store.program_store import ProgramStore, UnknownIdError
 from evolve.store.records import MAX_ID
 
-ASSETS = Path(__file__).parent / "assets"
 # the pages load scripts and styles from /assets only; the rendered reports carry inline <style> and no scripts
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
        "object-src 'none'; base-uri 'none'; frame-ancestors 'none'")
@@ -58,12 +54,6 @@ class BadRequest(UserError):
 
 class StoredSpecError(UserError):
     """An experiment's stored spec that this version cannot read."""
-
-
-def _page(name: str) -> Any:
-    def page(request: Request) -> Response:
-        return FileResponse(ASSETS / name, media_type="text/html")
-    return page
 
 
 def _since(request: Request) -> int:
@@ -98,11 +88,11 @@ def create_app(store: ProgramStore, token: str | None = None, loopback_only: boo
 
     def run_page(request: Request) -> Response:
         view.store.get_run(request.path_params["run_id"])  # an unknown run: the not-found page, not empty panels
-        return FileResponse(ASSETS / "run.html", media_type="text/html")
+        return scripted_page("run.html")
 
     def program_page(request: Request) -> Response:
         view.check_program(request.path_params["run_id"], request.path_params["program_id"])
-        return FileResponse(ASSETS / "program.html", media_type="text/html")
+        return scripted_page("program.html")
 
     def lineage_page(request: Request) -> Response:
         from evolve.report.lineage import ancestry, lineage_html
@@ -128,7 +118,7 @@ def create_app(store: ProgramStore, token: str | None = None, loopback_only: boo
         return HTMLResponse(framed(html, [("runs", "/"), (f"experiment {name}: report", None)]))
 
     routes = [
-        Route("/", _page("index.html")),
+        Route("/", lambda request: scripted_page("index.html")),
         Route("/favicon.ico", lambda request: FileResponse(ASSETS / "favicon.svg", media_type="image/svg+xml")),
         Route("/runs/{run_id:evolve_id}", run_page),
         Route("/runs/{run_id:evolve_id}/programs/{program_id:evolve_id}", program_page),

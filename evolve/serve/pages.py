@@ -1,18 +1,49 @@
-"""The HTML the server writes itself: the navigation bar every page shares (the script-built pages make the same
-markup in common.js), the frame put around pages rendered by evolve/report (lineage, experiment report), and the
-not-found page of a run, program, experiment or path that does not exist."""
+"""The HTML the server writes itself: the head every page shares, the pages the browser builds with scripts (their
+bodies are assets/index.html, run.html and program.html), the navigation bar every page shares (the script-built
+pages make the same markup in common.js), the frame put around pages rendered by evolve/report (lineage, experiment
+report), and the not-found page of a run, program, experiment or path that does not exist."""
 
 from __future__ import annotations
 
 from html import escape
+from pathlib import Path
 
 from starlette.responses import HTMLResponse
+
+ASSETS = Path(__file__).parent / "assets"
 
 Crumbs = list[tuple[str, str | None]]  # (label, link or None for the page itself)
 
 # what the frame adds to a rendered page: the bar's stylesheet, and diffs that wrap instead of running off the page
 _FRAME_HEAD = ('<link rel="stylesheet" href="/assets/nav.css">'
                "<style>pre.diff, pre.diff span { white-space: pre-wrap; overflow-wrap: anywhere; }</style>")
+
+
+# the pages built by scripts: the file in assets/ holding the page's <body>, its title, the scripts it runs (after
+# common.js, which every one of them runs first)
+SCRIPTED_PAGES = {
+    "index.html": ("runs and experiments", ("index.js",)),
+    "run.html": ("run", ("detail.js", "tree_view.js", "tree.js")),
+    "program.html": ("program", ("detail.js", "program.js")),
+}
+
+
+def document(title: str, body: str, scripts: tuple[str, ...] = ()) -> str:
+    """A whole page: the head every page shares (charset, viewport, the stylesheets, the icon), titled "evolve:
+    TITLE", running `scripts` from /assets (deferred, in order), then `body` (its <body> element)."""
+    loads = "".join(f'<script src="/assets/{script}" defer></script>\n' for script in scripts)
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+            f"<title>evolve: {escape(title)}</title>\n"
+            '<link rel="stylesheet" href="/assets/app.css">\n<link rel="stylesheet" href="/assets/nav.css">\n'
+            f'<link rel="icon" href="/assets/favicon.svg" type="image/svg+xml">\n{loads}</head>\n'
+            f"{body.rstrip()}\n</html>\n")
+
+
+def scripted_page(name: str) -> HTMLResponse:
+    """One of SCRIPTED_PAGES: its body from assets/ (read on each request, as a file is served) in the shared head."""
+    title, scripts = SCRIPTED_PAGES[name]
+    return HTMLResponse(document(title, (ASSETS / name).read_text(encoding="utf-8"), ("common.js", *scripts)))
 
 
 def nav_html(crumbs: Crumbs) -> str:
@@ -34,10 +65,4 @@ def error_page(message: str, crumbs: Crumbs, back: tuple[str, str], status: int 
     title = "Not found" if status == 404 else "Cannot show this page"
     body = (f'<main class="not-found"><h1>{title}</h1><p id="not-found" class="error">{escape(message)}</p>'
             f'<p><a id="back" href="{escape(href)}">back to {escape(label)}</a></p></main>')
-    html = ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-            f"<title>evolve: {title.lower()}</title>\n"
-            '<link rel="stylesheet" href="/assets/app.css">\n<link rel="stylesheet" href="/assets/nav.css">\n'
-            '<link rel="icon" href="/assets/favicon.svg" type="image/svg+xml">\n</head>\n'
-            f"<body>{nav_html(crumbs)}{body}</body>\n</html>\n")
-    return HTMLResponse(html, status_code=status)
+    return HTMLResponse(document(title.lower(), f"<body>{nav_html(crumbs)}{body}</body>"), status_code=status)
