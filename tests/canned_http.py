@@ -24,20 +24,27 @@ def models_reply(model: str) -> dict[str, Any]:
 
 
 def json_handler(on_get: Callable[[], dict[str, Any]],
-                 on_post: Callable[[bytes], dict[str, Any]]) -> type[BaseHTTPRequestHandler]:
-    """A handler answering GET with on_get() and POST with on_post(request body), both as JSON."""
+                 on_post: Callable[[bytes], dict[str, Any] | tuple[int, dict[str, Any]]],
+                 post_path: str | None = None) -> type[BaseHTTPRequestHandler]:
+    """A handler answering GET with on_get() and POST with on_post(request body), both as JSON (200, or the status
+    on_post returns with its data). With `post_path`, a POST to a path not ending in it is a 404."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
             self._send(on_get())
 
         def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-            self._send(on_post(self.rfile.read(int(self.headers.get("Content-Length", 0)))))
+            raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            if post_path is not None and not self.path.endswith(post_path):
+                self._send((404, {"error": {"message": f"no route {self.path}"}}))
+                return
+            self._send(on_post(raw))
 
-        def _send(self, data: dict[str, Any]) -> None:
+        def _send(self, data: dict[str, Any] | tuple[int, dict[str, Any]]) -> None:
+            status, data = data if isinstance(data, tuple) else (200, data)
             body = json.dumps(data).encode()
             try:
-                self.send_response(200)
+                self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()

@@ -9,9 +9,7 @@ import io
 import json
 import subprocess
 import sys
-import threading
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ from rich.console import Console
 import evolve
 from evolve.cli.main import exit_code, main
 from evolve.errors import UserError
+from tests.scripted_policy_server import ScriptedPolicyServer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,42 +76,13 @@ def test_python_dash_m_evolve_is_the_command_line() -> None:
 def encoder_server() -> Iterator[tuple[str, list[dict]]]:
     """A real OpenAI-compatible endpoint on loopback whose every chat answer is a correct run-length encoder (a
     different variant per request, so each child is a new program)."""
-    yield from answer_server(lambda number: RUN_LENGTH_ENCODER.format(number=number))
+    with ScriptedPolicyServer(lambda number, body: RUN_LENGTH_ENCODER.format(number=number),
+                              tokens=(50, 60)) as server:
+        yield server.url, server.requests
 
 
 # scores below the seed (which encodes every run as a run of one): every child is valid and worse
 WORSE_ENCODER = 'def encode(s: str) -> str:\n    return "{number}" * 0\n'
-
-
-def answer_server(answer: Callable[[int], str]) -> Iterator[tuple[str, list[dict]]]:
-    """A real OpenAI-compatible endpoint on loopback answering request N (from 1) with answer(N)."""
-    bodies: list[dict] = []
-    lock = threading.Lock()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            with lock:
-                bodies.append(body)
-                number = len(bodies)
-            message = {"role": "assistant", "content": answer(number)}
-            reply = json.dumps({"choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                                "usage": {"prompt_tokens": 50, "completion_tokens": 60}}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(reply)))
-            self.end_headers()
-            self.wfile.write(reply)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1", bodies
-    server.shutdown()
-    server.server_close()
 
 
 def test_evolve_run_drives_a_real_run_that_stores_scored_programs(tmp_path: Path,
@@ -248,9 +218,9 @@ def cli_run(url: str, db: Path, capsys: pytest.CaptureFixture[str]) -> str:
 
 def test_the_end_of_a_run_says_when_no_child_beat_the_seed(tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
-    server = answer_server(lambda number: WORSE_ENCODER.format(number=number))
-    url, _ = next(server)
-    out = cli_run(url, tmp_path / "worse.db", capsys)
+    with ScriptedPolicyServer(lambda number, body: WORSE_ENCODER.format(number=number),
+                              tokens=(50, 60)) as server:
+        out = cli_run(server.url, tmp_path / "worse.db", capsys)
     assert "no child beat the seed program (scalar " in out and "2 valid children evaluated" in out
     assert "the best program is still the seed" in out
 

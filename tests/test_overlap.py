@@ -13,16 +13,7 @@ from evolve.problems.problem import Problem, load_problem
 from evolve.records import Completion, Evaluation
 from evolve.search.prompts import Prompt
 from evolve.store.program_store import ProgramStore
-
-TOML = """\
-name = "slow_scorer"
-description = "Return a number; the evaluator takes its time to score it."
-provenance = "a test fixture"
-objectives = ["value"]
-
-[solved]
-all_at_least = 1e12
-"""
+from tests.scripted_policy_server import write_problem
 
 # the trusted evaluator sleeps: an evaluation lasts well past a generation
 EVALUATOR = """\
@@ -35,16 +26,10 @@ def evaluate(program_path):
     return {"value": float(len(code))}
 """
 
-INITIAL = "# EVOLVE-BLOCK-START\nx = 1\n# EVOLVE-BLOCK-END\n"
-
 
 @pytest.fixture
 def slow_scorer(tmp_path: Path) -> Problem:
-    folder = tmp_path / "slow_scorer"
-    folder.mkdir()
-    (folder / "problem.toml").write_text(TOML)
-    (folder / "initial.py").write_text(INITIAL)
-    (folder / "evaluator.py").write_text(EVALUATOR)
+    write_problem(tmp_path, "slow_scorer", "Return a number; the evaluator takes its time to score it.", EVALUATOR)
     return load_problem("slow_scorer", tmp_path)
 
 

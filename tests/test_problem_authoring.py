@@ -6,10 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import threading
 from collections.abc import Iterator
 from dataclasses import asdict
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -24,6 +22,7 @@ from evolve.problems.problem import ProblemError, ProblemPrompt, load_problem
 from evolve.records import MutationRequest, Program
 from evolve.search.prompts import PromptOptions, build_prompt
 from evolve.toml_files import read_toml
+from tests.scripted_policy_server import ScriptedPolicyServer
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).parent / "golden_prompts"
@@ -195,28 +194,9 @@ def test_the_cli_writes_the_io_tests_template(tmp_path: Path, capsys: pytest.Cap
 @pytest.fixture
 def gcd_server() -> Iterator[str]:
     """A real OpenAI-compatible endpoint on loopback whose every chat answer is a correct gcd."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-            self.rfile.read(int(self.headers["Content-Length"]))
-            message = {"role": "assistant", "content": f"def solve(a: int, b: int) -> int:\n    {GCD}\n"}
-            reply = json.dumps({"choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                                "usage": {"prompt_tokens": 50, "completion_tokens": 20}}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(reply)))
-            self.end_headers()
-            self.wfile.write(reply)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+    with ScriptedPolicyServer(lambda number, body: f"def solve(a: int, b: int) -> int:\n    {GCD}\n",
+                              tokens=(50, 20)) as server:
+        yield server.url
 
 
 def test_a_run_on_a_pattern_problem_stores_the_resolved_vector_and_solves_it(tmp_path: Path, gcd_server: str) -> None:
