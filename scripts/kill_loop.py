@@ -17,7 +17,6 @@ Exit status 0 when every check holds, 1 (each failed check on a line) otherwise,
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import signal
@@ -25,90 +24,39 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # the tests' stand-in policy server and canned fizzbuzz rewrites
+
+from scripted_policy_server import Answer, ScriptedPolicyServer  # noqa: E402
+from serve_run import FIZZBUZZ  # noqa: E402
+
 RUN_TIMEOUT_S = 300.0  # the last, unkilled resume must finish the budget within this
 REFUSED_MARKERS = ("lease", "being driven", "driven by")  # how a resume refused for a live lease reads
 
 
 # ---------------------------------------------------------------- the fake OpenAI server
 
-FIZZBUZZ = '''def fizzbuzz(n: int) -> str:
-    """FizzBuzz, variant {number}."""
-    if n % 15 == 0:
-        return "FizzBuzz"
-    if n % 3 == 0:
-        return "Fizz"
-    if n % {divisor} == 0:
-        return "Buzz"
-    return str(n)
-'''
 
+def fake_answers(seed: int) -> Answer:
+    """Canned completions for ScriptedPolicyServer: mostly distinct valid rewrites of fizzbuzz, some prose with no
+    code; each after a random pause, so that kills land mid-request as well as mid-evaluation (the server continues
+    a prefill, as a real one does)."""
 
-@dataclass
-class FakeAnswers:
-    """Canned completions: mostly distinct valid rewrites of fizzbuzz, some prose with no code; each after a random
-    pause, so that kills land mid-request as well as mid-evaluation. Like a real server, a final assistant message
-    (the prompt's prefill) is continued: the reply is what follows it."""
-
-    seed: int
-    served: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def next(self, prefill: str) -> tuple[str, float]:
-        with self.lock:
-            self.served += 1
-            number = self.served
-        draw = random.Random(self.seed * 1_000_003 + number)
+    def answer(number: int, body: dict[str, Any]) -> str:
+        draw = random.Random(seed * 1_000_003 + number)
         if draw.random() < 0.15:
-            return "I would rewrite the function to be faster, but here is no code.", draw.uniform(0.01, 0.2)
+            time.sleep(draw.uniform(0.01, 0.2))
+            return "I would rewrite the function to be faster, but here is no code."
         code = FIZZBUZZ.format(number=number, divisor=draw.choice([5, 5, 5, 7, 4]))
-        return code.removeprefix(prefill), draw.uniform(0.01, 0.3)
+        time.sleep(draw.uniform(0.01, 0.3))
+        return code
 
-
-def fake_server(answers: FakeAnswers) -> ThreadingHTTPServer:
-    """An OpenAI-compatible endpoint on 127.0.0.1 (GET /v1/models, POST /v1/chat/completions) serving `answers`."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-            self.reply(200, {"object": "list", "data": [{"id": "fake", "object": "model"}]})
-
-        def do_POST(self) -> None:  # noqa: N802
-            request = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-            if not self.path.endswith("/chat/completions"):
-                self.reply(404, {"error": {"message": f"no route {self.path}"}})
-                return
-            last = (request.get("messages") or [{}])[-1]
-            text, pause_s = answers.next(last.get("content", "") if last.get("role") == "assistant" else "")
-            time.sleep(pause_s)
-            self.reply(200, {"id": "fake", "object": "chat.completion", "created": int(time.time()), "model": "fake",
-                             "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                                          "finish_reason": "stop"}],
-                             "usage": {"prompt_tokens": 100, "completion_tokens": 60, "total_tokens": 160}})
-
-        def reply(self, status: int, body: dict[str, object]) -> None:
-            data = json.dumps(body).encode()
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):  # the client was killed mid-request
-                pass
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    return answer
 
 
 # ---------------------------------------------------------------- driving and killing the run
@@ -132,6 +80,7 @@ problem = "fizzbuzz"
 iterations = {iterations}
 seed = {seed}
 db = "{folder / 'kill_loop.db'}"
+programs_dir = "{ROOT / 'programs'}"
 concurrency = 4
 eval_workers = 2
 
@@ -284,16 +233,14 @@ def main(argv: list[str] | None = None) -> int:
     db = folder / "kill_loop.db"
     if db.exists():
         raise SystemExit(f"{db} exists: give --keep an empty folder")
-    answers = FakeAnswers(args.seed)
-    server = fake_server(answers)
-    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    config = write_config(folder, url, budget, args.seed)
+    server = ScriptedPolicyServer(fake_answers(args.seed), model="fake", tokens=(100, 60))
+    config = write_config(folder, server.url, budget, args.seed)
     environment = {**os.environ, "EVOLVE_LEASE_S": f"{args.lease_s:g}", "PYTHONUNBUFFERED": "1"}
     evolve = [sys.executable, "-m", "evolve.cli.main", "run", "--plain"]
     fresh, resume = [*evolve, "--config", str(config)], [*evolve, "--resume", "1", "--db", str(db)]
     landed = refused = 0
     progress: list[int] = []
-    try:
+    with server:
         while landed < args.kills:
             command = resume if has_run(db) else fresh
             kill = (rng.randint(0, args.max_iterations_per_kill), rng.uniform(0.0, args.max_delay))
@@ -323,11 +270,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"the final resume failed (exit {outcome.returncode}):\n{outcome.output[-3000:]}", file=sys.stderr)
             return 1
         counts, failures = check_store(db, budget)
-    finally:
-        server.shutdown()
     wall_s = time.monotonic() - started
     print(f"kill loop: N = {args.kills}, kills landed {landed}, resumes refused for a live lease {refused}, "
-          f"budget {budget}, wall {wall_s:.1f} s, policy requests served {answers.served}")
+          f"budget {budget}, wall {wall_s:.1f} s, policy requests served {len(server.requests)}")
     print(f"iterations committed at each kill: {progress}")
     print("final: " + ", ".join(f"{name} {value}" for name, value in counts.items()))
     for failure in failures:

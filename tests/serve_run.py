@@ -17,8 +17,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
+
+from scripted_policy_server import ScriptedPolicyServer
 
 ROOT = Path(__file__).resolve().parents[1]
 EVOLVE = [sys.executable, "-m", "evolve"]
@@ -43,50 +45,13 @@ def canned_answer(number: int) -> str:
 @contextmanager
 def canned_policy(pause_s: float) -> Iterator[str]:
     """An OpenAI-compatible endpoint on 127.0.0.1 serving canned fizzbuzz rewrites; yields its /v1 URL."""
-    served = [0]
-    lock = threading.Lock()
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-            self.reply({"object": "list", "data": [{"id": "canned", "object": "model"}]})
+    def answer(number: int, body: dict[str, Any]) -> str:
+        time.sleep(pause_s)
+        return canned_answer(number)
 
-        def do_POST(self) -> None:  # noqa: N802
-            request = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-            last = (request.get("messages") or [{}])[-1]
-            prefill = last.get("content", "") if last.get("role") == "assistant" else ""
-            with lock:
-                served[0] += 1
-                number = served[0]
-            time.sleep(pause_s)
-            text = canned_answer(number).removeprefix(prefill)
-            self.reply({"id": f"c{number}", "object": "chat.completion", "created": int(time.time()),
-                        "model": "canned", "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                                                        "finish_reason": "stop"}],
-                        "usage": {"prompt_tokens": 120, "completion_tokens": 60, "total_tokens": 180}})
-
-        def reply(self, body: dict[str, object]) -> None:
-            data = json.dumps(body).encode()
-            try:
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):
-                pass
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with ScriptedPolicyServer(answer, model="canned", tokens=(120, 60)) as server:
+        yield server.url
 
 
 def experiment_file(folder: Path, url: str, iterations: int, name: str = "servetest") -> Path:
