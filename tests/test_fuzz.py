@@ -28,8 +28,9 @@ from hypothesis import strategies as st
 from evolve.evaluator_api import CandidateFailure, EvaluationResult
 from evolve.policies.base import PolicyError
 from evolve.policies.openai_api import _parse as parse_server_reply
-from evolve.problems.evaluation import EvaluatorMistake, _parse_worker_output, check_result
+from evolve.problems.evaluation import _parse_worker_output
 from evolve.problems.problem import Problem, load_problem
+from evolve.problems.returned import EvaluatorMistake, check_result
 from evolve.records import Evaluation, FailureKind
 from evolve.sandbox.core import Sandbox, SandboxLimits
 from evolve.sandbox.supervisor import RunningChild, parse_result

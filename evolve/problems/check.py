@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from evolve.problems.evaluation import conform, evaluate_program
+from evolve.problems.evaluation import evaluate_program
 from evolve.problems.problem import Problem, ProblemError, load_problem
+from evolve.problems.returned import conform
 from evolve.program_format import block_body, replace_block
 from evolve.records import Evaluation
 

@@ -16,27 +16,41 @@ same EvaluatorRunner; `evolve check` and other one-off callers use this fresh pr
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import importlib.util
 import inspect
 import json
 import math
-import numbers
 import os
 import shutil
 import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from types import FrameType, ModuleType, TracebackType
+from types import ModuleType, TracebackType
 from typing import Any, get_args
 
-from evolve.evaluator_api import CandidateFailure, EvaluationResult
+from evolve.evaluator_api import CandidateFailure
 from evolve.problems.cascade import CASCADE_ARTIFACT, FINAL_FUNCTION, CascadeNote
 from evolve.problems.problem import Problem, ProblemError, load_problem
+from evolve.problems.returned import (
+    MAX_ARTIFACT_CHARS,
+    MAX_DETAIL_CHARS,
+    EvaluatorMistake,
+    check_result,
+    clipped,
+    conform,
+)
+from evolve.problems.worker_processes import (
+    Stopped,
+    become_subreaper,
+    end_leftovers,
+    kill_session,
+    signal_group,
+    stop_children,
+)
 from evolve.records import Evaluation, FailureKind
 from evolve.sandbox.core import Sandbox
 from evolve.sandbox.housekeeping import make_owned_folder, remove_stale_folders
@@ -44,12 +58,8 @@ from evolve.sandbox.housekeeping import make_owned_folder, remove_stale_folders
 _MARGIN_S = 15.0  # two interpreter starts, imports and the evaluator's own work, beyond the candidate's limit
 _GRACE_S = 1.0  # after SIGTERM the worker stops its sandbox children; then the whole group gets SIGKILL
 _PIPE_GRACE_S = 1.0  # for an exiting worker to exit, and for what it wrote to be read, before it is killed
-_LEFTOVER_ROUNDS = 50  # kill-and-look rounds for what an evaluation left (each round's orphans come back to us)
-_PR_SET_CHILD_SUBREAPER = 36
 REPLY_LIMIT = 1 << 24  # bytes in one result line; artifacts are cut to a few kB each, so only a broken one is longer
 _STDERR_TAIL = 4096
-_MAX_ARTIFACT_CHARS = 2000
-_MAX_DETAIL_CHARS = 500
 FOLDER_PREFIX = "evolve-eval-"
 
 
@@ -62,22 +72,15 @@ def evaluation_timeout(problem: Problem) -> float:
 # ---------------------------------------------------------------- engine side
 
 
-def _signal_group(pid: int, signum: int) -> None:
-    try:
-        os.killpg(pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 async def _stop(process: asyncio.subprocess.Process) -> None:
     """SIGTERM (the worker then kills its sandbox children), a short grace, then SIGKILL to the group."""
-    _signal_group(process.pid, signal.SIGTERM)
+    signal_group(process.pid, signal.SIGTERM)
     try:
         await asyncio.wait_for(process.wait(), _GRACE_S)
     except TimeoutError:
         pass
     finally:
-        _signal_group(process.pid, signal.SIGKILL)
+        signal_group(process.pid, signal.SIGKILL)
         if process.returncode is None:
             await process.wait()
 
@@ -85,7 +88,7 @@ async def _stop(process: asyncio.subprocess.Process) -> None:
 def _worker_failure(returncode: int | None, stderr: bytes) -> str:
     lines = [line for line in stderr.decode(errors="replace").splitlines() if line.strip()]
     tail = lines[-1].strip() if lines else f"exit code {returncode}"
-    return f"the evaluator process ended without a result: {tail}"[:_MAX_DETAIL_CHARS]
+    return f"the evaluator process ended without a result: {tail}"[:MAX_DETAIL_CHARS]
 
 
 def _parse_worker_output(stdout: bytes) -> Evaluation | None:
@@ -110,9 +113,10 @@ def _evaluation_from(data: Any) -> Evaluation | None:
         return None
     if (failure is not None) if ok else (failure not in get_args(FailureKind)):
         return None
-    return Evaluation(ok=ok, scores={_text(name, 200): value for name, value in scores.items()},
-                      failure=failure, detail=_text(detail, _MAX_DETAIL_CHARS) or ("" if ok else "no detail given"),
-                      artifacts={_text(key, 200): _text(text, _MAX_ARTIFACT_CHARS) for key, text in artifacts.items()})
+    return Evaluation(ok=ok, scores={clipped(name, 200): value for name, value in scores.items()},
+                      failure=failure, detail=clipped(detail, MAX_DETAIL_CHARS) or ("" if ok else "no detail given"),
+                      artifacts={clipped(key, 200): clipped(text, MAX_ARTIFACT_CHARS)
+                                 for key, text in artifacts.items()})
 
 
 async def evaluate_program(problem: Problem, code: str, timeout_s: float | None = None) -> Evaluation:
@@ -211,14 +215,6 @@ async def keep_tail(process: asyncio.subprocess.Process, tail: bytearray) -> Non
 # ---------------------------------------------------------------- worker side
 
 
-class EvaluatorMistake(Exception):
-    """The problem's evaluator returned something the engine cannot use; the message says what."""
-
-
-class Stopped(BaseException):
-    """Raised in the worker on SIGTERM so that the sandbox's cleanup (temporary folders) still runs."""
-
-
 def _last_line(exc: BaseException, evaluator_path: Path, tb: TracebackType | None) -> str:
     text = traceback.format_exception_only(type(exc), exc)[-1].strip()
     lines = [frame.lineno for frame in traceback.extract_tb(tb) if Path(frame.filename) == evaluator_path]
@@ -240,79 +236,6 @@ def _takes_sandbox(function: Any) -> bool:
     positional = [p for p in inspect.signature(function).parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
     return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in positional)
-
-
-def _text(value: Any, limit: int, show: Callable[[Any], str] = str) -> str:
-    """show(value) cut to `limit` characters, never raising (str() of a huge int or of deep nesting does) and with
-    any lone surrogate replaced (the store cannot encode one)."""
-    try:
-        text = value if isinstance(value, str) and show is str else show(value)
-    except Exception:  # noqa: BLE001 - an object that cannot be shown is named by its type
-        text = f"<{type(value).__name__}>"
-    return text[:limit].encode("utf-8", "replace").decode("utf-8")
-
-
-def check_result(problem: Problem, returned: Any) -> tuple[dict[str, float], dict[str, str]]:
-    """Scores and artifacts from what evaluate() returned; EvaluatorMistake names what is wrong."""
-    artifacts: Any = {}
-    raw = returned
-    if isinstance(returned, EvaluationResult):
-        raw, artifacts = returned.scores, returned.artifacts
-    if not isinstance(raw, dict):
-        raise EvaluatorMistake(f"evaluate() returned {type(raw).__name__}; it must return dict[str, float] "
-                               "or EvaluationResult")
-    if not isinstance(artifacts, dict):
-        raise EvaluatorMistake(f"EvaluationResult.artifacts is {type(artifacts).__name__}, not dict[str, str]")
-    names = _returned_objectives(problem, raw)
-    scores: dict[str, float] = {}
-    for name in names:
-        value = raw[name]
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise EvaluatorMistake(f"objective '{name}' is {type(value).__name__} {_text(value, 80, repr)}, "
-                                   "not a number")
-        try:
-            number = float(value)
-        except (OverflowError, ValueError):
-            raise EvaluatorMistake(f"objective '{name}' is {type(value).__name__}, too large for a float") from None
-        if not math.isfinite(number):
-            raise EvaluatorMistake(f"objective '{name}' is {number}, not a finite number")
-        scores[name] = number
-    kept = {_text(key, 200): _text(text, _MAX_ARTIFACT_CHARS) for key, text in artifacts.items()}
-    return scores, kept
-
-
-def _returned_objectives(problem: Problem, raw: dict[Any, Any]) -> tuple[str, ...]:
-    """The objectives evaluate() returned, in the problem's order: exactly the declared ones, or, for a pattern
-    problem, at least one name and every name matching the pattern."""
-    if not problem.objectives_known:
-        strange = sorted(_text(name, 200) for name in raw
-                         if not isinstance(name, str) or not problem.matches_pattern(name))
-        if strange or not raw:
-            raise EvaluatorMistake(f"evaluate() must return objectives whose names match "
-                                   f"{problem.objective_pattern!r} (problem.toml); "
-                                   + (f"unexpected {strange[:10]}" if strange else "it returned none"))
-        return problem.objective_names(raw)
-    missing = [name for name in problem.objectives if name not in raw]
-    unexpected = sorted(_text(name, 200) for name in raw if name not in problem.objectives)
-    if missing or unexpected:
-        raise EvaluatorMistake(f"evaluate() must return exactly the objectives in problem.toml; "
-                               f"missing {missing[:10]}, unexpected {unexpected[:10]}")
-    return problem.objectives
-
-
-def conform(problem: Problem, evaluation: Evaluation) -> Evaluation:
-    """The engine's side of a pattern problem: once resolved, every evaluation must return the resolved names (the
-    worker only checked them against the pattern); any other set is the evaluator's error."""
-    if not evaluation.ok or not problem.objective_pattern or not problem.objectives_known:
-        return evaluation
-    if set(evaluation.scores) == set(problem.objectives):
-        return evaluation
-    missing = [name for name in problem.objectives if name not in evaluation.scores][:5]
-    extra = sorted(set(evaluation.scores) - set(problem.objectives))[:5]
-    detail = (f"evaluate() returned other objectives than the seed program's ({len(problem.objectives)} names matching "
-              f"{problem.objective_pattern!r}); missing {missing}, unexpected {extra}")
-    return Evaluation(ok=False, failure="evaluator_error", detail=detail[:_MAX_DETAIL_CHARS],
-                      artifacts=evaluation.artifacts, wall_s=evaluation.wall_s)
 
 
 async def resolve_objectives(problem: Problem) -> Problem:
@@ -405,13 +328,13 @@ class EvaluatorRunner:
             else:
                 scores, artifacts = self._score(FINAL_FUNCTION, program_path)
         except CandidateFailure as failure:
-            return Evaluation(ok=False, failure=failure.kind, detail=failure.detail[:_MAX_DETAIL_CHARS])  # type: ignore[arg-type]
+            return Evaluation(ok=False, failure=failure.kind, detail=failure.detail[:MAX_DETAIL_CHARS])  # type: ignore[arg-type]
         except EvaluatorMistake as mistake:
             detail = f"{evaluator_path.name}: {mistake}"
-            return Evaluation(ok=False, failure="evaluator_error", detail=detail[:_MAX_DETAIL_CHARS])
+            return Evaluation(ok=False, failure="evaluator_error", detail=detail[:MAX_DETAIL_CHARS])
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - the evaluator's own bugs are reported, not raised
             detail = _last_line(exc, evaluator_path, exc.__traceback__)
-            return Evaluation(ok=False, failure="evaluator_error", detail=detail[:_MAX_DETAIL_CHARS])
+            return Evaluation(ok=False, failure="evaluator_error", detail=detail[:MAX_DETAIL_CHARS])
         return Evaluation(ok=True, scores=scores, artifacts=artifacts)
 
 
@@ -423,115 +346,6 @@ def evaluate_in_this_process(problem: Problem, program_path: Path) -> Evaluation
         return runner.evaluate(program_path)
     finally:
         runner.close()
-
-
-def _processes() -> list[tuple[int, int, int, int]]:
-    """(pid, parent pid, process group, session) of every process this one can see in /proc."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat") as handle:
-                parent, group, session = handle.read().rsplit(")", 1)[1].split()[1:4]
-            found.append((int(entry.name), int(parent), int(group), int(session)))
-        except (OSError, IndexError, ValueError):
-            continue
-    return found
-
-
-def kill_session(session: int) -> None:
-    """SIGKILL every process of the session `session` (the engine's view of a worker started in a session of its
-    own: what the evaluator started and left there, even in another process group)."""
-    for pid, _, _, sid in _processes():
-        if sid == session:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-
-def become_subreaper() -> None:
-    """Make this worker the child subreaper of what it starts (Linux): a process the evaluator detaches (a double
-    fork, setsid) becomes this worker's child when its parent exits, instead of init's, so end_leftovers finds it."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the process group is all that is ended
-        pass
-
-
-def _below(me: int, table: list[tuple[int, int, int, int]], keep: Collection[int]) -> list[tuple[int, int]]:
-    """(pid, parent) of every process under `me` in `table`, leaving out the subtrees of `keep`."""
-    children: dict[int, list[int]] = {}
-    for pid, parent, _, _ in table:
-        children.setdefault(parent, []).append(pid)
-    found: list[tuple[int, int]] = []
-    stack = [me]
-    while stack:
-        parent = stack.pop()
-        for pid in children.get(parent, []):
-            if pid not in keep and pid != me:
-                found.append((pid, parent))
-                stack.append(pid)
-    return found
-
-
-def _children() -> set[int] | None:
-    """The pids of this process's children, every thread's (/proc/self/task/*/children: one small read instead of a
-    scan of every process), None where the kernel does not list them. As a subreaper this process is the parent of
-    whatever it started and was orphaned, so no child but the kept ones means nothing of its is left."""
-    found: set[int] = set()
-    try:
-        for task in os.scandir("/proc/self/task"):
-            with open(f"{task.path}/children") as handle:
-                found.update(int(pid) for pid in handle.read().split())
-    except (OSError, ValueError):
-        return None
-    return found
-
-
-def end_leftovers(keep: Collection[int] = ()) -> None:
-    """Kill every process below this worker but the subtrees of `keep` (a warm worker's sandbox fork server), and
-    reap those that are its children: what an evaluation left running, daemons that called setsid included (they
-    come back to this worker, a subreaper, when their parent dies). Called before the worker answers, so the engine
-    takes an answer only once nothing of that evaluation runs on."""
-    me = os.getpid()
-    children = _children()
-    if children is not None and not children - set(keep):  # nothing below this subreaper but `keep`: no scan
-        return
-    kill_group = {pid for pid, _, group, _ in _processes() if group == me and pid != me and pid not in keep}
-    for _ in range(_LEFTOVER_ROUNDS):
-        below = [(pid, parent) for pid, parent in _below(me, _processes(), keep)] + \
-            [(pid, -1) for pid in kill_group]
-        kill_group = set()
-        if not below:
-            return
-        for pid, _ in below:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        for pid, parent in below:
-            if parent == me:
-                try:
-                    os.waitpid(pid, 0)
-                except ChildProcessError:
-                    pass
-
-
-def stop_children(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM from the engine: kill each sandbox child's process group, then unwind the worker (the sandbox removes
-    its folders on the way; whoever catches Stopped then ends what is left below the worker: end_leftovers)."""
-    me = os.getpid()
-    for pid, parent, _, _ in _processes():
-        if parent == me:
-            _signal_group(pid, signal.SIGKILL)  # the sandbox starts each child in its own group
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    raise Stopped
 
 
 def read_job(stdin: bytes) -> tuple[str, str] | None:
@@ -563,7 +377,7 @@ def main(argv: list[str]) -> int:
         try:
             problem = load_problem(problem_dir, Path(problem_dir).parent)
         except ProblemError as exc:
-            evaluation = Evaluation(ok=False, failure="evaluator_error", detail=str(exc)[:_MAX_DETAIL_CHARS])
+            evaluation = Evaluation(ok=False, failure="evaluator_error", detail=str(exc)[:MAX_DETAIL_CHARS])
         else:
             evaluation = evaluate_in_this_process(problem, Path(program_path))
         end_leftovers()  # nothing of the evaluation runs on once the engine has the answer

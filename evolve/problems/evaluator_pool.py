@@ -40,20 +40,16 @@ from evolve.problems.evaluation import (
     FOLDER_PREFIX,
     REPLY_LIMIT,
     EvaluatorRunner,
-    Stopped,
     _evaluation_from,
-    _signal_group,
     _stop,
     _worker_failure,
-    become_subreaper,
-    conform,
-    end_leftovers,
     evaluation_timeout,
     keep_tail,
     read_job,
-    stop_children,
 )
 from evolve.problems.problem import Problem, ProblemError, load_problem
+from evolve.problems.returned import conform
+from evolve.problems.worker_processes import Stopped, become_subreaper, end_leftovers, signal_group, stop_children
 from evolve.records import Evaluation
 from evolve.sandbox.housekeeping import make_owned_folder, remove_stale_folders
 
@@ -240,7 +236,7 @@ class EvaluatorPool:
         if worker.process.returncode is None:
             await _stop(worker.process)
         else:
-            _signal_group(worker.process.pid, signal.SIGKILL)
+            signal_group(worker.process.pid, signal.SIGKILL)
         if worker.drain is not None:
             try:
                 await asyncio.wait_for(worker.drain, _DRAIN_S)
