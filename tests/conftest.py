@@ -48,3 +48,10 @@ def module_store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.Te
         return str(tmp_path_factory.mktemp("store") / "store.db")
     server: PostgresServer = request.getfixturevalue("postgres")
     return server.create_database(f"m_{uuid.uuid4().hex[:20]}")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The files that hold a `slow` test first, each file's tests kept in their order: scripts/test.sh hands
+    whole files to parallel workers in this order, so the long files start at once instead of last."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow_files)  # a stable sort: files and tests keep their order

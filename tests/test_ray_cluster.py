@@ -34,6 +34,7 @@ from evolve.store.records import StoreError
 ROOT = Path(__file__).resolve().parents[1]
 ITERATIONS = 10
 SEEDS = (0, 1, 2, 3)
+HANG_S = 600  # bounds a hang only: every wait in this file is for an event, whatever the machine's load
 LEASE_S = "2"  # a killed cell's lease lapses this soon, so its re-run starts quickly
 
 
@@ -178,7 +179,7 @@ def test_a_killed_worker_node_loses_no_cell_and_doubles_no_iteration(tmp_path: P
         store = ProgramStore(postgresql_url)
         killed: tuple[int, int] | None = None  # (run id, iterations it had committed)
         off_loopback: list[str] = []  # Ray sockets outside 127.0.0.0/8 while a cell ran on the second node
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + HANG_S
         while killed is None and driver.poll() is None and time.monotonic() < deadline:
             pids = second.pids()
             for cell in store.experiment_cells(spec.name):
@@ -190,7 +191,7 @@ def test_a_killed_worker_node_loses_no_cell_and_doubles_no_iteration(tmp_path: P
                     killed = (cell.run_id, done)
                     break
             time.sleep(0.1)
-        out, _ = driver.communicate(timeout=180)
+        out, _ = driver.communicate(timeout=HANG_S)
     assert killed is not None, f"no cell ran on the second node before the experiment ended:\n{out}"
     assert off_loopback == [], off_loopback
     assert driver.returncode == 0 and f"{len(SEEDS)}/{len(SEEDS)} cells finished" in out, out
@@ -212,32 +213,69 @@ def test_a_killed_worker_node_loses_no_cell_and_doubles_no_iteration(tmp_path: P
     store.close()
 
 
+# the CLI, with a Ctrl-C (a real SIGINT to itself) as the store is about to be made: nothing of it exists yet
+INTERRUPTED_BEFORE_THE_STORE = textwrap.dedent("""\
+    import os, signal, sys
+    import evolve.store.program_store as program_store
+    from evolve.cli.main import main
+    make_schema = program_store.prepare_schema
+    def interrupted(engine):
+        os.kill(os.getpid(), signal.SIGINT)
+        return make_schema(engine)
+    program_store.prepare_schema = interrupted
+    sys.exit(main(sys.argv[1:]))
+    """)
+
+
+def committed_iterations(db: Path) -> list[int]:
+    """Iterations each run of the store has committed; [] while the file or its tables do not exist yet."""
+    if not db.exists():
+        return []
+    try:  # the file may exist before its tables do: a read-only store then says so, and we wait
+        store = ProgramStore(str(db), mode="read")
+    except StoreError:
+        return []
+    try:
+        return [len(store.completed_iterations(run.id)) for run in store.list_runs()]
+    except StoreError:
+        return []
+    finally:
+        store.close()
+
+
 def test_ctrl_c_interrupts_every_ray_cell_and_the_same_command_finishes_them(tmp_path: Path) -> None:
     pytest.importorskip("ray")
+    db = tmp_path / "s.db"
     with FakePolicyServer(latency_s=0.1) as server:
-        path = experiment_file(tmp_path, server.url, str(tmp_path / "s.db"), seeds=(0, 1), iterations=30)
-        command = [sys.executable, "-m", "evolve.cli.main", "experiment", str(path), "--cluster", "ray", "--plain"]
+        path = experiment_file(tmp_path, server.url, str(db), seeds=(0, 1), iterations=30)
+        arguments = ["experiment", str(path), "--cluster", "ray", "--plain"]
+        command = [sys.executable, "-m", "evolve.cli.main", *arguments]
         env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}  # a local cluster
+
+        # a Ctrl-C before the store exists: the usual interrupted ending, nothing written, no Ray started
+        early = subprocess.run([sys.executable, "-c", INTERRUPTED_BEFORE_THE_STORE, *arguments], cwd=tmp_path,
+                               capture_output=True, text=True, env=env, timeout=HANG_S)
+        assert early.returncode == 130 and "0/2 cells finished" in early.stdout, early.stdout + early.stderr
+        assert f"continue with: evolve experiment {path}" in early.stdout and "Traceback" not in early.stderr
+        assert committed_iterations(db) == []
+
+        # a Ctrl-C once a cell has committed a few iterations (waited for, not timed)
         first = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                  env=env)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and first.poll() is None:
-            if (tmp_path / "s.db").exists():
-                try:  # the file may exist before its tables do: a read-only store then says so, and we wait
-                    store = ProgramStore(str(tmp_path / "s.db"), mode="read")
-                    if any(len(store.completed_iterations(run.id)) > 3 for run in store.list_runs()):
-                        break
-                except StoreError:
-                    pass
+        deadline = time.monotonic() + HANG_S
+        while not any(done > 3 for done in committed_iterations(db)):
+            if first.poll() is not None or time.monotonic() > deadline:
+                first.kill()
+                pytest.fail(f"no cell committed 4 iterations while the experiment ran:\n{first.communicate()[0]}")
             time.sleep(0.2)
         first.send_signal(signal.SIGINT)
-        out, _ = first.communicate(timeout=120)
+        out, _ = first.communicate(timeout=HANG_S)
         assert first.returncode == 130 and "0/2 cells finished" in out, out
-        store = ProgramStore(str(tmp_path / "s.db"), mode="read")
+        store = ProgramStore(str(db), mode="read")
         assert {run.status for run in store.list_runs()} <= {"interrupted"}, out
-        again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=240)
+        again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=HANG_S)
     assert again.returncode == 0 and "2/2 cells finished" in again.stdout, again.stdout + again.stderr
-    store = ProgramStore(str(tmp_path / "s.db"), mode="read")
+    store = ProgramStore(str(db), mode="read")
     runs = store.list_runs()
     assert len(runs) == 2 and all(run.status == "finished" for run in runs)
     assert all(store.completed_iterations(run.id) == set(range(31)) for run in runs)
