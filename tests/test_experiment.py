@@ -7,10 +7,8 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -25,6 +23,7 @@ from evolve.report.results import collect
 from evolve.report.terminal import render_report
 from evolve.seeds import cell_seed
 from evolve.store.program_store import ProgramStore
+from tests.scripted_policy_server import Refusal, ScriptedPolicyServer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,24 +95,8 @@ def test_shipped_experiments_parse_and_name_shipped_problems(name: str) -> None:
 @pytest.fixture
 def refusing_server() -> Iterator[str]:
     """A real OpenAI-compatible endpoint that answers every generation request 400 (a misconfigured model)."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-            self.rfile.read(int(self.headers["Content-Length"]))
-            body = json.dumps({"error": {"message": "model 'x' does not support chat"}}).encode()
-            self.send_response(400)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
+    with ScriptedPolicyServer(lambda number, body: Refusal(400, "model 'x' does not support chat"), "x") as server:
+        yield server.url
 
 
 def test_policy_failing_every_call_is_reported_as_failing_not_as_cracking_nothing(tmp_path: Path,
