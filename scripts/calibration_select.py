@@ -11,7 +11,8 @@ Writes the candidates, one problem path per line, and prints the counts.
 Step 3, with `--pilot experiments/calibration/pilot.db` (the pilot experiment's store, every cell finished): per
 candidate its two cells (cracked or not, the first iteration that cracked, the best score), the in-band rule of
 docs/study_cpu.md, and the test list (every second in-band task by task number, up to 30) and train list (the
-rest, topped up from the candidates nearest the band), written as test_problems.txt and train_problems.txt.
+rest, topped up from the candidates nearest the band), written as test_problems.txt and train_problems.txt, and
+the study file experiments/study_cpu.toml from experiments/calibration/study_cpu.template.toml with those lists.
 
     .venv/bin/python scripts/calibration_select.py [--db experiments/calibration/base_n20.db]
         [--out experiments/calibration/pilot_candidates.txt] [--pilot experiments/calibration/pilot.db]
@@ -136,8 +137,23 @@ def write_pilot_problems(path: Path, problems: list[str]) -> None:
     text = path.read_text()
     start = text.index("problems = [")
     end = text.index("]", start) + 1
-    rows = ",\n".join("  " + ", ".join(f'"{p}"' for p in problems[i:i + 4]) for i in range(0, len(problems), 4))
-    path.write_text(text[:start] + f"problems = [\n{rows},\n]" + text[end:])
+    path.write_text(text[:start] + f"problems = {toml_list(problems)}" + text[end:])
+
+
+def toml_list(problems: list[str], indent: str = "  ") -> str:
+    rows = ",\n".join(indent + ", ".join(f'"{p}"' for p in problems[i:i + 4]) for i in range(0, len(problems), 4))
+    return f"[\n{rows},\n]"
+
+
+def write_study(template: Path, out: Path, test: list[str], train: list[str]) -> None:
+    """The study file from its template: TEST_PROBLEMS and TRAIN_PROBLEMS replaced by the lists, every other line
+    as registered."""
+    text = template.read_text()
+    if "TEST_PROBLEMS" not in text or "TRAIN_PROBLEMS" not in text:
+        raise SystemExit(f"{template}: no TEST_PROBLEMS / TRAIN_PROBLEMS placeholder to fill")
+    text = text.replace("THIS IS THE TEMPLATE: ", "Written from experiments/calibration/study_cpu.template.toml: ")
+    out.write_text(text.replace("TEST_PROBLEMS", toml_list([f"programs/{t}" for t in test]))
+                   .replace("TRAIN_PROBLEMS", toml_list([f"programs/{t}" for t in train])))
 
 
 def main() -> None:
@@ -149,6 +165,10 @@ def main() -> None:
     parser.add_argument("--pilot", type=Path, help="the pilot experiment's store: apply the in-band rule")
     parser.add_argument("--pilot-toml", type=Path, default=Path("experiments/calibration/pilot.toml"),
                         help="the pilot experiment file whose problem list is rewritten with the candidates")
+    parser.add_argument("--study-template", type=Path,
+                        default=Path("experiments/calibration/study_cpu.template.toml"))
+    parser.add_argument("--study", type=Path, default=Path("experiments/study_cpu.toml"),
+                        help="with --pilot: the study file written from the template with the lists")
     args = parser.parse_args()
     if not args.db.is_file():
         raise SystemExit(f"no store {args.db}: xz -dk {args.db}.xz (see experiments/calibration/README.md)")
@@ -172,6 +192,8 @@ def main() -> None:
             raise SystemExit("the pilot is not finished: run `evolve experiment experiments/calibration/pilot.toml`")
         for name, tasks in (("test_problems.txt", test), ("train_problems.txt", train)):
             (args.out.parent / name).write_text("".join(f"programs/{task}\n" for task in tasks))
+        write_study(args.study_template, args.study, test, train)
+        print(f"wrote {args.study} (the study file, its lists filled)")
         if len(test) < TEST_SIZE or len(train) < TRAIN_MIN:
             print(f"fewer in-band tasks than the plan asks ({TEST_SIZE} test, {TRAIN_MIN} train): say so in README")
 

@@ -66,3 +66,23 @@ def test_with_too_few_in_band_the_test_list_keeps_30_and_the_train_list_takes_th
     test, train, _ = select.split_lists(pilot_cells(select, 40))
     assert len(test) == 30 and not set(test) & set(train)
     assert len(train) == 13 and train[-3:] == ["humaneval/he_101", "humaneval/he_100", "humaneval/he_102"]
+
+
+def test_the_study_file_written_from_the_template_is_a_valid_study_with_the_lists(select: ModuleType,
+                                                                                  tmp_path: Path) -> None:
+    from evolve.study.plan import load_study
+
+    test, train, _ = select.split_lists(pilot_cells(select, 70))
+    programs = tmp_path / "programs" / "humaneval"
+    for task in test + train:  # problem folders the study's checks look up (each a copy of a shipped one)
+        (programs / task.removeprefix("humaneval/")).mkdir(parents=True)
+    out = tmp_path / "study_cpu.toml"
+    select.write_study(SCRIPT.parents[1] / "experiments/calibration/study_cpu.template.toml", out, test, train)
+    text = out.read_text()
+    assert "TEST_PROBLEMS" not in text and "TRAIN_PROBLEMS" not in text and "Written from" in text
+    spec = load_study(out)
+    assert spec.test_problems == tuple(f"programs/{task}" for task in test)
+    assert spec.training.problems == tuple(f"programs/{task}" for task in train)
+    assert (spec.evolution.iterations, len(spec.evolution.seeds), spec.evolution.answers_per_iteration) == (100, 5, 3)
+    assert spec.training.algorithms == ("vpo", "grpo") and spec.training.seeds == (0, 1) and spec.claim == "methods"
+    assert spec.policy["weights"] == "q8_0" and spec.evolution.run.stop_when_solved
