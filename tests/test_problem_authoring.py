@@ -11,7 +11,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 import evolve
 from evolve.cli.main import main
@@ -206,7 +205,7 @@ def test_a_run_on_a_pattern_problem_stores_the_resolved_vector_and_solves_it(tmp
                  "run.seed": 1, "run.db": str(db), "run.concurrency": 1, "run.eval_workers": 1,
                  "policy.backend": "openai", "policy.url": gcd_server, "policy.model": "m", "policy.name": "scripted",
                  "policy.prefill": False, "policy.retries": 0}
-    outcome = evolve.run(overrides=overrides, console=Console(quiet=True), live=False)
+    outcome = evolve.run(overrides=overrides)
     assert outcome.status == "finished"
     best = evolve.ProgramStore(str(db), mode="read").best_programs(outcome.run_id, 1)[0]
     assert best.iteration == 1 and best.solved and best.scalar == 1.0
