@@ -29,20 +29,22 @@ def overrides(url: str, db: Path, **run: Any) -> dict[str, Any]:
 def test_a_run_that_solves_its_problem_stops_early_and_a_resume_does_not_continue(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import evolve
+    from evolve.cli.runner import draw_run
 
     db = tmp_path / "stop.db"
     with FakePolicyServer(latency_s=0.01) as server:
         console = Console(file=open(tmp_path / "out.txt", "w"), width=200)  # noqa: SIM115 - closed with the test
-        outcome = evolve.run(load_config(None, overrides(server.url, db, stop_when_solved=True)), console=console,
-                             live=False)
+        outcome = draw_run(lambda observe: evolve.run(load_config(None, overrides(server.url, db,
+                                                                                   stop_when_solved=True)),
+                                                      on_event=observe), console, live=False)
         assert outcome.status == "finished"
         assert outcome.stats.stopped.startswith("solved at iteration")
         assert outcome.stats.first_solved is not None
         used = outcome.stats.iterations_done
         assert 1 <= used < 20
         requests = server.requests
-        resumed = evolve.run(load_config(None, {"run.db": str(db)}), resume=outcome.run_id, console=console,
-                             live=False)
+        resumed = draw_run(lambda observe: evolve.run(load_config(None, {"run.db": str(db)}), resume=outcome.run_id,
+                                                      on_event=observe), console, live=False)
         assert resumed.status == "finished" and resumed.stats.stopped == outcome.stats.stopped
         assert resumed.stats.iterations_done == used and server.requests == requests  # not one more request
     from evolve.report.run_summary import run_summary_dict
@@ -68,7 +70,7 @@ def test_without_the_rule_the_same_run_spends_its_budget(tmp_path: Path) -> None
 
     with FakePolicyServer(latency_s=0.0) as server:
         config = load_config(None, overrides(server.url, tmp_path / "all.db", iterations=4))
-        outcome = evolve.run(config, console=Console(file=open(tmp_path / "o", "w")), live=False)  # noqa: SIM115
+        outcome = evolve.run(config)
     assert outcome.stats.first_solved is not None  # it solved, yet went on
     assert outcome.stats.iterations_done == 4 and outcome.stats.stopped == ""
 
@@ -78,7 +80,7 @@ def test_a_target_the_seed_already_reaches_stops_before_any_policy_call(tmp_path
 
     with FakePolicyServer(latency_s=0.0) as server:
         config = load_config(None, overrides(server.url, tmp_path / "t.db", target_score=-1e9))
-        outcome = evolve.run(config, console=Console(file=open(tmp_path / "o", "w")), live=False)  # noqa: SIM115
+        outcome = evolve.run(config)
         assert server.requests == 0
     assert outcome.status == "finished" and outcome.stats.iterations_done == 0
     assert outcome.stats.stopped.startswith("target score -1e+09 reached")
