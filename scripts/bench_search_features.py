@@ -45,9 +45,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from evolve.cli.runner import new_run  # noqa: E402
 from evolve.config import RunConfig, parse_config  # noqa: E402
 from evolve.engine.controller import Controller  # noqa: E402
+from evolve.engine.run_driver import new_run  # noqa: E402
 from evolve.policies.base import Policy  # noqa: E402
 from evolve.policies.factory import open_policies  # noqa: E402
 from evolve.problems.humaneval import import_humaneval  # noqa: E402
