@@ -251,6 +251,7 @@ def test_ctrl_c_interrupts_every_ray_cell_and_the_same_command_finishes_them(tmp
         arguments = ["experiment", str(path), "--cluster", "ray", "--plain"]
         command = [sys.executable, "-m", "evolve.cli.main", *arguments]
         env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}  # a local cluster
+        env["COLUMNS"] = "300"  # one line per message, however long the paths
 
         # a Ctrl-C before the store exists: the usual interrupted ending, nothing written, no Ray started
         early = subprocess.run([sys.executable, "-c", INTERRUPTED_BEFORE_THE_STORE, *arguments], cwd=tmp_path,
