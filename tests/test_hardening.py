@@ -46,24 +46,22 @@ def evaluate_timed(folder: Path, name: str, code: str) -> tuple[Evaluation, floa
 
 @pytest.mark.parametrize("problem", ["fizzbuzz", "run_length"])
 def test_a_memory_bomb_through_a_shipped_driver_is_scored_memory_not_timeout(problem: str) -> None:
-    evaluation, took = evaluate_timed(PROGRAMS, problem, HOARDER)
+    evaluation, _ = evaluate_timed(PROGRAMS, problem, HOARDER)
+    # 'memory', not 'timeout': a driver that swallowed the error per input would let the bomb allocate again until
+    # the wall limit, and the evaluation would be scored timeout
     assert evaluation.failure == "memory", evaluation
-    assert took < 5.0  # the wall limit: swallowed per input, the bomb allocated until it (scored timeout)
 
 
 def test_a_memory_bomb_through_the_new_problem_scaffold_driver_is_scored_memory(tmp_path: Path) -> None:
     new_problem("stairs", tmp_path)
-    evaluation, took = evaluate_timed(tmp_path, "stairs", HOARDER)
-    assert evaluation.failure == "memory", evaluation
-    assert took < 5.0
+    evaluation, _ = evaluate_timed(tmp_path, "stairs", HOARDER)
+    assert evaluation.failure == "memory", evaluation  # not timeout (see above)
 
 
 def test_a_memory_bomb_through_any_driver_that_catches_exception_per_input_is_scored_memory() -> None:
     sandbox = Sandbox(SandboxLimits(wall_time_s=5.0, cpu_time_s=5.0, memory_mb=512))
-    started = time.monotonic()
     result = sandbox.run_driver(HOSTILE / "memory_bomb.py", HOSTILE / "driver_catches_exception.py", list(range(50)))
-    assert result.status == "memory", result
-    assert time.monotonic() - started < 4.0  # swallowed, each input would allocate again until the 5 s wall clock
+    assert result.status == "memory", result  # swallowed, each input would allocate again until the wall clock
     results = sandbox.run_driver_each(HOSTILE / "memory_bomb.py", HOSTILE / "driver_catches_exception.py",
                                       [[1, 2], [3, 4]], [4.0, 4.0])
     assert [result.status for result in results] == ["memory", "memory"], results

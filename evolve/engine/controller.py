@@ -375,12 +375,15 @@ async def _all_or_none(tasks: list[asyncio.Task[list[AttemptRecord | ChildRecord
                        ) -> list[list[AttemptRecord | ChildRecord]]:
     """Every request's records; PolicyUnavailable in one request: the others are dropped, the iteration stays
     unrecorded."""
+    gathered = asyncio.gather(*tasks)
     try:
-        return await asyncio.gather(*tasks)
+        return await gathered
     finally:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if gathered.done() and not gathered.cancelled():
+            gathered.exception()  # retrieved: a Ctrl-C is not logged as "exception was never retrieved"
 
 
 def live_token_count(policies: Iterable[Policy]) -> Callable[[], int] | None:
