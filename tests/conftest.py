@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,12 @@ import pytest
 from postgres_server import PostgresServer, PostgresUnavailable, postgres_required, postgres_server
 
 STORE_BACKENDS = ["sqlite", "postgresql"]
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # pytest-xdist's workers get COLUMNS=80 and LINES=24 of their own; the tests that read the CLI's lines expect
+    # what a pipe without COLUMNS gets (the lines whole), as in a plain pytest run
+    for name in ("COLUMNS", "LINES"):
+        os.environ.pop(name, None)
 
 
 @pytest.fixture(scope="session")

@@ -505,8 +505,14 @@ def test_stopped_evaluation_kills_its_sandbox_child_and_cleans_up(tmp_path: Path
 
 
 def test_evaluations_leave_no_temporary_program_files() -> None:
+    from evolve.sandbox.housekeeping import owner_tag
+
     problem = shipped("run_length")
-    before = {name for name in os.listdir(tempfile.gettempdir()) if name.startswith("evolve-eval-")}
+    mine = f"evolve-eval-{owner_tag()}-"  # this process's folders: other test processes evaluate at the same time
+
+    def folders() -> set[str]:
+        return {name for name in os.listdir(tempfile.gettempdir()) if name.startswith(mine)}
+
+    before = folders()
     evaluate(problem, problem.initial_code)
-    after = {name for name in os.listdir(tempfile.gettempdir()) if name.startswith("evolve-eval-")}
-    assert after <= before
+    assert folders() <= before
