@@ -163,7 +163,7 @@ def test_a_server_that_stalls_once_is_retried_and_the_run_finishes(tmp_path: Pat
     db = tmp_path / "hiccup.db"
     # the stalled request never answers, so any deadline catches it; a generous one lets a loaded machine's real
     # answers (at most 64 tokens) in
-    result = evolve_run(db, *openai_settings(servers[0], "run.concurrency=1", "policy.timeout_s=90",
+    result = evolve_run(db, *openai_settings(servers[0], "run.concurrency=1", "policy.timeout_s=45",
                                              "policy.max_new_tokens=64", "policy.retries=2"), iterations=2)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert len(query(db, "SELECT * FROM attempts WHERE kind = 'policy_call'")) == 2
