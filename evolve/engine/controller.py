@@ -376,14 +376,15 @@ async def _all_or_none(tasks: list[asyncio.Task[list[AttemptRecord | ChildRecord
     """Every request's records; PolicyUnavailable in one request: the others are dropped, the iteration stays
     unrecorded."""
     gathered = asyncio.gather(*tasks)
+    # a Ctrl-C cancels the requests: the gather then ends with their CancelledError after this returns; taking it
+    # when it does keeps asyncio from logging "exception was never retrieved" for every iteration in flight
+    gathered.add_done_callback(lambda done: done.cancelled() or done.exception())
     try:
         return await gathered
     finally:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if gathered.done() and not gathered.cancelled():
-            gathered.exception()  # retrieved: a Ctrl-C is not logged as "exception was never retrieved"
 
 
 def live_token_count(policies: Iterable[Policy]) -> Callable[[], int] | None:
