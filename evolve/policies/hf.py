@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 from collections.abc import Sequence
@@ -16,6 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, StoppingCriteria, 
 from transformers.utils import logging as transformers_logging
 
 from evolve.policies.base import PolicyError, cut_at_stop, render_prompt
+from evolve.policies.cpu import cpu_threads
 from evolve.policies.model_files import ModelFileError, offline_hub
 from evolve.records import Completion
 from evolve.seeds import batch_seed
@@ -96,7 +96,7 @@ class HFPolicy:
         self.top_p = top_p
         self.max_batch = max_batch
         self.device = device
-        torch.set_num_threads(threads or os.cpu_count() or 1)
+        torch.set_num_threads(cpu_threads(threads))
         transformers_logging.disable_progress_bar()
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(model_path)

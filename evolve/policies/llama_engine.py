@@ -17,7 +17,6 @@ far after every token). Only `llama_cpp.llama_cpp` (the raw ctypes API of llama-
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 import time
 from collections import deque
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from evolve.errors import UserError
+from evolve.policies.cpu import cpu_threads
 
 FinishReason = Literal["stop", "length", "cancelled"]
 
@@ -140,7 +140,7 @@ class LlamaEngine:
         params.n_ctx = slots * context_per_slot
         params.n_seq_max = slots
         params.n_batch = params.n_ubatch = batch_tokens
-        params.n_threads = params.n_threads_batch = threads or os.cpu_count() or 1
+        params.n_threads = params.n_threads_batch = cpu_threads(threads)
         params.flash_attn_type = 0  # off: faster decode batches on CPU here, and closer to transformers
         params.kv_unified = False  # a stream per sequence: attention spans its own tokens, not every slot's
         params.no_perf = True

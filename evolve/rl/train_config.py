@@ -65,7 +65,7 @@ class TrainConfig(BaseModel):
     seed: int = 0
     out: str = "checkpoints/train"
     save_every: int = Field(0, ge=0, description="also save OUT/step_N every N steps; 0: OUT/final only")
-    threads: int = Field(0, ge=0, description="torch threads; 0: all cores")
+    threads: int = Field(0, ge=0, description="torch and rollout threads; 0: $EVOLVE_THREADS or all cores")
     eval_workers: int = Field(2, ge=1)
     device: str = Field("auto", description="'auto' (cuda when torch sees a GPU, else cpu), 'cpu', 'cuda', 'cuda:1'")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="the model's weights (LoRA adapters stay "

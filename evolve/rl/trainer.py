@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import copy
 import json
-import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,6 +27,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from evolve.engine.offspring import ChildScorer
+from evolve.policies.cpu import cpu_threads
 from evolve.policies.provenance import TrainingProvenance
 from evolve.problems.evaluation import resolve_objectives
 from evolve.problems.evaluator_pool import EvaluatorPool
@@ -232,7 +232,7 @@ def step_line(record: dict[str, Any], steps: int) -> str:
 async def _train(config: TrainConfig, console: Console, resume: bool, held_out: tuple[str, ...]) -> Path:
     if config.parents_db:  # before the model loads: a wrong path is one line at once
         parents_store(config.parents_db)
-    torch.set_num_threads(config.threads or os.cpu_count() or 1)
+    torch.set_num_threads(cpu_threads(config.threads))
     torch.manual_seed(derive(config.seed, MODEL_INIT))
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
