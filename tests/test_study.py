@@ -47,7 +47,7 @@ concurrency = 2
 eval_workers = 2
 
 [policy]
-backend = "hf"
+backend = "llamacpp"
 max_new_tokens = 32
 threads = 1
 """
@@ -107,9 +107,9 @@ def test_each_algorithm_trains_one_checkpoint_per_training_seed_and_each_is_evol
     (("lr = 1e-4", "group_size = 4"), "training.settings may not set group_size"),
     (("lr = 1e-4", "lr = -1.0"), "training.settings (vpo): invalid value for 'lr'"),
     (("lr = 1e-4", "lorra = 1"), "training.settings (vpo): unknown key 'lorra'"),
-    (("backend = \"hf\"", "backend = \"hf\"\nmodel = \"x\""), "[policy] may not set model"),
-    (("backend = \"hf\"", "backend = \"gpu\""), "policy.backend 'gpu' is none of hf, llamacpp, vllm, openai"),
-    (("backend = \"hf\"", "backend = \"vllm\""), "policy.threads is an hf or llamacpp setting; this policy's backend is vllm"),
+    (("backend = \"llamacpp\"", "backend = \"hf\"\nmodel = \"x\""), "[policy] may not set model"),
+    (("backend = \"llamacpp\"", "backend = \"gpu\""), "policy.backend 'gpu' is none of hf, llamacpp, vllm, openai"),
+    (("backend = \"llamacpp\"", "backend = \"vllm\""), "policy.threads is an hf or llamacpp setting; this policy's backend is vllm"),
     (("answers_per_iteration = 3", "answers_per_iteration = 2"),
      "evolution.answers_per_iteration = 2 is not a multiple of policy 'vpo''s m = 3"),
     (("algorithms = [\"vpo\", \"grpo\", \"multi-rlvr\"]", "algorithms = [\"vpo\", \"ppo\"]"),
