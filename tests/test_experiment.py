@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ from evolve.report.results import collect
 from evolve.report.terminal import render_report
 from evolve.seeds import cell_seed
 from evolve.store.program_store import ProgramStore
-from tests.scripted_policy_server import Refusal, ScriptedPolicyServer
+from tests.scripted_policy_server import Refusal, ScriptedPolicyServer, answer, number_problem
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,7 +38,7 @@ programs_dir = "{programs}"
 concurrency = 2
 [[policies]]
 name = "smollm2"
-backend = "hf"
+backend = "llamacpp"
 max_new_tokens = 160
 """
 
@@ -70,7 +71,7 @@ def test_name_and_store_default_to_the_files_stem_and_a_db_beside_it(tmp_path: P
         (lambda t: t.replace("[0, 1]", "[0, 0]"), "seeds must be distinct; repeated: 0"),
         (lambda t: t.replace("[0, 1]", "[0, -1]"), "'seeds.1'"),
         (lambda t: t + '[[policies]]\nname = "smollm2"\n', "policies' names must be distinct"),
-        (lambda t: t.replace('backend = "hf"', 'backend = "openai"'), "needs url"),
+        (lambda t: t.replace('backend = "llamacpp"', 'backend = "openai"'), "needs url"),
         (lambda t: t.replace("[run]", "[run"), "not valid TOML"),
     ],
 )
@@ -102,7 +103,7 @@ def refusing_server() -> Iterator[str]:
 def test_policy_failing_every_call_is_reported_as_failing_not_as_cracking_nothing(tmp_path: Path,
                                                                                    refusing_server: str) -> None:
     text = SMALL.replace('problems = ["run_length", "symbolic_regression"]', 'problems = ["run_length"]')
-    text = text.replace('backend = "hf"', f'backend = "openai"\nurl = "{refusing_server}"\nmodel = "x"\nretries = 0')
+    text = text.replace('backend = "llamacpp"', f'backend = "openai"\nurl = "{refusing_server}"\nmodel = "x"\nretries = 0')
     spec = load_experiment(write(tmp_path, text))
     outcome = ExperimentRunner(spec).run()
     assert outcome.finished and not outcome.errors
@@ -185,3 +186,58 @@ def test_a_policy_failing_call_after_call_stops_the_run_resumably_instead_of_eat
     assert store.attempt_counts(run.id).get("policy_error") == 2  # the third is left for a resume to ask again
     text = console.export_text()
     assert "failed 3 calls in a row" in text and "does not support chat" in text and f"--resume {run.id}" in text
+
+
+# ---------------------------------------------------------------- Ctrl-C with requests in flight
+
+HELD = """\
+problems = ["number"]
+seeds = [0, 1, 2]
+iterations = 4
+answers_per_iteration = 2
+parallel_cells = 3
+[run]
+programs_dir = "{programs}"
+concurrency = 2
+eval_workers = 1
+[[policies]]
+name = "climber"
+backend = "openai"
+url = "{url}"
+prefill = false
+retries = 0
+"""
+
+
+def test_ctrl_c_with_requests_in_flight_ends_the_experiment_in_its_one_message_and_the_command_resumes(
+        tmp_path: Path) -> None:
+    held = threading.Event()
+    first_answers = 6  # then every request waits, so each cell has iterations whose requests are in flight
+
+    def climb(number: int, body: dict) -> str:
+        if number > first_answers:
+            held.wait()
+        return answer("climber", body)
+
+    number_problem(tmp_path / "programs")
+    with ScriptedPolicyServer(climb, "climber") as server:
+        path = tmp_path / "held.toml"
+        path.write_text(HELD.replace("{programs}", str(tmp_path / "programs")).replace("{url}", server.url))
+        command = [sys.executable, "-m", "evolve.cli.main", "experiment", str(path), "--plain"]
+        first = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env={**os.environ, "COLUMNS": "300"})
+        deadline = time.monotonic() + 600  # bounds a hang only: the signal waits for the held requests
+        while len(server.requests) < first_answers + 6 and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert first.poll() is None, first.communicate()
+        first.send_signal(signal.SIGINT)
+        out, err = first.communicate(timeout=600)
+        held.set()
+        assert first.returncode == 130, out[-2000:] + err[-2000:]
+        assert "continue with: evolve experiment" in out
+        assert "Traceback" not in out + err and "never retrieved" not in out + err, err[-3000:]
+
+        again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                               env={**os.environ, "COLUMNS": "300"})
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert "3/3 cells finished" in again.stdout and "never retrieved" not in again.stderr

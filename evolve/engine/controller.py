@@ -6,8 +6,10 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from evolve.config import ConfigError, RunConfig, SelectionConfig
+from evolve.engine.driving import end_tasks
 from evolve.engine.ensemble import Choice, SearchChoices
 from evolve.engine.events import (
     EvaluationEnded,
@@ -122,12 +124,8 @@ class Controller:
             if all_done.done():
                 all_done.result()  # a worker's error (PolicyUnavailable, a bug) ends the run here
         finally:
-            stop.cancel()
-            for worker in workers:
-                worker.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
-            if all_done.done() and not all_done.cancelled():
-                all_done.exception()  # retrieved: never logged as unretrieved
+            all_done.add_done_callback(_retrieve)  # ends once the workers have: never logged as unretrieved
+            await end_tasks([stop, *workers])
         return self.stats
 
     def _check_stop(self) -> None:
@@ -375,16 +373,19 @@ async def _all_or_none(tasks: list[asyncio.Task[list[AttemptRecord | ChildRecord
                        ) -> list[list[AttemptRecord | ChildRecord]]:
     """Every request's records; PolicyUnavailable in one request: the others are dropped, the iteration stays
     unrecorded."""
-    gathered = asyncio.gather(*tasks)
-    # a Ctrl-C cancels the requests: the gather then ends with their CancelledError after this returns; taking it
-    # when it does keeps asyncio from logging "exception was never retrieved" for every iteration in flight
-    gathered.add_done_callback(lambda done: done.cancelled() or done.exception())
     try:
-        return await gathered
-    finally:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
         for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+            if task.done():
+                task.result()  # the first failed request's error (CancelledError for one cancelled elsewhere)
+        return [task.result() for task in tasks]
+    finally:
+        await end_tasks(tasks)
+
+
+def _retrieve(done: asyncio.Future[Any]) -> None:
+    if not done.cancelled():
+        done.exception()
 
 
 def live_token_count(policies: Iterable[Policy]) -> Callable[[], int] | None:

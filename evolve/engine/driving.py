@@ -1,11 +1,11 @@
 """What every driver of a run shares (`evolve run`, experiment cells, `evolve sample`): the stored config of a run
-taken up again, and SIGINT/SIGTERM turned into a cancellation of the driving task."""
+taken up again, SIGINT/SIGTERM turned into a cancellation of the driving task, and tasks ended once."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -60,3 +60,19 @@ def cancelled_by_signals() -> Iterator[None]:
         if task is not None:
             for sig in STOP_SIGNALS:
                 loop.remove_signal_handler(sig)
+
+
+async def end_tasks(tasks: Sequence[asyncio.Future[Any]]) -> None:
+    """Cancel the tasks not yet done and wait until every one has ended, its error retrieved (never logged as
+    unretrieved). A task already being cancelled is not cancelled again: a second CancelledError would cut its own
+    clean-up short (a cell writing its status, a controller ending its workers)."""
+    pending = [task for task in tasks if not task.done()]
+    for task in pending:
+        cancelling = getattr(task, "cancelling", None)  # a Task's; a plain future has none
+        if cancelling is None or not cancelling():
+            task.cancel()
+    if pending:
+        await asyncio.wait(pending)
+    for task in tasks:
+        if not task.cancelled():
+            task.exception()

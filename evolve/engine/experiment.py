@@ -26,7 +26,7 @@ from evolve.config import (
 )
 from evolve.engine.cells import CellProgress, ExperimentOutcome
 from evolve.engine.controller import Controller, check_features
-from evolve.engine.driving import cancelled_by_signals, resumed_config
+from evolve.engine.driving import cancelled_by_signals, end_tasks, resumed_config
 from evolve.engine.events import (
     CellChanged,
     CellEnded,
@@ -62,10 +62,8 @@ async def run_sharing_backend(backend: Policy | Mapping[str, Policy],
         with cancelled_by_signals():
             try:
                 await asyncio.gather(*tasks)
-            finally:
-                for task in tasks:
-                    task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
+            finally:  # a cancelled gather ends with its first cancelled task: the others are still ending
+                await end_tasks(tasks)
     except PolicyUnavailable as exc:
         return exc
     finally:
