@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ import pytest
 from postgres_server import PostgresServer, PostgresUnavailable, postgres_required, postgres_server
 
 STORE_BACKENDS = ["sqlite", "postgresql"]
+FILE_SECONDS = Path(__file__).with_name("file_seconds.json")
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # pytest-xdist's workers get COLUMNS=80 and LINES=24 of their own; the tests that read the CLI's lines expect
@@ -63,7 +65,15 @@ def module_store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.Te
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The files that hold a `slow` test first, each file's tests kept in their order: scripts/test.sh hands
-    whole files to parallel workers in this order, so the long files start at once instead of last."""
+    """The longest files first (tests/file_seconds.json, measured by scripts/test_file_seconds.py; a file not in it
+    that holds a `slow` test counts as longest), each file's tests kept in their order: scripts/test.sh hands whole
+    files to parallel workers in this order, so the long files start at once instead of ending the run alone."""
     slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
-    items.sort(key=lambda item: item.path not in slow_files)  # a stable sort: files and tests keep their order
+    table = json.loads(FILE_SECONDS.read_text()) if FILE_SECONDS.is_file() else {}
+    root = Path(str(config.rootpath))
+
+    def seconds(path: Path) -> float:
+        known = table.get(path.relative_to(root).as_posix()) if path.is_relative_to(root) else None
+        return float(known) if known is not None else (float("inf") if path in slow_files else 0.0)
+
+    items.sort(key=lambda item: -seconds(item.path))  # a stable sort: files and tests keep their order
