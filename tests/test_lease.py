@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -150,12 +151,23 @@ def test_the_heartbeat_keeps_a_lease_alive_past_its_length_while_nothing_is_comm
     db = store_url
     driver, other = ProgramStore(db), ProgramStore(db)
     run_id = driver.create_run("r", "p", "pol", 0, "{}", 5)
-    with driver.driving(run_id, lease_s=0.6):
-        time.sleep(1.5)  # an iteration longer than the lease
+    lease_s = 2.0
+    with driver.driving(run_id, lease_s=lease_s):
+        first = driver.lease(run_id)
+        assert first is not None
+        # an iteration longer than the lease: wait (however slowly the heartbeat runs under load) until the lease
+        # first taken would have lapsed and the heartbeat has renewed it since, then try while it is fresh
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            now, held = datetime.now(UTC), driver.lease(run_id)
+            assert held is not None and held.holder == first.holder
+            if now > first.expires_at and held.expires_at - now > timedelta(seconds=lease_s / 2):
+                break
+            time.sleep(0.05)
         with pytest.raises(LeaseHeldError):
-            other.take_lease(run_id, lease_s=0.6)
+            other.take_lease(run_id, lease_s=lease_s)
         seed(driver, run_id)
-    other.take_lease(run_id, lease_s=0.6)  # released on leaving the block
+    other.take_lease(run_id, lease_s=lease_s)  # released on leaving the block
 
 
 def test_runs_lists_a_running_run_as_killed_once_no_process_holds_its_lease(
