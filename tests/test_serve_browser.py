@@ -263,6 +263,11 @@ def test_a_program_page_wraps_long_diff_lines(browser: Any, big: Served) -> None
     diff = page.wait_for_selector("#program-diff")
     assert diff is not None and LONG_LINE.strip() in diff.inner_text().replace("\n", "")
     assert diff.evaluate("pre => pre.scrollWidth <= pre.clientWidth && pre.getBoundingClientRect().right <= 1000")
+    page.goto(f"{big.base}/runs/1/lineage/{PROGRAMS}")  # the lineage page's own style (as `evolve lineage` writes it)
+    page.wait_for_selector("pre.diff")
+    assert LONG_LINE.strip() in page.locator("pre.diff").all_inner_texts()[-1].replace("\n", "")
+    assert page.evaluate("() => [...document.querySelectorAll('pre.diff')].every(pre => pre.scrollWidth <= "
+                         "pre.clientWidth && pre.getBoundingClientRect().right <= 1000)")
     page.close()
 
 

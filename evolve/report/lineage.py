@@ -182,6 +182,7 @@ h2 { font-size: 16px; margin: 4px 0 8px; }
 pre { font: 12px/1.4 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; background: #f3f4f6;
       padding: 8px; overflow-x: auto; margin: 6px 0; white-space: pre; }
 pre.diff span { display: block; }
+pre.diff, pre.diff span { white-space: pre-wrap; overflow-wrap: anywhere; } /* long lines wrap, never cut */
 .add { background: #e6f6ea; color: #075e25; } .del { background: #fde8e8; color: #a0101b; }
 .hunk { color: #6a3fb5; } .meta { color: #555; font-weight: 600; }
 .vector { max-height: 320px; overflow-y: auto; display: inline-block; }

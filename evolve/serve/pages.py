@@ -14,9 +14,8 @@ ASSETS = Path(__file__).parent / "assets"
 
 Crumbs = list[tuple[str, str | None]]  # (label, link or None for the page itself)
 
-# what the frame adds to a rendered page: the bar's stylesheet, and diffs that wrap instead of running off the page
-_FRAME_HEAD = ('<link rel="stylesheet" href="/assets/nav.css">'
-               "<style>pre.diff, pre.diff span { white-space: pre-wrap; overflow-wrap: anywhere; }</style>")
+# what the frame adds to a rendered page (a report, a lineage): the bar's stylesheet
+_FRAME_HEAD = '<link rel="stylesheet" href="/assets/nav.css">'
 
 
 # the pages built by scripts: the file in assets/ holding the page's <body>, its title, the scripts it runs (after
