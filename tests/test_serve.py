@@ -239,6 +239,17 @@ def test_the_server_is_read_only_and_its_pages_load_scripts_only_from_itself(ser
             in lineage.text) and "<nav" not in lineage.text  # the bar the other pages have, not a second style
 
 
+def test_a_page_unchanged_since_the_browser_fetched_it_is_a_304_without_a_body(served: Served) -> None:
+    for path in ("/", "/runs/1", "/runs/1/programs/2"):
+        first = httpx.get(f"{served.base}{path}")
+        etag = first.headers["etag"]
+        assert first.status_code == 200 and first.headers["cache-control"] == "no-cache" and etag.startswith('"')
+        again = httpx.get(f"{served.base}{path}", headers={"If-None-Match": f'"other", {etag}'})
+        assert again.status_code == 304 and again.content == b"" and again.headers["etag"] == etag, path
+        assert httpx.get(f"{served.base}{path}", headers={"If-None-Match": '"stale"'}).status_code == 200
+    assert httpx.get(f"{served.base}/runs/1").headers["etag"] != httpx.get(f"{served.base}/").headers["etag"]
+
+
 def test_a_loopback_server_refuses_requests_naming_another_host(served: Served) -> None:
     assert httpx.get(f"{served.base}/api/runs", headers={"Host": "localhost"}).status_code == 200
     rebound = httpx.get(f"{served.base}/api/runs", headers={"Host": "attacker.example:8765"})  # DNS rebinding

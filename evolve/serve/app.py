@@ -88,11 +88,11 @@ def create_app(store: ProgramStore, token: str | None = None, loopback_only: boo
 
     def run_page(request: Request) -> Response:
         view.store.get_run(request.path_params["run_id"])  # an unknown run: the not-found page, not empty panels
-        return scripted_page("run.html")
+        return scripted_page("run.html", request.headers.get("if-none-match"))
 
     def program_page(request: Request) -> Response:
         view.check_program(request.path_params["run_id"], request.path_params["program_id"])
-        return scripted_page("program.html")
+        return scripted_page("program.html", request.headers.get("if-none-match"))
 
     def lineage_page(request: Request) -> Response:
         from evolve.report.lineage import ancestry, lineage_html
@@ -118,7 +118,7 @@ def create_app(store: ProgramStore, token: str | None = None, loopback_only: boo
         return HTMLResponse(framed(html, [("runs", "/"), (f"experiment {name}: report", None)]))
 
     routes = [
-        Route("/", lambda request: scripted_page("index.html")),
+        Route("/", lambda request: scripted_page("index.html", request.headers.get("if-none-match"))),
         Route("/favicon.ico", lambda request: FileResponse(ASSETS / "favicon.svg", media_type="image/svg+xml")),
         Route("/runs/{run_id:evolve_id}", run_page),
         Route("/runs/{run_id:evolve_id}/programs/{program_id:evolve_id}", program_page),

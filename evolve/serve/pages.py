@@ -5,10 +5,11 @@ report), and the not-found page of a run, program, experiment or path that does 
 
 from __future__ import annotations
 
+import hashlib
 from html import escape
 from pathlib import Path
 
-from starlette.responses import HTMLResponse
+from starlette.responses import HTMLResponse, Response
 
 ASSETS = Path(__file__).parent / "assets"
 
@@ -39,10 +40,16 @@ def document(title: str, body: str, scripts: tuple[str, ...] = ()) -> str:
             f"{body.rstrip()}\n</html>\n")
 
 
-def scripted_page(name: str) -> HTMLResponse:
-    """One of SCRIPTED_PAGES: its body from assets/ (read on each request, as a file is served) in the shared head."""
+def scripted_page(name: str, if_none_match: str | None = None) -> Response:
+    """One of SCRIPTED_PAGES: its body from assets/ (read on each request, as a file is served) in the shared head,
+    with an ETag of its bytes: a browser revalidates it (no-cache) and gets 304, no body, while it is unchanged."""
     title, scripts = SCRIPTED_PAGES[name]
-    return HTMLResponse(document(title, (ASSETS / name).read_text(encoding="utf-8"), ("common.js", *scripts)))
+    page = document(title, (ASSETS / name).read_text(encoding="utf-8"), ("common.js", *scripts)).encode()
+    etag = f'"{hashlib.sha256(page).hexdigest()[:20]}"'
+    headers = {"ETag": etag, "Cache-Control": "no-cache"}
+    if if_none_match is not None and etag in (tag.strip() for tag in if_none_match.split(",")):
+        return Response(status_code=304, headers=headers)
+    return HTMLResponse(page, headers=headers)
 
 
 def nav_html(crumbs: Crumbs) -> str:
