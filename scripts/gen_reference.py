@@ -155,16 +155,16 @@ def render_file(reference: FileReference) -> list[str]:
 
 def file_references() -> tuple[FileReference, ...]:
     """Every file a user writes, with the models that read it (imported here: MkDocs loads this module early)."""
-    from evolve import config
+    from evolve import config, policy_config
     from evolve.engine import experiment_spec
     from evolve.problems import cascade, objectives, problem
     from evolve.rl import train_config
     from evolve.study import config as study_config
 
-    common = tuple(config.BasePolicySection.model_fields)
-    policy = [Section("policy", config.BasePolicySection, "Every policy's keys, whatever its backend. `[[policies]]` "
-                      "tables (an ensemble) take the same keys.")]
-    for backend, model in config.POLICY_BACKENDS.items():
+    common = tuple(policy_config.BasePolicySection.model_fields)
+    policy = [Section("policy", policy_config.BasePolicySection, "Every policy's keys, whatever its backend. "
+                      "`[[policies]]` tables (an ensemble) take the same keys.")]
+    for backend, model in policy_config.POLICY_BACKENDS.items():
         policy.append(Section("policy", model, f"{model.__doc__ or ''} Its own keys, besides the common ones (another "
                               "backend's key is refused in one line):", skip=common,
                               heading=f'`policy` with `backend = "{backend}"`'))
@@ -189,8 +189,8 @@ def file_references() -> tuple[FileReference, ...]:
                  filled=(("name", "the file's name less .toml"), ("db", "NAME.db beside the file"))),
          Section("run", experiment_spec.CellDefaults, experiment_spec.CellDefaults.__doc__ or ""),
          Section("selection", config.SelectionConfig, "As in evolve.toml.", skip=("map_elites",)),
-         Section("[[policies]]", config.BasePolicySection, "One table per policy: the `[policy]` keys of evolve.toml, "
-                 "its backend's keys included."),
+         Section("[[policies]]", policy_config.BasePolicySection, "One table per policy: the `[policy]` keys of "
+                 "evolve.toml, its backend's keys included."),
          Section("[[ensembles]]", experiment_spec.EnsembleArm, experiment_spec.EnsembleArm.__doc__ or "")))
     study = FileReference(
         "Study files (`evolve study FILE`)",

@@ -8,15 +8,8 @@ from pathlib import Path
 import pytest
 
 from evolve.cli.main import main
-from evolve.config import (
-    ConfigError,
-    HFPolicySection,
-    LlamaCppPolicySection,
-    OpenAIPolicySection,
-    VLLMPolicySection,
-    load_config,
-    stored_config,
-)
+from evolve.config import ConfigError, load_config, stored_config
+from evolve.policy_config import HFPolicySection, LlamaCppPolicySection, OpenAIPolicySection, VLLMPolicySection
 
 ROOT = Path(__file__).resolve().parents[1]
 

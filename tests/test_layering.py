@@ -14,6 +14,7 @@ EVOLVE = Path(__file__).resolve().parents[1] / "evolve"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors",),
     ("records", "seeds", "toml_files", "program_format", "stats", "instruction_texts"),
+    ("policy_config",),
     ("config",),
     ("sandbox",),
     ("evaluator_api",),

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from evolve.config import HFPolicySection, OpenAIPolicySection
 from evolve.engine.offspring import (
     NO_CHANGE,
     ChildScorer,
@@ -19,6 +18,7 @@ from evolve.engine.offspring import (
     offspring,
     require_seed,
 )
+from evolve.policy_config import HFPolicySection, OpenAIPolicySection
 from evolve.problems.problem import Problem, load_problem
 from evolve.records import Evaluation
 from evolve.search.prompts import PromptOptions

@@ -8,15 +8,15 @@ from dataclasses import dataclass
 
 from sqlalchemy.engine import make_url
 
-from evolve.config import (
+from evolve.engine.experiment_spec import ExperimentSpec
+from evolve.errors import UserError
+from evolve.policy_config import (
     HFPolicySection,
     LlamaCppPolicySection,
     OpenAIPolicySection,
     PolicySection,
     VLLMPolicySection,
 )
-from evolve.engine.experiment_spec import ExperimentSpec
-from evolve.errors import UserError
 from evolve.store.connection import database_url
 
 

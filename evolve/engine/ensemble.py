@@ -12,8 +12,9 @@ import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from evolve.config import PolicySection, RunConfig
+from evolve.config import RunConfig
 from evolve.policies.base import Policy
+from evolve.policy_config import PolicySection
 from evolve.problems.problem import ProblemPrompt
 from evolve.records import MutationRequest
 from evolve.search.bandit import Bandit

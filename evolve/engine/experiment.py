@@ -19,11 +19,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol
 
-from evolve.config import (
-    ConfigError,
-    PolicySection,
-    RunConfig,
-)
+from evolve.config import ConfigError, RunConfig
 from evolve.engine.cells import CellProgress, ExperimentOutcome
 from evolve.engine.controller import Controller, check_features
 from evolve.engine.driving import cancelled_by_signals, end_tasks, resumed_config
@@ -42,6 +38,7 @@ from evolve.engine.experiment_spec import CellKey, ExperimentSpec, refuse_polici
 from evolve.engine.offspring import SeedProgramError
 from evolve.policies.base import Policy, PolicyUnavailable
 from evolve.policies.factory import open_policies, open_policy
+from evolve.policy_config import PolicySection
 from evolve.problems.evaluation import resolve_objectives
 from evolve.problems.evaluator_pool import EvaluatorPool
 from evolve.problems.problem import Problem, load_problem

@@ -14,15 +14,14 @@ from evolve.config import (
     MAX_SEED,
     ConfigError,
     EnsembleSection,
-    PolicySection,
     RunConfig,
     RunSection,
     SelectionConfig,
     StrictModel,
-    VLLMEngineSettings,
     describe_error,
     read_toml,
 )
+from evolve.policy_config import PolicySection, VLLMEngineSettings
 from evolve.problems.problem import problem_key
 from evolve.seeds import cell_seed
 

@@ -8,8 +8,14 @@ from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from evolve.config import BasePolicySection, HFPolicySection, LlamaCppPolicySection, PolicySection, VLLMPolicySection
 from evolve.policies.base import Policy
+from evolve.policy_config import (
+    BasePolicySection,
+    HFPolicySection,
+    LlamaCppPolicySection,
+    PolicySection,
+    VLLMPolicySection,
+)
 
 
 def model_path(section: BasePolicySection) -> Path:

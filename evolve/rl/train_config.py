@@ -7,7 +7,7 @@ from typing import Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from evolve.config import HFPolicySection
+from evolve.policy_config import HFPolicySection
 from evolve.rl.advantages import default_max_at_k
 from evolve.rl.estimators import EstimatorSettings
 

@@ -23,8 +23,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from evolve.config import ConfigError, HFPolicySection
+from evolve.config import ConfigError
 from evolve.engine.offspring import SeedProgramError
+from evolve.policy_config import HFPolicySection
 from evolve.problems.problem import ProblemError, load_problem
 from evolve.rl.rollouts import parent_prompt, parents_store, refuse_tested_parents, seed_prompt, stored_parents
 from evolve.rl.verl_reward import programs_dir

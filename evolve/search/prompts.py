@@ -14,8 +14,8 @@ import textwrap
 from dataclasses import dataclass
 from typing import Literal
 
-from evolve.config import BasePolicySection
 from evolve.evaluator_api import FEEDBACK_CHARS
+from evolve.policy_config import BasePolicySection
 from evolve.problems.problem import ProblemPrompt
 from evolve.records import MutationRequest, Program
 from evolve.search.edits import EditError, block_body, defined_names, find_blocks

@@ -21,13 +21,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictInt, model_validator
 
-from evolve.config import (
-    MAX_SEED,
-    POLICY_BACKENDS,
-    SelectionConfig,
-    StrictModel,
-)
+from evolve.config import MAX_SEED, SelectionConfig, StrictModel
 from evolve.engine.experiment_spec import CellDefaults
+from evolve.policy_config import POLICY_BACKENDS
 from evolve.problems.problem import problem_key
 
 StudyAlgo = Literal["vpo", "grpo", "multi-rlvr"]

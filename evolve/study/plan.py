@@ -10,8 +10,9 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from evolve.config import ConfigError, PolicySection, RunConfig, RunSection, describe_error, read_toml
+from evolve.config import ConfigError, RunConfig, RunSection, describe_error, read_toml
 from evolve.engine.experiment_spec import ExperimentSpec
+from evolve.policy_config import PolicySection
 from evolve.study.config import BASE_POLICY, StudySpec, TrainingRun
 from evolve.toml_files import format_validation_error
 
