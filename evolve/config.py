@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field, StrictInt, ValidationError, field_validat
 
 from evolve import toml_files
 from evolve.errors import UserError
-from evolve.policy_config import POLICY_BACKENDS, HFPolicySection, OpenAIPolicySection, PolicySection, _backend_of
+from evolve.policy_config import POLICY_BACKENDS, HFPolicySection, OpenAIPolicySection, PolicySection, backend_of
 from evolve.toml_files import StrictModel
 
 MAX_SEED = 2**63 - 1  # a seed is stored in a signed 64-bit column
@@ -216,7 +216,7 @@ def _stored_data(config_json: str) -> dict[str, Any]:
 def _used_policy_keys(policy: Any) -> Any:
     """A stored policy table without the keys its backend does not use (an openai policy's server keys unless it
     has serve = true)."""
-    section = POLICY_BACKENDS.get(_backend_of(policy)) if isinstance(policy, dict) else None
+    section = POLICY_BACKENDS.get(backend_of(policy)) if isinstance(policy, dict) else None
     if not isinstance(policy, dict) or section is None:
         return policy
     unused = OpenAIPolicySection.server_keys() if policy.get("backend") == "openai" and not policy.get("serve") else ()

@@ -182,7 +182,7 @@ POLICY_BACKENDS: dict[str, type[BasePolicySection]] = {
     "openai": OpenAIPolicySection}
 
 
-def _backend_of(section: Any) -> str:
+def backend_of(section: Any) -> str:
     """The union's tag: a table's `backend` key, "hf" when it has none."""
     if isinstance(section, dict):
         return str(section.get("backend", "hf"))
@@ -192,7 +192,7 @@ def _backend_of(section: Any) -> str:
 PolicySection = Annotated[
     Annotated[HFPolicySection, Tag("hf")] | Annotated[LlamaCppPolicySection, Tag("llamacpp")]
     | Annotated[VLLMPolicySection, Tag("vllm")] | Annotated[OpenAIPolicySection, Tag("openai")],
-    Discriminator(_backend_of),
+    Discriminator(backend_of),
 ]
 """One policy: where its model runs (backend: hf, the default of a table without one; llamacpp, vllm or openai),
 how it is sampled and prompted; each backend's own settings are refused on the others."""

@@ -6,10 +6,9 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
 
 from evolve.config import ConfigError, RunConfig, SelectionConfig
-from evolve.engine.driving import end_tasks
+from evolve.engine.driving import end_tasks, retrieve_error
 from evolve.engine.ensemble import Choice, SearchChoices
 from evolve.engine.events import (
     EvaluationEnded,
@@ -124,7 +123,7 @@ class Controller:
             if all_done.done():
                 all_done.result()  # a worker's error (PolicyUnavailable, a bug) ends the run here
         finally:
-            all_done.add_done_callback(_retrieve)  # ends once the workers have: never logged as unretrieved
+            all_done.add_done_callback(retrieve_error)  # ends once the workers have: never logged as unretrieved
             await end_tasks([stop, *workers])
         return self.stats
 
@@ -381,11 +380,6 @@ async def _all_or_none(tasks: list[asyncio.Task[list[AttemptRecord | ChildRecord
         return [task.result() for task in tasks]
     finally:
         await end_tasks(tasks)
-
-
-def _retrieve(done: asyncio.Future[Any]) -> None:
-    if not done.cancelled():
-        done.exception()
 
 
 def live_token_count(policies: Iterable[Policy]) -> Callable[[], int] | None:

@@ -74,5 +74,11 @@ async def end_tasks(tasks: Sequence[asyncio.Future[Any]]) -> None:
     if pending:
         await asyncio.wait(pending)
     for task in tasks:
-        if not task.cancelled():
-            task.exception()
+        retrieve_error(task)
+
+
+def retrieve_error(done: asyncio.Future[Any]) -> None:
+    """Take a finished future's error, if any, so that asyncio never logs it as "exception was never retrieved"
+    (also a done callback: it runs whenever the future ends)."""
+    if not done.cancelled():
+        done.exception()
