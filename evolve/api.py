@@ -106,7 +106,8 @@ def run_experiment(experiment: str | Path | ExperimentSpec, *, db: str | None = 
 
 @dataclass(frozen=True)
 class Report:
-    """An experiment's report: every number (results) and the files written (HTML, JSON, CSV)."""
+    """An experiment's report: every number (results) and the files written (HTML, JSON, CSV, the figures/ folder
+    of standalone SVG charts)."""
 
     results: ExperimentResults
     files: tuple[Path, ...]

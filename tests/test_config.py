@@ -250,7 +250,7 @@ def test_an_unknown_map_elites_feature_is_one_config_line_before_any_model_loads
 
 
 def test_map_elites_features_naming_an_objective_are_accepted_and_a_repeated_one_is_refused(tmp_path: Path) -> None:
-    from evolve.engine.controller import check_features
+    from evolve.engine.run_setup import check_features
     from evolve.problems.problem import load_problem
 
     problem = load_problem("fizzbuzz", featureless_problem(tmp_path))

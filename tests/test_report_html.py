@@ -14,6 +14,7 @@ import os
 import re
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterator
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,9 @@ from browser import chromium
 
 from evolve.engine.experiment_spec import ExperimentSpec
 from evolve.report.charts import Series, line_chart, palette
+from evolve.report.figures import figure_name, page_figures
 from evolve.report.html import report_html
+from evolve.report.report_files import write_report
 from evolve.report.results import ExperimentResults, ObjectiveReach, collect
 from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore
 
@@ -276,4 +279,57 @@ def test_a_twenty_objective_table_is_shown_whole(results: ExperimentResults, bro
         cell = box.locator("th", has_text=re.compile(f"^test_{i}$"))
         bounds = cell.bounding_box()
         assert cell.is_visible() and bounds is not None and bounds["x"] + bounds["width"] <= right, f"test_{i}"
+    page.close()
+
+
+# ---------------------------------------------------------------- figures/: the charts as files
+
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def test_every_chart_is_also_a_standalone_svg_named_for_what_it_draws(results: ExperimentResults,
+                                                                     tmp_path: Path) -> None:
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "figures" / "from_an_older_report.svg").write_text("<svg/>")
+    files = write_report(results, tmp_path)
+    assert files[-1] == tmp_path / "figures"
+    axes = ("iterations", "evaluations", "tokens", "wall_s")
+    expected = {f"{metric}-{axis}.svg" for metric in ("cracked_share", "best_score") for axis in axes}
+    expected |= {"best_score-iterations-alpha.svg", "best_score-iterations-beta.svg"}
+    assert {path.name for path in (tmp_path / "figures").iterdir()} == expected  # the stale one is gone
+    page = (tmp_path / "report.html").read_text()
+    for name in expected:
+        root = ElementTree.parse(tmp_path / "figures" / name).getroot()  # well-formed XML on its own
+        assert root.tag == f"{SVG}svg" and float(root.get("width", 0)) > 100, name
+        background = root[0]
+        assert background.tag == f"{SVG}rect" and background.get("fill") == "#ffffff", name
+        title = root.find(f"{SVG}title")
+        assert title is not None and title.text and escape(title.text) in page, name
+    lines = ElementTree.parse(tmp_path / "figures" / "cracked_share-iterations.svg").getroot().iter(f"{SVG}path")
+    assert len([p for p in lines if p.get("class") == "line"]) == 2  # vpo and grpo; broken never answered
+
+
+def test_a_chart_name_met_twice_keeps_both_and_a_problem_path_is_named_by_its_folder() -> None:
+    chart = line_chart([Series("a", "#123456", [0.0, 1.0], [0.0, 1.0])], "t", "x", "y")
+    page = "".join(f'<figure class="chart" data-metric="best_score" data-axis="iterations" '
+                   f'data-problem="programs/humaneval/he_0{n}">{chart}</figure>' for n in (1, 1, 2))
+    assert list(page_figures(page)) == ["best_score-iterations-he_01.svg", "best_score-iterations-he_01-2.svg",
+                                        "best_score-iterations-he_02.svg"]
+    assert figure_name(' data-training="reward"') == "training-reward"
+    assert figure_name(' data-metric="x" data-axis="y" data-problem="../../etc/passwd"') == "x-y-passwd"
+
+
+@pytest.mark.browser
+def test_a_standalone_figure_draws_its_lines_in_headless_chromium(results: ExperimentResults, browser: Any,
+                                                                tmp_path: Path) -> None:
+    write_report(results, tmp_path)
+    page = browser.new_page(viewport={"width": 900, "height": 600})
+    page.goto((tmp_path / "figures" / "cracked_share-iterations.svg").as_uri())
+    lines = page.locator("path.line")
+    assert lines.count() == 2
+    for line in lines.all():
+        assert line.evaluate("node => node.getTotalLength() > 0 && node.getBBox().width > 0")
+    box = page.locator("svg").first.bounding_box()
+    assert box is not None and box["width"] > 300 and box["height"] > 200
     page.close()

@@ -278,6 +278,8 @@ def test_a_tiny_real_study_stopped_after_training_resumes_without_redoing_anythi
                    for seed in arm["per_training_seed"].values())
         assert arm["spread"]["training_seeds"] == 2 and arm["pooled"]["cells"] == 2
     assert 'id="training"' in (folder / "report" / "report.html").read_text()
+    figures = {path.name for path in (folder / "report" / "figures").iterdir()}
+    assert {"cracked_share-iterations.svg", "best_score-iterations-run_length.svg", "training-reward.svg"} <= figures
 
     store = ProgramStore(str(folder / "study.db"), mode="read")
     before = [(run.id, run.name, store.count_programs(run.id), run.status) for run in store.list_runs()]

@@ -27,6 +27,7 @@ from evolve.problems.check import new_problem
 from evolve.report.results import ExperimentResults, collect
 from evolve.report.stats import clopper_pearson, holm, mean_interval, paired_difference
 from evolve.report.study_arms import arm_report, arms_section_html, render_arms
+from evolve.report.study_markdown import results_markdown
 from evolve.report.study_report import study_json, training_curves, training_section_html, with_training_section
 from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore
 
@@ -218,3 +219,23 @@ def test_the_training_section_names_each_algorithms_training_seeds_instead_of_on
     assert "one run per algorithm" not in section
     assert "vpo: 2 training seeds (vpo-t0, vpo-t1); grpo: 1 training seed (grpo-t0)" in section
     assert "spread between training seeds" in section
+
+
+def test_results_markdown_gives_the_arms_the_pairs_each_problem_and_only_the_figures_that_exist(
+        document: dict) -> None:
+    text = results_markdown(document, figures="studies/s/report/figures", present=["cracked_share-iterations.svg"])
+    lines = text.splitlines()
+    vpo = next(line for line in lines if line.startswith("| `vpo` |"))
+    cells = [cell.strip() for cell in vpo.strip("|").split("|")]
+    assert cells[1:4] == ["0.625", cells[2], "15/24"] and cells[5] == "6/6"
+    assert cells[6] == "t0: 1.000; t1: 0.250" and cells[7] == "0.750"
+    low, high = (float(x) for x in cells[2].strip("[]").split(", "))
+    assert low < 0.625 < high
+    pair = next(d for d in document["arm_differences"] if {d["policy_a"], d["policy_b"]} == {"vpo", "grpo"})
+    row = next(line for line in lines if f"`{pair['policy_a']}` − `{pair['policy_b']}`" in line)
+    assert f"{pair['wins']}/{pair['losses']}/{pair['ties']}" in row and f"{pair['mean']['width']:.3f}" in row
+    assert "Holm-adjusted over the 3 pairs" in text
+    p5 = next(line for line in lines if line.startswith("| p5 |"))
+    assert "0/2 [0.00, 0.84]" in p5 and p5.count("|") == len(POLICIES) + 2  # grpo-t1 ran p5 with no cell
+    assert "![Share of test problems cracked" in text and "(studies/s/report/figures/cracked_share-iterations.svg)" in text
+    assert "training-reward.svg" not in text  # not written, so not linked

@@ -7,7 +7,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-from evolve.config import ConfigError, RunConfig, SelectionConfig
+from evolve.config import RunConfig
 from evolve.engine.driving import end_tasks, retrieve_error
 from evolve.engine.ensemble import Choice, SearchChoices
 from evolve.engine.events import (
@@ -22,6 +22,7 @@ from evolve.engine.events import (
     ignore,
 )
 from evolve.engine.offspring import ChildScorer, code_key, offspring, require_seed
+from evolve.engine.run_setup import requests_per_iteration, selection_for
 from evolve.engine.run_stats import RunStats, describe_iteration
 from evolve.engine.schedule import IterationSchedule
 from evolve.engine.stop_rules import StopRule
@@ -32,7 +33,7 @@ from evolve.records import Completion, Evaluation, MutationRequest, Program, Pro
 from evolve.search.novelty import ChildrenInFlight, NearDuplicate, NoveltyIndex, novelty_index
 from evolve.search.prompt_templates import load_template
 from evolve.search.prompts import Prompt, PromptOptions
-from evolve.search.selection import BUILTIN_FEATURES, Selector
+from evolve.search.selection import Selector
 from evolve.seeds import request_seed
 from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore
 
@@ -387,38 +388,6 @@ def live_token_count(policies: Iterable[Policy]) -> Callable[[], int] | None:
     answer is on its way); None when no policy counts (a remote server answers whole completions only)."""
     counters = [policy.generated_tokens for policy in policies if callable(getattr(policy, "generated_tokens", None))]
     return (lambda: sum(counter() for counter in counters)) if counters else None
-
-
-def requests_per_iteration(config: RunConfig) -> int:
-    """Policy requests per iteration: run.answers_per_iteration / policy.answers (1 when it is 0, today's default)."""
-    return max(1, config.run.answers_per_iteration // config.policy.answers)
-
-
-def check_features(features: tuple[str, ...], problem: Problem) -> None:
-    """ConfigError, one line, for a selection.map_elites feature that is neither built in nor an objective of the
-    problem (one matching its pattern, before a pattern problem's objectives are fixed): checked when the problem
-    loads, before any model loads or the run is written, since only the problem knows its objectives."""
-    def known(feature: str) -> bool:
-        if feature in BUILTIN_FEATURES or feature in problem.objectives:
-            return True
-        return not problem.objectives_known and problem.matches_pattern(feature)
-
-    unknown = [feature for feature in features if not known(feature)]
-    if unknown:
-        objectives = (f"its objectives ({', '.join(problem.objectives[:6])}"
-                      + (f", ... {len(problem.objectives)} in all)" if len(problem.objectives) > 6 else ")")
-                      if problem.objectives_known else f"an objective matching {problem.objective_pattern!r}")
-        raise ConfigError(f"selection.map_elites.features: {unknown[0]!r} is no feature of problem {problem.name} "
-                          f"(allowed: {', '.join(BUILTIN_FEATURES)} or {objectives})")
-
-
-def selection_for(config: RunConfig, problem: Problem) -> SelectionConfig:
-    """The run's selection settings, with the MAP-Elites features the problem declares, if any."""
-    check_features(config.selection.map_elites.features, problem)
-    if not problem.features:
-        return config.selection
-    grid = config.selection.map_elites.model_copy(update={"features": tuple(problem.features)})
-    return config.selection.model_copy(update={"map_elites": grid})
 
 
 def render_prompt_text(messages: list[dict[str, str]], prefill: str) -> str:

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from evolve.config import ConfigError, RunConfig
 from evolve.engine.cells import CellProgress, ExperimentOutcome
-from evolve.engine.controller import Controller, check_features
+from evolve.engine.controller import Controller
 from evolve.engine.driving import cancelled_by_signals, end_tasks, resumed_config
 from evolve.engine.events import (
     CellChanged,
@@ -36,6 +36,7 @@ from evolve.engine.events import (
 )
 from evolve.engine.experiment_spec import CellKey, ExperimentSpec, refuse_policies_trained_on_tests
 from evolve.engine.offspring import SeedProgramError
+from evolve.engine.run_setup import check_features
 from evolve.policies.base import Policy, PolicyUnavailable
 from evolve.policies.factory import open_policies, open_policy
 from evolve.policy_config import PolicySection

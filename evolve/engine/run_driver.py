@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from evolve.config import RunConfig
-from evolve.engine.controller import Controller, check_features
+from evolve.engine.controller import Controller
 from evolve.engine.driving import RunError, cancelled_by_signals, resumed_config
 from evolve.engine.events import Observer, RunLoading, RunStarted, ignore
+from evolve.engine.run_setup import check_features
 from evolve.engine.run_stats import RunStats
 from evolve.policies.base import Policy, PolicyUnavailable
 from evolve.policies.factory import open_policies

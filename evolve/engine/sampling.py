@@ -26,11 +26,12 @@ from pathlib import Path
 from typing import NamedTuple
 
 from evolve.config import RunConfig, stored_config
-from evolve.engine.controller import Controller, check_features
+from evolve.engine.controller import Controller
 from evolve.engine.driving import RunError
 from evolve.engine.events import Event, IterationCommitted, RunProgressed
 from evolve.engine.experiment import run_sharing_backend
 from evolve.engine.offspring import SeedProgramError
+from evolve.engine.run_setup import check_features
 from evolve.policies.base import Policy, PolicyUnavailable
 from evolve.policies.factory import open_policy
 from evolve.problems.evaluator_pool import EvaluatorPool

@@ -1,17 +1,23 @@
-"""An experiment's report as files in one folder: report.html, report.json and one CSV per table."""
+"""An experiment's report as files in one folder: report.html, report.json, one CSV per table and figures/ (each
+chart as a standalone SVG)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from evolve.report.figures import FIGURES_DIR, write_figures
 from evolve.report.html import report_html
 from evolve.report.results import ExperimentResults
 from evolve.report.results_files import write_csvs, write_json
 
 
 def write_report(results: ExperimentResults, folder: Path) -> tuple[Path, ...]:
-    """Write the report's files into `folder` (made if missing); the paths written, report.html first."""
+    """Write the report's files into `folder` (made if missing); the paths written, report.html first and the
+    figures/ folder last."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "report.html").write_text(report_html(results))
+    page = report_html(results)
+    (folder / "report.html").write_text(page)
     write_json(results, folder / "report.json")
-    return (folder / "report.html", folder / "report.json", *write_csvs(results, folder))
+    csvs = write_csvs(results, folder)
+    write_figures(page, folder)
+    return (folder / "report.html", folder / "report.json", *csvs, folder / FIGURES_DIR)

@@ -9,7 +9,8 @@ instant goes on where it stopped:
 2. sample: plain sampling (engine/sampling.py) of the base and every checkpoint on the test problems;
 3. evolve: an experiment (engine/experiment.py) whose policies are the base and every checkpoint, each on every
    test problem x evolution seed;
-4. report: the experiment report plus the training curves (report/study_report.py) in STUDY/report/, and in
+4. report (study/report_stage.py): the experiment report plus the training curves in STUDY/report/ (every chart
+   also a standalone SVG in STUDY/report/figures/), and in
    study_report.json each arm's crack share pooled and per training seed, with their spread, and the paired
    differences between arms (report/study_report.arm_report).
 The time spent in each stage is summed over invocations in STUDY/study_state.json.
@@ -22,7 +23,7 @@ import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,8 +31,8 @@ from rich.console import Console
 
 from evolve.engine.events import Observer
 from evolve.errors import UserError
-from evolve.study.config import BASE_POLICY, StudySpec
-from evolve.study.plan import StudyPaths, experiment_spec, policy_sections, sampling_config, train_configs
+from evolve.study.config import StudySpec
+from evolve.study.plan import StudyPaths, experiment_spec, sampling_plans, train_configs
 
 STAGES = ("train", "sample", "evolve", "report")
 Stage = Literal["train", "sample", "evolve", "report"]
@@ -156,15 +157,6 @@ def _empty_gpu_cache() -> None:
 
 
 # ---- stage 2: plain sampling ----------------------------------------------------------------------------------
-
-def sampling_plans(spec: StudySpec, paths: StudyPaths, store: Any) -> dict[str, list[Any]]:
-    """Per policy, its SamplePlans on the test problems (found in the store or to be created)."""
-    from evolve.engine.sampling import plan_samples
-
-    return {policy.name: plan_samples(store, sampling_config(spec, paths, policy), spec.test_problems,
-                                      spec.sampling.answers)
-            for policy in policy_sections(spec, paths.folder)}
-
 
 def _plans_state(plans: list[Any]) -> State:
     if all(plan.finished for plan in plans):
@@ -352,66 +344,13 @@ class Study:
         outcome.interrupted = result.interrupted
 
     def _report(self, outcome: StudyOutcome) -> None:
-        from evolve.problems.problem import load_problem
-        from evolve.report.report_files import write_report
-        from evolve.report.results import collect
-        from evolve.report.study_arms import arm_report, arms_section_html, render_arms
-        from evolve.report.study_report import (
-            read_training_log,
-            study_json,
-            training_curves,
-            training_section_html,
-            with_training_section,
-        )
-        from evolve.report.terminal import render_report
-        from evolve.store.program_store import ProgramStore
+        from evolve.study.report_stage import write_study_report
 
-        results = collect(ProgramStore(self.paths.db, mode="read"), experiment_spec(self.spec, self.paths))
-        render_report(results, self.console)
-        files = write_report(results, self.paths.report)
-        self.console.print("wrote " + ", ".join(str(path) for path in files), highlight=False)
-        problems = [load_problem(name, Path(self.spec.programs_dir)) for name in self.spec.training.problems]
-        objectives = {problem.name: problem.objectives for problem in problems}
-        curves = [training_curves(name, read_training_log(Path(config.out) / "train_log.jsonl"), objectives)
-                  for name, config in self.train_configs.items()]
-        budgets = [asdict(b) | {"answers_per_step": b.answers_per_step, "total_answers": b.total_answers,
-                                "total_completions": b.total_completions} for b in self.spec.budgets()]
-        page = self.paths.report / "report.html"
-        facts = {"description": self.spec.description, "base": self.spec.base, "folder": str(self.paths.folder),
-                 "db": self.paths.db, "train_problems": list(self.spec.training.problems),
-                 "test_problems": list(self.spec.test_problems), "claim": self.spec.claim,
-                 "training_seeds": list(self.spec.training.seeds),
-                 "training_runs": [{"policy": run.name, "algo": run.algo, "training_seed": run.seed}
-                                   for run in self.spec.training_runs()],
-                 "spec": self.spec.model_dump(mode="json")}
-        arms = arm_report(results, facts["training_runs"], self.spec.claim, self.spec.training.seeds)
-        render_arms(arms, self.console)
-        page.write_text(with_training_section(page.read_text(),
-                                              arms_section_html(arms) + training_section_html(curves, budgets)))
-        document = study_json(self.spec.name, facts, budgets, curves, sampled_results(self), results,
-                              self.state.seconds, arms=arms)
-        path = self.paths.report / "study_report.json"
-        path.write_text(json.dumps(document, indent=1) + "\n")
-        outcome.report = path
-        self.console.print(f"wrote {path} and the training section of {page}", highlight=False)
+        outcome.report = write_study_report(self.spec, self.paths, self.store, self.train_configs,
+                                            self.state.seconds, self.console)
 
 
 def _combined(states: list[State]) -> State:
     if all(state == "done" for state in states):
         return "done"
     return "to do" if all(state == "to do" for state in states) else "partial"
-
-
-def sampled_results(study: Study) -> dict[str, list[Any]]:
-    """Per policy, the ProblemSample of each test problem whose sampling finished."""
-    from evolve.engine.sampling import problem_sample
-
-    results: dict[str, list[Any]] = {}
-    for policy, plans in sampling_plans(study.spec, study.paths, study.store).items():
-        results[policy] = [problem_sample(study.store, plan, plan.run_id, study.spec.sampling.answers)
-                           for plan in plans if plan.finished and plan.run_id is not None]
-    return results
-
-
-def base_first(names: list[str]) -> list[str]:
-    return sorted(names, key=lambda name: name != BASE_POLICY)

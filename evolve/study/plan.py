@@ -130,3 +130,12 @@ def load_study(path: str | Path) -> StudySpec:
     train_configs(spec, Path("studies") / spec.name, str(path))
     policy_sections(spec, Path("studies") / spec.name, str(path))
     return spec
+
+
+def sampling_plans(spec: StudySpec, paths: StudyPaths, store: Any) -> dict[str, list[Any]]:
+    """Per policy, its SamplePlans on the test problems (found in the store or to be created)."""
+    from evolve.engine.sampling import plan_samples
+
+    return {policy.name: plan_samples(store, sampling_config(spec, paths, policy), spec.test_problems,
+                                      spec.sampling.answers)
+            for policy in policy_sections(spec, paths.folder)}

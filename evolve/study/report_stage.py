@@ -1,0 +1,82 @@
+"""The study's last stage: the experiment report of its evolution, the arms (each algorithm pooled over its
+training seeds, with their spread), the training curves and the plain samples, as STUDY/report/ (report.html,
+study_report.json, results.md, the CSVs and figures/, every chart as a standalone SVG)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from evolve.study.config import StudySpec
+from evolve.study.plan import StudyPaths, experiment_spec, sampling_plans
+
+
+def write_study_report(spec: StudySpec, paths: StudyPaths, store: Any, train_configs: dict[str, Any],
+                       seconds: dict[str, float], console: Console) -> Path:
+    """Write STUDY/report/ from the study's store (a ProgramStore), its training logs (train_configs: TrainConfig
+    by policy name) and the seconds spent per stage; print the report on `console`; the path of
+    study_report.json."""
+    from evolve.problems.problem import load_problem
+    from evolve.report.figures import write_figures
+    from evolve.report.report_files import write_report
+    from evolve.report.results import collect
+    from evolve.report.study_arms import arm_report, arms_section_html, render_arms
+    from evolve.report.study_markdown import results_markdown
+    from evolve.report.study_report import (
+        read_training_log,
+        study_json,
+        training_curves,
+        training_section_html,
+        with_training_section,
+    )
+    from evolve.report.terminal import render_report
+    from evolve.store.program_store import ProgramStore
+
+    results = collect(ProgramStore(paths.db, mode="read"), experiment_spec(spec, paths))
+    render_report(results, console)
+    files = write_report(results, paths.report)
+    console.print("wrote " + ", ".join(str(path) for path in files), highlight=False)
+    problems = [load_problem(name, Path(spec.programs_dir)) for name in spec.training.problems]
+    objectives = {problem.name: problem.objectives for problem in problems}
+    curves = [training_curves(name, read_training_log(Path(config.out) / "train_log.jsonl"), objectives)
+              for name, config in train_configs.items()]
+    budgets = [asdict(b) | {"answers_per_step": b.answers_per_step, "total_answers": b.total_answers,
+                            "total_completions": b.total_completions} for b in spec.budgets()]
+    facts = {"description": spec.description, "base": spec.base, "folder": str(paths.folder),
+             "db": paths.db, "train_problems": list(spec.training.problems),
+             "test_problems": list(spec.test_problems), "claim": spec.claim,
+             "training_seeds": list(spec.training.seeds),
+             "training_runs": [{"policy": run.name, "algo": run.algo, "training_seed": run.seed}
+                               for run in spec.training_runs()],
+             "spec": spec.model_dump(mode="json")}
+    arms = arm_report(results, facts["training_runs"], spec.claim, spec.training.seeds)
+    render_arms(arms, console)
+    page = paths.report / "report.html"
+    full_page = with_training_section(page.read_text(),
+                                      arms_section_html(arms) + training_section_html(curves, budgets))
+    page.write_text(full_page)
+    figures = write_figures(full_page, paths.report)
+    document = study_json(spec.name, facts, budgets, curves, sampled_results(spec, paths, store), results, seconds,
+                          arms=arms)
+    path = paths.report / "study_report.json"
+    path.write_text(json.dumps(document, indent=1) + "\n")
+    markdown = paths.report / "results.md"
+    markdown.write_text(results_markdown(json.loads(path.read_text()), present=[f.name for f in figures]))
+    console.print(f"wrote {path}, {markdown}, the training section of {page} and {len(figures)} charts in "
+                  f"{paths.report / 'figures'}", highlight=False)
+    return path
+
+
+def sampled_results(spec: StudySpec, paths: StudyPaths, store: Any) -> dict[str, list[Any]]:
+    """Per policy, the ProblemSample of each test problem whose sampling finished."""
+    from evolve.engine.sampling import problem_sample
+
+    results: dict[str, list[Any]] = {}
+    for policy, plans in sampling_plans(spec, paths, store).items():
+        results[policy] = [problem_sample(store, plan, plan.run_id, spec.sampling.answers)
+                           for plan in plans if plan.finished and plan.run_id is not None]
+    return results
