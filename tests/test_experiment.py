@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from evolve.cli.experiments import experiment_header
 from evolve.cli.main import main
 from evolve.config import ConfigError
 from evolve.engine.experiment import ExperimentRunner
@@ -62,6 +63,16 @@ def test_name_and_store_default_to_the_files_stem_and_a_db_beside_it(tmp_path: P
     assert config.run.name == "compare/run_length/smollm2/s1" and config.policy.max_new_tokens == 160
 
 
+def test_an_arm_given_some_of_the_seeds_has_cells_for_those_only(tmp_path: Path) -> None:
+    text = SMALL.replace("seeds = [0, 1]", "seeds = [0, 1, 2]").replace("[run]", "arm_seeds = { b = [2, 0] }\n[run]")
+    spec = load_experiment(write(tmp_path, text + '[[policies]]\nname = "b"\nbackend = "llamacpp"\n'))
+    assert spec.seeds_of("smollm2") == (0, 1, 2) and spec.seeds_of("b") == (0, 2)  # in the order of seeds
+    cells = spec.cells()
+    assert [seed for problem, arm, seed in cells if arm == "b"] == [0, 0, 2, 2]
+    assert len(cells) == 2 * 3 + 2 * 2
+    assert "2 policies x 2 problems x 3 seeds (some arms on some of them) = 10 cells" in experiment_header(spec)
+
+
 @pytest.mark.parametrize(
     ("edit", "fragment"),
     [
@@ -73,6 +84,10 @@ def test_name_and_store_default_to_the_files_stem_and_a_db_beside_it(tmp_path: P
         (lambda t: t + '[[policies]]\nname = "smollm2"\n', "policies' names must be distinct"),
         (lambda t: t.replace('backend = "llamacpp"', 'backend = "openai"'), "needs url"),
         (lambda t: t.replace("[run]", "[run"), "not valid TOML"),
+        (lambda t: t.replace("[run]", "arm_seeds = { other = [0] }\n[run]"), "arm_seeds: 'other' is no arm"),
+        (lambda t: t.replace("[run]", "arm_seeds = { smollm2 = [1, 2] }\n[run]"),
+         "arm_seeds.smollm2 = [1, 2] must be distinct seeds among seeds = [0, 1], at least one; not among them: 2"),
+        (lambda t: t.replace("[run]", "arm_seeds = { smollm2 = [] }\n[run]"), "at least one"),
     ],
 )
 def test_experiment_file_mistake_is_one_line_naming_the_file(tmp_path: Path, edit, fragment: str) -> None:

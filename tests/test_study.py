@@ -95,7 +95,25 @@ def test_each_algorithm_trains_one_checkpoint_per_training_seed_and_each_is_evol
     assert list(train_configs(one, tmp_path / "one")) == ["vpo-t4", "grpo-t4", "multi-rlvr-t4"]
 
 
+def test_split_checkpoint_seeds_give_each_algorithms_seeds_to_its_checkpoints_in_turn(tmp_path: Path) -> None:
+    from evolve.study.plan import StudyPaths, experiment_spec
+
+    text = STUDY.replace("seeds = [0]", "seeds = [0, 1, 2, 3, 4]\ncheckpoint_seeds = \"split\"")
+    spec = load_study(write(tmp_path, text))
+    experiment = experiment_spec(spec, StudyPaths.of(spec, tmp_path / "study"))
+    for algo in ("vpo", "grpo", "multi-rlvr"):
+        assert (experiment.seeds_of(f"{algo}-t0"), experiment.seeds_of(f"{algo}-t1")) == ((0, 2, 4), (1, 3))
+    assert experiment.seeds_of("base") == (0, 1, 2, 3, 4)
+    assert len(experiment.cells()) == (1 + 3) * 5  # every arm one cell per test problem and seed
+    assert len(experiment_spec(load_study(write(tmp_path, STUDY.replace("seeds = [0]", "seeds = [0, 1, 2, 3, 4]"))),
+                               StudyPaths.of(spec, tmp_path / "all")).cells()) == (1 + 6) * 5
+
+
 @pytest.mark.parametrize(("change", "expected"), [
+    (("seeds = [0]", "seeds = [0]\ncheckpoint_seeds = \"split\""),
+     "evolution.checkpoint_seeds = \"split\" shares 1 evolution seed among 2 training seeds: some checkpoint would "
+     "get none; give at least 2 evolution seeds"),
+    (("seeds = [0]", "seeds = [0]\ncheckpoint_seeds = \"half\""), "invalid value for 'evolution.checkpoint_seeds'"),
     (("test_problems = [\"run_length\"]", "test_problems = [\"run_length\", \"fizzbuzz\"]"),
      "training.problems and test_problems must not overlap (the test problems are held out); in both: fizzbuzz"),
     (("test_problems = [\"run_length\"]", f"test_problems = [\"{ROOT / 'programs' / 'fizzbuzz'}\"]"),

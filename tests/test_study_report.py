@@ -24,6 +24,7 @@ from rich.console import Console
 
 from evolve.engine.experiment_spec import ExperimentSpec
 from evolve.problems.check import new_problem
+from evolve.report.html import report_html
 from evolve.report.results import ExperimentResults, collect
 from evolve.report.stats import clopper_pearson, holm, mean_interval, paired_difference
 from evolve.report.study_arms import arm_report, arms_section_html, render_arms
@@ -56,13 +57,14 @@ def _child(passed: int, parent_id: int | None, policy: str) -> ChildRecord:
                        solved=passed >= TESTS)
 
 
-def _write_cell(store: ProgramStore, spec: ExperimentSpec, problem: str, policy: str, seed: int) -> None:
+def _write_cell(store: ProgramStore, spec: ExperimentSpec, problem: str, policy: str, seed: int,
+                cracks: bool | None = None) -> None:
     config = spec.cell_config(problem, policy, seed)
     run_id = store.create_run(name=config.run.name, problem=problem, policy=policy, seed=seed,
                               config_json=config.model_dump_json(), iterations_target=ITERATIONS,
                               experiment=spec.name)
     (seed_program,) = store.record_iteration(run_id, 0, [_child(3, None, "")], run_elapsed_s=0.1)
-    cracks = seed in CRACKS.get((policy, problem), ())
+    cracks = seed in CRACKS.get((policy, problem), ()) if cracks is None else cracks
     for iteration in range(1, ITERATIONS + 1):
         call = AttemptRecord("policy_call", "stop", prompt="improve it", completion="...", latency_s=0.1,
                              prompt_tokens=50, completion_tokens=20)
@@ -239,3 +241,35 @@ def test_results_markdown_gives_the_arms_the_pairs_each_problem_and_only_the_fig
     assert "0/2 [0.00, 0.84]" in p5 and p5.count("|") == len(POLICIES) + 2  # grpo-t1 ran p5 with no cell
     assert "![Share of test problems cracked" in text and "(studies/s/report/figures/cracked_share-iterations.svg)" in text
     assert "training-reward.svg" not in text  # not written, so not linked
+
+
+def test_checkpoints_sharing_their_algorithms_seeds_give_every_arm_one_cell_per_problem_and_seed(
+        tmp_path) -> None:
+    """[evolution] checkpoint_seeds = "split": vpo-t0 and grpo-t0 evolve seeds 0 and 2, vpo-t1 and grpo-t1 seed 1;
+    the base every seed. vpo cracks p0 in all three of its cells, grpo nothing, the base p1 once."""
+    programs = tmp_path / "programs"
+    for name in ("p0", "p1"):
+        new_problem(name, programs)
+    split = {"vpo-t0": [0, 2], "vpo-t1": [1], "grpo-t0": [0, 2], "grpo-t1": [1]}
+    spec = ExperimentSpec.model_validate({
+        "name": "study", "db": str(tmp_path / "study.db"), "problems": ["p0", "p1"], "seeds": [0, 1, 2],
+        "iterations": ITERATIONS, "run": {"programs_dir": str(programs)}, "arm_seeds": split,
+        "policies": [{"name": name} for name in POLICIES]})
+    store = ProgramStore(spec.db)
+    store.save_experiment(spec.name, spec.model_dump_json())
+    for problem, policy, seed in spec.cells():
+        cracked = (policy.startswith("vpo") and problem == "p0") or (policy, problem, seed) == ("base", "p1", 1)
+        _write_cell(store, spec, problem, policy, seed, cracks=cracked)
+    results = collect(store, spec)
+    assert len(spec.cells()) == 2 * 3 * 3  # base, vpo and grpo: 2 problems x 3 seeds each
+    assert all(row.state == "ok" and row.seeds_planned == row.seeds_run == len(spec.seeds_of(row.policy))
+               for row in results.table)  # a seed an arm does not run is no cell "not run"
+    assert results.row("p0", "vpo-t0").cracked == 2 and results.row("p0", "vpo-t1").cracked == 1
+    report = arm_report(results, TRAINING_RUNS, "methods", (0, 1))
+    vpo, base = report.arm("vpo").pooled, report.arm("base").pooled
+    assert vpo.per_problem == {"p0": {"cracked_cells": 3, "cells": 3}, "p1": {"cracked_cells": 0, "cells": 3}}
+    assert base.per_problem["p1"] == {"cracked_cells": 1, "cells": 3} and vpo.crack_share == 0.5
+    primary = next(d for d in report.differences if (d.policy_a, d.policy_b) == ("vpo", "grpo"))
+    assert list(primary.per_problem) == [1.0, 0.0]
+    assert "only some seeds: vpo-t0 0, 2; vpo-t1 1; grpo-t0 0, 2; grpo-t1 1" in report_html(results)
+    assert len([curve for curve in results.curves if curve.policy == "vpo-t1"]) > 0  # its one seed is complete

@@ -66,8 +66,9 @@ def experiment_header(spec: ExperimentSpec) -> str:
     """The line that opens `evolve experiment`: arms x problems x seeds, the budget and the store."""
     ensembles = len(spec.ensembles)
     arms = f"{len(spec.policies)} policies" + (f" + {ensembles} ensemble{'s' * (ensembles != 1)}" if ensembles else "")
-    return (f"experiment [bold]{spec.name}[/]: {arms} x {len(spec.problems)} problems x {len(spec.seeds)} seeds = "
-            f"{len(spec.cells())} cells of {spec.iterations} iterations, store {spec.db}")
+    some = " (some arms on some of them)" if spec.arm_seeds else ""
+    return (f"experiment [bold]{spec.name}[/]: {arms} x {len(spec.problems)} problems x {len(spec.seeds)} seeds"
+            f"{some} = {len(spec.cells())} cells of {spec.iterations} iterations, store {spec.db}")
 
 
 def cmd_report(args: argparse.Namespace, console: Console) -> int:

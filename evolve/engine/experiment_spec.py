@@ -62,6 +62,10 @@ class ExperimentSpec(StrictModel):
     seeds: tuple[Annotated[StrictInt, Field(ge=0, le=MAX_SEED)], ...] = Field(
         (0,), min_length=1, description="seed indices: one cell per problem, policy and seed; a cell's streams "
         "derive from (problem, seed), the same for every policy")
+    arm_seeds: dict[str, tuple[StrictInt, ...]] = Field(
+        default_factory=dict, description="the seeds of an arm that runs only some of `seeds`, by its name ({arm = "
+        "[seed, ...]}); every other arm runs every seed. A study's checkpoints of one algorithm share its seeds "
+        "this way ([evolution] checkpoint_seeds = \"split\")")
     iterations: StrictInt = Field(ge=1, description="iterations per cell")
     answers_per_iteration: StrictInt = Field(0, ge=0, le=256, description="candidate answers per iteration for every "
                                        "policy (a policy with answers = a makes answers_per_iteration / a requests); "
@@ -87,6 +91,19 @@ class ExperimentSpec(StrictModel):
             repeated = sorted({str(v) for v in values if list(values).count(v) > 1})
             if repeated:
                 raise ValueError(f"{what} must be distinct; repeated: {', '.join(repeated)}")
+        return self
+
+    @model_validator(mode="after")
+    def _arm_seeds_are_some_of_the_seeds(self) -> ExperimentSpec:
+        arms = self.arm_names()
+        for arm, seeds in self.arm_seeds.items():
+            if arm not in arms:
+                raise ValueError(f"arm_seeds: '{arm}' is no arm of the experiment (arms: {', '.join(arms)})")
+            unknown = [str(seed) for seed in seeds if seed not in self.seeds]
+            if not seeds or unknown or len(set(seeds)) != len(seeds):
+                raise ValueError(f"arm_seeds.{arm} = {list(seeds)} must be distinct seeds among seeds = "
+                                 f"{list(self.seeds)}, at least one" + (f"; not among them: {', '.join(unknown)}"
+                                                                        if unknown else ""))
         return self
 
     @model_validator(mode="after")
@@ -137,9 +154,15 @@ class ExperimentSpec(StrictModel):
         """Every arm: the policies, then the ensembles."""
         return (*(policy.name for policy in self.policies), *(arm.name for arm in self.ensembles))
 
+    def seeds_of(self, arm: str) -> tuple[int, ...]:
+        """The seeds arm `arm` runs: its arm_seeds in the order of `seeds`, or every seed."""
+        chosen = self.arm_seeds.get(arm)
+        return self.seeds if chosen is None else tuple(seed for seed in self.seeds if seed in chosen)
+
     def cells(self) -> list[CellKey]:
         """Every cell, arm by arm, then seed by seed, so an interrupted experiment has whole seeds."""
-        return [(problem, arm, seed) for arm in self.arm_names() for seed in self.seeds for problem in self.problems]
+        return [(problem, arm, seed) for arm in self.arm_names() for seed in self.seeds_of(arm)
+                for problem in self.problems]
 
     def policy(self, name: str) -> PolicySection:
         return next(policy for policy in self.policies if policy.name == name)

@@ -96,7 +96,7 @@ def _header(results: ExperimentResults) -> str:
         ("generated", escape(results.generated_at)),
         ("design", f"{_count(len(results.policies), 'policy', 'policies')} &times; "
                    f"{_count(len(results.problems), 'problem')} &times; {_count(seeds, 'seed')} "
-                   f"({', '.join(escape(str(s)) for s in results.seeds)})"),
+                   f"({', '.join(escape(str(s)) for s in results.seeds)})" + _arm_seeds(results)),
         ("iterations", f"{results.iterations} per cell, {results.answers_per_iteration} candidate answers each "
                        "(a policy writing m per request makes answers / m requests)"),
         ("intervals", f"{level}: Clopper-Pearson for cracked k/n; betting (Waudby-Smith and Ramdas) for means of "
@@ -117,6 +117,13 @@ def _header(results: ExperimentResults) -> str:
             f"still leave room for a fourth that does not. {_few_seeds(seeds)}First-crack times are Kaplan-Meier "
             f"estimates in which a seed that never cracked counts as censored at its budget. Cracked follows each "
             f"problem's current solved rule, applied to the stored score vectors.</p></header>")
+
+
+def _arm_seeds(results: ExperimentResults) -> str:
+    if not results.arm_seeds:
+        return ""
+    return "; only some seeds: " + "; ".join(f"{escape(arm)} {', '.join(map(str, seeds))}"
+                                             for arm, seeds in results.arm_seeds.items())
 
 
 def _count(n: int, one: str, many: str = "") -> str:

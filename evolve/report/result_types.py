@@ -3,7 +3,7 @@ arm's budget, and the whole (ExperimentResults); results.py computes them from t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from evolve.report.by_choice import ArmInstructions
@@ -133,6 +133,8 @@ class ExperimentResults:
     differences: tuple[PairedDifference, ...]  # per pair of policies: cracked_share and mean_best
     notes: tuple[str, ...]  # what a reader must know before trusting the numbers (plain text)
     instructions: tuple[ArmInstructions, ...] = ()  # per arm with [prompt_evolution]: its instructions, pooled
+    arm_seeds: dict[str, tuple[int, ...]] = field(default_factory=dict)  # arms running only some of the seeds
+
 
     def row(self, problem: str, policy: str) -> ProblemPolicyRow:
         return next(row for row in self.table if row.problem == problem and row.policy == policy)

@@ -175,7 +175,7 @@ def collect(store: ProgramStore, spec: ExperimentSpec, samples: int = 100_000, c
     table, curves, problem_curves, objectives = [], [], [], []
     for policy in policies:
         for problem in spec.problems:
-            row_cells = [by_key[(problem, policy, s)] for s in spec.seeds]
+            row_cells = [by_key[(problem, policy, s)] for s in spec.seeds_of(policy)]
             table.append(_row(problem, policy, row_cells, confidence, score_range))
             objectives += _objective_reach(problem, policy, row_cells, judges[problem])
             whole = [c.steps for c in row_cells if complete(c)]
@@ -183,7 +183,8 @@ def collect(store: ProgramStore, spec: ExperimentSpec, samples: int = 100_000, c
                 curve = problem_curve(policy, problem, whole, axis, spec.iterations, confidence, score_range)
                 if curve is not None:
                     problem_curves.append(curve)
-        seeds_cells = [[by_key[(problem, policy, seed)].steps for problem in spec.problems] for seed in spec.seeds
+        seeds_cells = [[by_key[(problem, policy, seed)].steps for problem in spec.problems]
+                       for seed in spec.seeds_of(policy)
                        if all(complete(by_key[(problem, policy, seed)]) for problem in spec.problems)]
         for axis in AXES:
             drawn = policy_curves(policy, spec.problems, seeds_cells, axis, spec.iterations, confidence, score_range)
@@ -207,7 +208,8 @@ def collect(store: ProgramStore, spec: ExperimentSpec, samples: int = 100_000, c
         objectives=tuple(objectives),
         budgets=tuple(_budget(p, [c for c in cells if c.policy == p], spec) for p in policies),
         differences=differences, notes=tuple(notes),
-        instructions=instructions_by_arm(store, ((c.policy, c.run_id) for c in cells)))
+        instructions=instructions_by_arm(store, ((c.policy, c.run_id) for c in cells)),
+        arm_seeds={arm: spec.seeds_of(arm) for arm in spec.arm_seeds})
 
 
 def _row(problem: str, policy: str, cells: list[CellResult], confidence: float,

@@ -179,8 +179,9 @@ def render_objectives(results: ExperimentResults, console: Console) -> None:
 def render_report(results: ExperimentResults, console: Console) -> None:
     level = f"{results.confidence:.0%}"
     console.print(f"[bold]experiment {results.name}[/]  {results.description}", highlight=False)
-    console.print(f"{len(results.policies)} policies x {len(results.problems)} problems x {len(results.seeds)} seeds, "
-                  f"{results.iterations} iterations per cell, "
+    some = "".join(f" ({arm}: seeds {', '.join(map(str, seeds))})" for arm, seeds in results.arm_seeds.items())
+    console.print(f"{len(results.policies)} policies x {len(results.problems)} problems x {len(results.seeds)} seeds"
+                  f"{some}, {results.iterations} iterations per cell, "
                   f"{results.answers_per_iteration} candidate answers each; store {results.db}", highlight=False)
     console.print(f"intervals ({level}): cracked k/n Clopper-Pearson (exact); means and paired differences "
                   f"betting (Waudby-Smith and Ramdas; at least {level} for any scores in "

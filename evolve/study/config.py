@@ -103,6 +103,12 @@ class EvolutionSection(StrictModel):
     seeds: tuple[Annotated[int, Field(ge=0, le=MAX_SEED)], ...] = Field((0,), min_length=1, description="evolution "
                                                                      "seed indices: one cell per problem, policy "
                                                                      "and seed")
+    checkpoint_seeds: Literal["all", "split"] = Field(
+        "all", description="'all': every checkpoint is evolved with every seed; 'split': an algorithm's checkpoints "
+        "share its seeds, the i-th seed going to its checkpoint of training seed number i mod len(training.seeds) "
+        "(seeds [0, 1, 2, 3, 4] and training seeds [0, 1]: t0 evolves 0, 2, 4 and t1 1, 3), so every arm, the base "
+        "included, has one cell per problem and seed, paired across arms, for a fraction of the cells; each "
+        "checkpoint's own crack share then rests on its seeds only")
     answers_per_iteration: StrictInt = Field(0, ge=0, le=256, description="candidate answers per iteration for every "
                                        "policy; 0: the largest m")
     parallel_cells: StrictInt = Field(2, ge=1, le=256, description="cells of one policy running at once")
@@ -151,6 +157,15 @@ class StudySpec(StrictModel):
             raise ValueError(f"training.seeds = {list(seeds)} trains one checkpoint per algorithm, so the study would "
                              "compare those checkpoints, not the methods; give at least 2 training seeds (e.g. "
                              "[0, 1]), or set claim = \"checkpoints\"")
+        return self
+
+    @model_validator(mode="after")
+    def _split_seeds_reach_every_checkpoint(self) -> StudySpec:
+        seeds, training = self.evolution.seeds, self.training.seeds
+        if self.evolution.checkpoint_seeds == "split" and len(seeds) < len(training):
+            raise ValueError(f"evolution.checkpoint_seeds = \"split\" shares {len(seeds)} evolution seed{'s' * (len(seeds) != 1)} among "
+                             f"{len(training)} training seeds: some checkpoint would get none; give at least "
+                             f"{len(training)} evolution seeds")
         return self
 
     @model_validator(mode="after")

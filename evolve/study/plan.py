@@ -95,13 +95,25 @@ def policy_sections(spec: StudySpec, folder: Path, source: str = "study") -> lis
     return sections
 
 
+def checkpoint_seeds(spec: StudySpec) -> dict[str, tuple[int, ...]]:
+    """With [evolution] checkpoint_seeds = "split": each checkpoint's evolution seeds, by its policy name (the i-th
+    seed to the training seed at i mod len(training.seeds)); empty with "all" (every checkpoint every seed)."""
+    if spec.evolution.checkpoint_seeds == "all":
+        return {}
+    seeds, training = spec.evolution.seeds, spec.training.seeds
+    return {run.name: tuple(seed for i, seed in enumerate(seeds) if training[i % len(training)] == run.seed)
+            for run in spec.training_runs()}
+
+
 def experiment_spec(spec: StudySpec, paths: StudyPaths) -> ExperimentSpec:
     """The evolution stage: policies = base + each trained checkpoint (every algorithm x training seed), on the
-    test problems x evolution seeds, in the study's store."""
+    test problems x evolution seeds (a checkpoint on its share of them with checkpoint_seeds = "split"), in the
+    study's store."""
     e = spec.evolution
     run = e.run.model_copy(update={"programs_dir": spec.programs_dir})
     return ExperimentSpec(name=spec.name, description=spec.description, db=paths.db, problems=spec.test_problems,
                           train_problems=spec.training.problems, seeds=e.seeds, iterations=e.iterations,
+                          arm_seeds=checkpoint_seeds(spec),
                           answers_per_iteration=spec.answers_per_iteration(), parallel_cells=e.parallel_cells,
                           run=run, selection=e.selection, policies=tuple(policy_sections(spec, paths.folder)),
                           allow_unverified_checkpoint=spec.allow_unverified_checkpoint)
