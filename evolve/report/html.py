@@ -233,12 +233,14 @@ def _chart(results: ExperimentResults, colours: dict[str, str], metric: str, pro
 def _charts(results: ExperimentResults, colours: dict[str, str]) -> list[str]:
     level = f"{results.confidence:.0%}"
     sections = []
-    for metric, title, y_label, y_range in (
-            ("cracked_share", "Share of problems cracked (pass@k-style)", "share of problems cracked", (0.0, 1.0)),
-            ("best_score", "Best score so far, mean over problems (best@k-style)", "mean best scalar",
-             results.score_range)):
-        charts = [_chart(results, colours, metric, None, axis, f"against {AXIS_LABELS[axis]}", y_label, y_range,
-                         540, 280) for axis in results.axes]
+    for metric, title, short, y_label, y_range in (
+            ("cracked_share", "Share of problems cracked (pass@k-style)", "Share cracked", "share of problems cracked",
+             (0.0, 1.0)),
+            ("best_score", "Best score so far, mean over problems (best@k-style)", "Mean best score",
+             "mean best scalar", results.score_range)):
+        # each chart's own title says what it shows: figures/ carries it out of its section
+        charts = [_chart(results, colours, metric, None, axis, f"{short} against {AXIS_LABELS[axis]}", y_label,
+                         y_range, 540, 280) for axis in results.axes]
         sections.append(
             f'<section><h2>{title}</h2><p class="hint">Per seed, '
             + ("the share of the experiment's problems solved by some program committed by x"
