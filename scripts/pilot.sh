@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The calibration pilot (issue 28, experiments/calibration/) in pieces, one machine after another:
-#   bash scripts/pilot.sh start    # unpack the committed store if it is newer, import HumanEval, run in the background
+#   bash scripts/pilot.sh start    # unpack the committed store if it holds more, import HumanEval, run in the background
 #   bash scripts/pilot.sh status   # answers so far, cells finished, whether it runs
 #   bash scripts/pilot.sh save     # Ctrl-C the pilot (it stops resumable), pack its store into pilot.db.xz
+#   bash scripts/pilot.sh pack     # pack a consistent snapshot of the store while the pilot goes on
 # then commit experiments/calibration/pilot.db.xz. `start` again on any machine carries on where `save` left off.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +12,10 @@ DB=$FOLDER/pilot.db
 PACKED=$DB.xz
 LOG=${EVOLVE_PILOT_LOG:-/tmp/evolve-pilot.log}
 PATTERN="evolve experiment $FOLDER/pilot.toml"
+
+answers() {
+    .venv/bin/python -c "import sqlite3, sys; print(sqlite3.connect(f'file:{sys.argv[1]}?mode=ro', uri=True).execute(\"SELECT COUNT(*) FROM attempts WHERE kind IN ('policy_call', 'policy_error')\").fetchone()[0])" "$1"
+}
 
 counts() {
     .venv/bin/python - "$DB" "$@" <<'EOF'
@@ -42,10 +47,16 @@ start)
     if pgrep -f "$PATTERN" >/dev/null; then echo "the pilot already runs (log: $LOG)"; exit 0; fi
     [ -x .venv/bin/evolve ] || bash scripts/install.sh
     [ -d programs/humaneval ] || .venv/bin/evolve import humaneval
-    if [ ! -f "$DB" ] || [ "$PACKED" -nt "$DB" ]; then
-        xz -dc "$PACKED" > "$DB.unpacked" && mv "$DB.unpacked" "$DB"
+    # the committed store replaces the local one only when it holds more answers (a snapshot packed while the pilot
+    # ran is older than what the local store, its WAL included, has since)
+    xz -dc "$PACKED" > "$DB.unpacked"
+    if [ ! -f "$DB" ] || [ "$(answers "$DB.unpacked")" -gt "$(answers "$DB")" ]; then
+        mv "$DB.unpacked" "$DB"
         rm -f "$DB-wal" "$DB-shm"
+    else
+        rm -f "$DB.unpacked"
     fi
+    rm -f "$DB.unpacked-wal" "$DB.unpacked-shm"
     echo "from: $(counts)"
     nohup .venv/bin/evolve experiment "$FOLDER/pilot.toml" --plain >>"$LOG" 2>&1 &
     echo "started (pid $!), log: $LOG; stop it with: bash scripts/pilot.sh save"
@@ -53,12 +64,14 @@ start)
 status)
     echo "$(pgrep -f "$PATTERN" >/dev/null && echo running || echo 'not running'): $(counts "$FOLDER/pilot.toml")"
     ;;
-save)
-    if pgrep -f "$PATTERN" >/dev/null; then
+save|pack)
+    if [ "$1" = save ] && pgrep -f "$PATTERN" >/dev/null; then
         pkill -INT -of "$PATTERN"  # the oldest match: the command, not its sandboxed evaluators
         for _ in $(seq 1 120); do pgrep -f "$PATTERN" >/dev/null || break; sleep 1; done
         if pgrep -f "$PATTERN" >/dev/null; then echo "the pilot did not stop in 120 s; nothing packed" >&2; exit 1; fi
     fi
+    # SQLite's backup API copies one consistent state even while the pilot writes; cells caught mid-run in it are
+    # resumed from their last committed iteration, as after a kill
     snapshot=$(mktemp --suffix=.db)
     .venv/bin/python -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))" \
         "$DB" "$snapshot"
@@ -68,7 +81,7 @@ save)
     echo "commit it: git add $PACKED && git commit -m '...' -- $PACKED"
     ;;
 *)
-    echo "usage: bash scripts/pilot.sh start|status|save" >&2
+    echo "usage: bash scripts/pilot.sh start|status|save|pack" >&2
     exit 2
     ;;
 esac
