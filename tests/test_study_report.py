@@ -1,7 +1,7 @@
 """The study report's arms: each algorithm's checkpoints (ALGO-tSEED, one per training seed) grouped under their arm,
 its crack share pooled and per training seed with their spread, and the paired differences between arms (training
 seeds pooled per test problem, Holm-adjusted over every pair of arms), in study_report.json, on the page and in the
-terminal.
+terminal; results.md from study_report.json, and scripts/readme_results.py putting it into a README.
 
 A study-like experiment written through the real store API and judged by real problem folders (`evolve
 new-problem`, 14 tests, solved when all pass): policies base, vpo-t0, vpo-t1, grpo-t0, grpo-t1 on six test problems
@@ -17,6 +17,9 @@ Pooled per problem: vpo 3/4 on p0-p2 and 2/4 on p3-p5 (share 0.625); grpo 1/4 on
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -273,3 +276,39 @@ def test_checkpoints_sharing_their_algorithms_seeds_give_every_arm_one_cell_per_
     assert list(primary.per_problem) == [1.0, 0.0]
     assert "only some seeds: vpo-t0 0, 2; vpo-t1 1; grpo-t0 0, 2; grpo-t1 1" in report_html(results)
     assert len([curve for curve in results.curves if curve.policy == "vpo-t1"]) > 0  # its one seed is complete
+
+
+# ---- scripts/readme_results.py: the results between README's markers
+
+README_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "readme_results.py"
+
+
+def test_the_results_replace_only_the_text_between_the_markers_with_figures_linked_from_the_readme(
+        tmp_path: Path, document: dict) -> None:
+    report = tmp_path / "studies" / "s" / "report"
+    (report / "figures").mkdir(parents=True)
+    (report / "study_report.json").write_text(json.dumps(document))
+    (report / "figures" / "cracked_share-iterations.svg").write_text("<svg/>")
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n## Results\n\nHardware: ours.\n<!-- results:start -->\nold\n<!-- results:end -->\nafter\n")
+    done = subprocess.run([sys.executable, str(README_SCRIPT), "studies/s/report"], cwd=tmp_path, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr
+    text = readme.read_text()
+    before, inside = text.split("<!-- results:start -->")
+    inside, after = inside.split("<!-- results:end -->")
+    assert before.endswith("Hardware: ours.\n") and after == "\nafter\n" and "old" not in inside
+    assert "### Arms" in inside and "| `vpo` | 0.625 |" in inside
+    assert "(studies/s/report/figures/cracked_share-iterations.svg)" in inside
+    assert "training-reward.svg" not in inside  # no such file: not linked
+
+
+def test_a_readme_without_the_markers_is_refused_and_left_as_it_was(tmp_path: Path, document: dict) -> None:
+    (tmp_path / "report").mkdir()
+    (tmp_path / "report" / "study_report.json").write_text(json.dumps(document))
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n")
+    done = subprocess.run([sys.executable, str(README_SCRIPT), "report", "--readme", str(readme)], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert done.returncode != 0 and "no <!-- results:start --> ... <!-- results:end --> pair" in done.stderr
+    assert readme.read_text() == "# x\n"
