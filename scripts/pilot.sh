@@ -13,10 +13,6 @@ PACKED=$DB.xz
 LOG=${EVOLVE_PILOT_LOG:-/tmp/evolve-pilot.log}
 PATTERN="evolve experiment $FOLDER/pilot.toml"
 
-answers() {
-    .venv/bin/python -c "import sqlite3, sys; print(sqlite3.connect(f'file:{sys.argv[1]}?mode=ro', uri=True).execute(\"SELECT COUNT(*) FROM attempts WHERE kind IN ('policy_call', 'policy_error')\").fetchone()[0])" "$1"
-}
-
 counts() {
     .venv/bin/python - "$DB" "$@" <<'EOF'
 import sqlite3, sys, tomllib
@@ -47,16 +43,7 @@ start)
     if pgrep -f "$PATTERN" >/dev/null; then echo "the pilot already runs (log: $LOG)"; exit 0; fi
     [ -x .venv/bin/evolve ] || bash scripts/install.sh
     [ -d programs/humaneval ] || .venv/bin/evolve import humaneval
-    # the committed store replaces the local one only when it holds more answers (a snapshot packed while the pilot
-    # ran is older than what the local store, its WAL included, has since)
-    xz -dc "$PACKED" > "$DB.unpacked"
-    if [ ! -f "$DB" ] || [ "$(answers "$DB.unpacked")" -gt "$(answers "$DB")" ]; then
-        mv "$DB.unpacked" "$DB"
-        rm -f "$DB-wal" "$DB-shm"
-    else
-        rm -f "$DB.unpacked"
-    fi
-    rm -f "$DB.unpacked-wal" "$DB.unpacked-shm"
+    .venv/bin/python scripts/store_pack.py unpack "$PACKED" "$DB"  # only when it holds more than the local store
     echo "from: $(counts)"
     nohup .venv/bin/evolve experiment "$FOLDER/pilot.toml" --plain >>"$LOG" 2>&1 &
     echo "started (pid $!), log: $LOG; stop it with: bash scripts/pilot.sh save"
@@ -70,13 +57,8 @@ save|pack)
         for _ in $(seq 1 120); do pgrep -f "$PATTERN" >/dev/null || break; sleep 1; done
         if pgrep -f "$PATTERN" >/dev/null; then echo "the pilot did not stop in 120 s; nothing packed" >&2; exit 1; fi
     fi
-    # SQLite's backup API copies one consistent state even while the pilot writes; cells caught mid-run in it are
-    # resumed from their last committed iteration, as after a kill
-    snapshot=$(mktemp --suffix=.db)
-    .venv/bin/python -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))" \
-        "$DB" "$snapshot"
-    xz -9 -T2 -c "$snapshot" > "$PACKED.new" && mv "$PACKED.new" "$PACKED"
-    rm -f "$snapshot"
+    # one consistent state even while the pilot writes; cells caught mid-run are resumed as after a kill
+    .venv/bin/python scripts/store_pack.py pack "$DB" "$PACKED"
     echo "packed $PACKED ($(du -h "$PACKED" | cut -f1)): $(counts)"
     echo "commit it: git add $PACKED && git commit -m '...' -- $PACKED"
     ;;

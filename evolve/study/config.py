@@ -163,9 +163,9 @@ class StudySpec(StrictModel):
     def _split_seeds_reach_every_checkpoint(self) -> StudySpec:
         seeds, training = self.evolution.seeds, self.training.seeds
         if self.evolution.checkpoint_seeds == "split" and len(seeds) < len(training):
-            raise ValueError(f"evolution.checkpoint_seeds = \"split\" shares {len(seeds)} evolution seed{'s' * (len(seeds) != 1)} among "
-                             f"{len(training)} training seeds: some checkpoint would get none; give at least "
-                             f"{len(training)} evolution seeds")
+            raise ValueError(f"evolution.checkpoint_seeds = \"split\" shares {len(seeds)} evolution "
+                             f"seed{'s' * (len(seeds) != 1)} among {len(training)} training seeds: some checkpoint "
+                             f"would get none; give at least {len(training)} evolution seeds")
         return self
 
     @model_validator(mode="after")

@@ -313,8 +313,19 @@ class Study:
                 outcome.interrupted = True
                 return
 
+    def _rebuild_checkpoints(self) -> None:
+        """Make again the merged weights a checkpoint committed without them lacks (rl/rebuild.py), before a stage
+        loads it."""
+        from evolve.rl.rebuild import rebuild_all
+
+        for path in rebuild_all([self.paths.checkpoint(run.name) / "final" for run in self.spec.training_runs()]):
+            self.console.print(f"rebuilt {path} from its adapter (sha256 as training saved it)", highlight=False,
+                               soft_wrap=True)
+
     def _sample(self, outcome: StudyOutcome) -> None:
         from evolve.engine.sampling import run_samples
+
+        self._rebuild_checkpoints()
 
         for policy, plans in sampling_plans(self.spec, self.paths, self.store).items():
             if all(plan.finished for plan in plans):
@@ -332,6 +343,8 @@ class Study:
 
     def _evolve(self, outcome: StudyOutcome) -> None:
         from evolve.engine.experiment import ExperimentRunner
+
+        self._rebuild_checkpoints()
 
         executor = None
         if self.cluster is not None:

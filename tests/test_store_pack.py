@@ -1,0 +1,45 @@
+"""scripts/store_pack.py: a store packed while a run writes to it is one consistent state, and unpacking never
+replaces a local store that holds as much (what pilot.sh and study.sh rely on between machines)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from evolve.store.program_store import AttemptRecord, ProgramStore
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "store_pack.py"
+spec = importlib.util.spec_from_file_location("store_pack", SCRIPT)
+assert spec is not None and spec.loader is not None
+store_pack = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(store_pack)
+
+
+def _answer(store: ProgramStore, run_id: int, iteration: int) -> None:
+    store.record_iteration(run_id, iteration, [AttemptRecord("policy_call", "stop", prompt="p", completion="c",
+                                                             latency_s=0.1, prompt_tokens=5, completion_tokens=3)])
+
+
+def test_a_store_packed_while_open_unpacks_whole_and_only_over_a_store_holding_less(tmp_path: Path) -> None:
+    db = tmp_path / "live.db"
+    store = ProgramStore(str(db))
+    run_id = store.create_run(name="r", problem="p", policy="x", seed=0, config_json="{}", iterations_target=9)
+    for iteration in range(1, 4):
+        _answer(store, run_id, iteration)  # committed into the WAL, the store still open
+    packed = tmp_path / "live.db.xz"
+    store_pack.pack(db, packed)
+    _answer(store, run_id, 4)  # the run goes on after the snapshot
+
+    fresh = tmp_path / "fresh" / "live.db"
+    fresh.parent.mkdir()
+    assert store_pack.unpack(packed, fresh) and store_pack.attempts(fresh) == 3  # a fresh machine: the snapshot
+    assert not store_pack.unpack(packed, db) and store_pack.attempts(db) == 4  # the live store holds more: kept
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fresh", "live.db", "live.db-shm", "live.db-wal",
+                                                         "live.db.xz"]  # no staging file left
+
+    behind = tmp_path / "behind.db"
+    older = ProgramStore(str(behind))
+    older_run = older.create_run(name="r", problem="p", policy="x", seed=0, config_json="{}", iterations_target=9)
+    _answer(older, older_run, 1)
+    assert store_pack.unpack(packed, behind) and store_pack.attempts(behind) == 3  # the packed one holds more
+    assert [run.name for run in ProgramStore(str(behind), mode="read").list_runs()] == ["r"]
