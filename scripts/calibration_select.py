@@ -11,7 +11,8 @@ Writes the candidates, one problem path per line, and prints the counts.
 Step 3, with `--pilot experiments/calibration/pilot.db` (the pilot experiment's store, every cell finished): per
 candidate its two cells (cracked or not, the first iteration that cracked, the best score), the in-band rule of
 docs/study_cpu.md, and the test list (every second in-band task by task number, up to 30) and train list (the
-rest, topped up from the candidates nearest the band), written as test_problems.txt and train_problems.txt, and
+rest); with too few in band the test list is filled to 30 first, then the train list to 20, from the candidates
+nearest the band (both sides in turn), written as test_problems.txt and train_problems.txt, and
 the study file experiments/study_cpu.toml from experiments/calibration/study_cpu.template.toml with those lists.
 
     .venv/bin/python scripts/calibration_select.py [--db experiments/calibration/base_n20.db]
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import sqlite3
 from dataclasses import dataclass
+from itertools import zip_longest
 from pathlib import Path
 
 ANSWERS = 20
@@ -111,9 +113,21 @@ def task_number(problem: str) -> int:
     return int(problem.rsplit("_", 1)[-1]) if problem.rsplit("_", 1)[-1].isdigit() else 10**9
 
 
+def nearest_to_band(by_task: dict[str, list[PilotCell]], verdicts: dict[str, bool | None]) -> list[str]:
+    """Out-of-band tasks, nearest first, the two sides in turn: cracked in every cell, the latest mean first crack
+    first (the ceiling side); cracked in none, the highest smallest best score first (the floor side)."""
+    out = [task for task, verdict in verdicts.items() if verdict is False]
+    ceiling = sorted((task for task in out if all(cell.first_crack is not None for cell in by_task[task])),
+                     key=lambda task: (-sum(cell.first_crack or 0 for cell in by_task[task]), task_number(task)))
+    floor = sorted((task for task in out if all(cell.first_crack is None for cell in by_task[task])),
+                   key=lambda task: (-min(cell.best for cell in by_task[task]), task_number(task)))
+    return [task for pair in zip_longest(ceiling, floor) for task in pair if task is not None]
+
+
 def split_lists(cells: list[PilotCell]) -> tuple[list[str], list[str], list[str]]:
     """(test, train, pending): in-band tasks by task number, every second one to the test list up to TEST_SIZE, the
-    rest to the train list, topped up to TRAIN_MIN with tasks cracked in every cell, the latest first crack first."""
+    rest to the train list; too few in band, the test list takes what the train list would have, then both are
+    topped up (test to TEST_SIZE, then train to TRAIN_MIN) from the out-of-band tasks nearest the band."""
     by_task: dict[str, list[PilotCell]] = {}
     for cell in cells:
         by_task.setdefault(cell.problem, []).append(cell)
@@ -124,11 +138,11 @@ def split_lists(cells: list[PilotCell]) -> tuple[list[str], list[str], list[str]
     train = [task for task in band if task not in test]
     if len(test) < TEST_SIZE:  # too few in band: the test list takes what the train list would have
         moved = train[:TEST_SIZE - len(test)]
-        test, train = sorted(test + moved, key=task_number), [task for task in train if task not in moved]
-    near = sorted((task for task, verdict in verdicts.items() if verdict is False
-                   and all(cell.first_crack is not None for cell in by_task[task])),
-                  key=lambda task: -sum(cell.first_crack or 0 for cell in by_task[task]))
-    train += near[:max(0, TRAIN_MIN - len(train))]
+        test, train = test + moved, [task for task in train if task not in moved]
+    near = nearest_to_band(by_task, verdicts)
+    added = near[:max(0, TEST_SIZE - len(test))]
+    test = sorted(test + added, key=task_number)
+    train += near[len(added):len(added) + max(0, TRAIN_MIN - len(train))]
     return test, train, pending
 
 

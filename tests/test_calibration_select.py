@@ -68,6 +68,21 @@ def test_with_too_few_in_band_the_test_list_keeps_30_and_the_train_list_takes_th
     assert len(train) == 13 and train[-3:] == ["humaneval/he_101", "humaneval/he_100", "humaneval/he_102"]
 
 
+def test_far_too_few_in_band_fill_the_test_list_then_the_train_list_from_both_sides_of_the_band_nearest_first(
+        select: ModuleType) -> None:
+    cell = select.PilotCell
+    cells = pilot_cells(select, 24)  # and he_101 (cracked at 28 twice), he_100 (20), he_102 (2): the ceiling side
+    for number, best in ((110, (0.7, 0.75)), (111, (0.5, 0.79)), (112, (0.2, 0.9)), (113, (0.0, 0.1))):
+        cells += [cell(f"humaneval/he_{number}", seed, True, None, score) for seed, score in enumerate(best)]
+    test, train, pending = select.split_lists(cells)
+    assert pending == [] and len(test) == 30 and not set(test) & set(train)
+    assert set(test) - {f"humaneval/he_{n:03d}" for n in range(24)} == {  # the 6 nearest, sides in turn
+        "humaneval/he_101", "humaneval/he_110", "humaneval/he_100", "humaneval/he_111", "humaneval/he_102",
+        "humaneval/he_112"}
+    assert test == sorted(test, key=select.task_number)
+    assert train == ["humaneval/he_113"]  # what is left of the nearest; the plan's 20 are not there: README says so
+
+
 def test_the_study_file_written_from_the_template_is_a_valid_study_with_the_lists(select: ModuleType,
                                                                                   tmp_path: Path) -> None:
     from evolve.study.plan import load_study
