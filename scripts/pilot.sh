@@ -14,28 +14,7 @@ LOG=${EVOLVE_PILOT_LOG:-/tmp/evolve-pilot.log}
 PATTERN="evolve experiment $FOLDER/pilot.toml"
 
 counts() {
-    .venv/bin/python - "$DB" "$@" <<'EOF'
-import sqlite3, sys, tomllib
-store = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True)
-answers = store.execute("SELECT COUNT(*) FROM attempts WHERE kind IN ('policy_call', 'policy_error')").fetchone()[0]
-status = dict(store.execute("SELECT status, COUNT(*) FROM runs GROUP BY status").fetchall())
-print(f"{answers} answers; cells: " + ", ".join(f"{count} {name}" for name, count in sorted(status.items())))
-if len(sys.argv) > 2:  # status: the pace of the last half hour and, at it, the most that is left
-    design = tomllib.loads(open(sys.argv[2]).read())
-    planned = len(design["problems"]) * len(design["seeds"])
-    unfinished = planned - status.get("finished", 0)
-    spent = store.execute("SELECT COALESCE(SUM(a.n), 0) FROM runs r JOIN (SELECT run_id, COUNT(*) n FROM attempts "
-                          "WHERE kind IN ('policy_call', 'policy_error') GROUP BY run_id) a ON a.run_id = r.id "
-                          "WHERE r.status != 'finished'").fetchone()[0]
-    recent = store.execute("SELECT COUNT(*), (julianday(MAX(created_at)) - julianday(MIN(created_at))) * 1440 "
-                           "FROM attempts WHERE kind IN ('policy_call', 'policy_error') AND created_at >= "
-                           "(SELECT datetime(MAX(created_at), '-30 minutes') FROM attempts)").fetchone()
-    left = unfinished * 300 - spent  # 100 iterations x 3 answers a cell, unless it cracks sooner
-    pace = recent[0] / recent[1] if recent[1] else 0.0
-    print(f"{unfinished} of {planned} cells unfinished: at most {left} answers left; "
-          f"{pace:.0f} answers a minute over the last half hour stored"
-          + (f", so at most {left / pace / 60:.1f} hours at that pace" if pace else ""))
-EOF
+    .venv/bin/python scripts/pilot_status.py "$DB" "$@"
 }
 
 case "${1:-}" in

@@ -15,7 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-ANSWERS = "SELECT COUNT(*) FROM attempts WHERE kind IN ('policy_call', 'policy_error')"
+ANSWER_KINDS = "kind IN ('policy_call', 'policy_error')"  # an attempt that is a policy answer, failed or not
+ANSWERS = f"SELECT COUNT(*) FROM attempts WHERE {ANSWER_KINDS}"
 
 
 def attempts(db: Path) -> int:

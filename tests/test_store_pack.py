@@ -43,3 +43,23 @@ def test_a_store_packed_while_open_unpacks_whole_and_only_over_a_store_holding_l
     _answer(older, older_run, 1)
     assert store_pack.unpack(packed, behind) and store_pack.attempts(behind) == 3  # the packed one holds more
     assert [run.name for run in ProgramStore(str(behind), mode="read").list_runs()] == ["r"]
+
+
+def test_the_pilot_status_counts_answers_cells_and_the_most_left(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    db = tmp_path / "pilot.db"
+    store = ProgramStore(str(db))
+    done = store.create_run(name="a", problem="p", policy="x", seed=0, config_json="{}", iterations_target=100)
+    for iteration in range(1, 3):
+        _answer(store, done, iteration)
+    store.set_run_status(done, "finished")
+    going = store.create_run(name="b", problem="q", policy="x", seed=0, config_json="{}", iterations_target=100)
+    _answer(store, going, 1)
+    design = tmp_path / "pilot.toml"
+    design.write_text('problems = ["p", "q"]\nseeds = [100, 101]\n')
+    out = subprocess.run([sys.executable, str(SCRIPT.parent / "pilot_status.py"), str(db), str(design)],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[0] == "3 answers; cells: 1 finished, 1 running"
+    assert out[1].startswith("3 of 4 cells unfinished: at most 899 answers left; ")  # 3 x 300 less the running 1

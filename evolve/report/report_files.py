@@ -11,11 +11,13 @@ from evolve.report.results import ExperimentResults
 from evolve.report.results_files import write_csvs, write_json
 
 
-def write_report(results: ExperimentResults, folder: Path) -> tuple[Path, ...]:
+def write_report(results: ExperimentResults, folder: Path, page: str | None = None) -> tuple[Path, ...]:
     """Write the report's files into `folder` (made if missing); the paths written, report.html first and the
-    figures/ folder last."""
+    figures/ folder last. `page` is the finished report.html when a caller composed more sections into it (a
+    study's arms and training); by default the experiment's own page."""
     folder.mkdir(parents=True, exist_ok=True)
-    page = report_html(results)
+    if page is None:
+        page = report_html(results)
     (folder / "report.html").write_text(page)
     write_json(results, folder / "report.json")
     csvs = write_csvs(results, folder)

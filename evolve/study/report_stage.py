@@ -21,7 +21,8 @@ def write_study_report(spec: StudySpec, paths: StudyPaths, store: Any, train_con
     by policy name) and the seconds spent per stage; print the report on `console`; the path of
     study_report.json."""
     from evolve.problems.problem import load_problem
-    from evolve.report.figures import write_figures
+    from evolve.report.figures import FIGURES_DIR
+    from evolve.report.html import report_html
     from evolve.report.report_files import write_report
     from evolve.report.results import collect
     from evolve.report.study_arms import arm_report, arms_section_html, render_arms
@@ -38,8 +39,6 @@ def write_study_report(spec: StudySpec, paths: StudyPaths, store: Any, train_con
 
     results = collect(ProgramStore(paths.db, mode="read"), experiment_spec(spec, paths))
     render_report(results, console)
-    files = write_report(results, paths.report)
-    console.print("wrote " + ", ".join(str(path) for path in files), highlight=False)
     problems = [load_problem(name, Path(spec.programs_dir)) for name in spec.training.problems]
     objectives = {problem.name: problem.objectives for problem in problems}
     curves = [training_curves(name, read_training_log(Path(config.out) / "train_log.jsonl"), objectives)
@@ -55,19 +54,17 @@ def write_study_report(spec: StudySpec, paths: StudyPaths, store: Any, train_con
              "spec": spec.model_dump(mode="json")}
     arms = arm_report(results, facts["training_runs"], spec.claim, spec.training.seeds)
     render_arms(arms, console)
-    page = paths.report / "report.html"
-    full_page = with_training_section(page.read_text(),
-                                      arms_section_html(arms) + training_section_html(curves, budgets))
-    page.write_text(full_page)
-    figures = write_figures(full_page, paths.report)
+    page = with_training_section(report_html(results), arms_section_html(arms) + training_section_html(curves, budgets))
+    files = write_report(results, paths.report, page=page)
+    figures = sorted((paths.report / FIGURES_DIR).glob("*.svg"))
     document = study_json(spec.name, facts, budgets, curves, sampled_results(spec, paths, store), results, seconds,
                           arms=arms)
     path = paths.report / "study_report.json"
     path.write_text(json.dumps(document, indent=1) + "\n")
     markdown = paths.report / "results.md"
     markdown.write_text(results_markdown(json.loads(path.read_text()), present=[f.name for f in figures]))
-    console.print(f"wrote {path}, {markdown}, the training section of {page} and {len(figures)} charts in "
-                  f"{paths.report / 'figures'}", highlight=False)
+    console.print("wrote " + ", ".join(str(file) for file in (*files[:-1], path, markdown))
+                  + f" and {len(figures)} charts in {files[-1]}", highlight=False)
     return path
 
 
