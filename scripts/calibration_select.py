@@ -12,8 +12,9 @@ Step 3, with `--pilot experiments/calibration/pilot.db` (the pilot experiment's 
 candidate its two cells (cracked or not, the first iteration that cracked, the best score), the in-band rule of
 docs/study_cpu.md, and the test list (every second in-band task by task number, up to 30) and train list (the
 rest); with too few in band the test list is filled to 30 first, then the train list to 20, from the candidates
-nearest the band (both sides in turn), written as test_problems.txt and train_problems.txt, and
-the study file experiments/study_cpu.toml from experiments/calibration/study_cpu.template.toml with those lists.
+nearest the band (both sides in turn), written as test_problems.txt and train_problems.txt, each task's cells,
+verdict and list as selection.tsv, and the study file experiments/study_cpu.toml from
+experiments/calibration/study_cpu.template.toml with those lists.
 
     .venv/bin/python scripts/calibration_select.py [--db experiments/calibration/base_n20.db]
         [--out experiments/calibration/pilot_candidates.txt] [--pilot experiments/calibration/pilot.db]
@@ -146,6 +147,28 @@ def split_lists(cells: list[PilotCell]) -> tuple[list[str], list[str], list[str]
     return test, train, pending
 
 
+def selection_table(cells: list[PilotCell], test: list[str], train: list[str]) -> str:
+    """One row per pilot task (tab-separated, by task number): each cell's first crack and best score, the rule's
+    verdict (in band; ceiling: cracked in every cell, early; floor: cracked in none, a best under NEAR_MISS) and the
+    list it went to, `test`/`train` from the band or `test (nearest)`/`train (nearest)` from the top-up."""
+    by_task: dict[str, list[PilotCell]] = {}
+    for cell in cells:
+        by_task.setdefault(cell.problem, []).append(cell)
+    rows = ["task\tcells (seed: first crack or -, best)\tverdict\tlist"]
+    for task in sorted(by_task, key=task_number):
+        task_cells = sorted(by_task[task], key=lambda cell: cell.seed)
+        verdict = in_band(task_cells)
+        side = ("pending" if verdict is None else "in band" if verdict
+                else "ceiling" if all(cell.first_crack is not None for cell in task_cells) else "floor")
+        listed = "test" if task in test else "train" if task in train else ""
+        if listed and side != "in band":
+            listed += " (nearest)"
+        shown = ", ".join(f"{cell.seed}: {cell.first_crack if cell.first_crack is not None else '-'}, {cell.best:.3f}"
+                          for cell in task_cells)
+        rows.append(f"{task}\t{shown}\t{side}\t{listed}")
+    return "\n".join(rows) + "\n"
+
+
 def write_pilot_problems(path: Path, problems: list[str]) -> None:
     """Replace the `problems = [...]` list of the pilot's experiment file, keeping every other line."""
     text = path.read_text()
@@ -206,6 +229,12 @@ def main() -> None:
             raise SystemExit("the pilot is not finished: run `evolve experiment experiments/calibration/pilot.toml`")
         for name, tasks in (("test_problems.txt", test), ("train_problems.txt", train)):
             (args.out.parent / name).write_text("".join(f"programs/{task}\n" for task in tasks))
+        table = selection_table(read_pilot(args.pilot), test, train)
+        (args.out.parent / "selection.tsv").write_text(table)
+        verdicts = [row.split("\t")[2] for row in table.splitlines()[1:]]
+        nearest = sum(row.endswith("(nearest)") for row in table.splitlines())
+        print(f"{verdicts.count('in band')} in band, {verdicts.count('ceiling')} ceiling, "
+              f"{verdicts.count('floor')} floor; {nearest} listed from the top-up (selection.tsv)")
         write_study(args.study_template, args.study, test, train)
         print(f"wrote {args.study} (the study file, its lists filled)")
         if len(test) < TEST_SIZE or len(train) < TRAIN_MIN:

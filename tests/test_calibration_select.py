@@ -81,6 +81,11 @@ def test_far_too_few_in_band_fill_the_test_list_then_the_train_list_from_both_si
         "humaneval/he_112"}
     assert test == sorted(test, key=select.task_number)
     assert train == ["humaneval/he_113"]  # what is left of the nearest; the plan's 20 are not there: README says so
+    rows = {row.split("\t")[0]: row.split("\t")[1:] for row in select.selection_table(cells, test, train).splitlines()}
+    assert rows["humaneval/he_000"] == ["0: 5, 1.000, 1: -, 0.400", "in band", "test"]
+    assert rows["humaneval/he_101"] == ["0: 28, 1.000, 1: 28, 1.000", "ceiling", "test (nearest)"]
+    assert rows["humaneval/he_113"] == ["0: -, 0.000, 1: -, 0.100", "floor", "train (nearest)"]
+    assert list(rows)[1:4] == ["humaneval/he_000", "humaneval/he_001", "humaneval/he_002"]  # by task number
 
 
 def test_the_study_file_written_from_the_template_is_a_valid_study_with_the_lists(select: ModuleType,
