@@ -223,18 +223,19 @@ def main() -> None:
         write_pilot_problems(args.pilot_toml, [f"programs/{sample.problem}" for sample in groups["candidates"]])
         print(f"rewrote the problem list of {args.pilot_toml}")
     if args.pilot is not None:
-        test, train, pending = split_lists(read_pilot(args.pilot))
-        print(f"pilot: {len(test)} test, {len(train)} train, {len(pending)} tasks whose cells have not finished")
+        cells = read_pilot(args.pilot)
+        test, train, pending = split_lists(cells)
+        table = selection_table(cells, test, train)
+        verdicts = [row.split("\t")[2] for row in table.splitlines()[1:]]
+        print(f"pilot: {verdicts.count('in band')} in band, {verdicts.count('ceiling')} ceiling, "
+              f"{verdicts.count('floor')} floor, {len(pending)} tasks whose cells have not all finished")
         if pending:
             raise SystemExit("the pilot is not finished: run `evolve experiment experiments/calibration/pilot.toml`")
         for name, tasks in (("test_problems.txt", test), ("train_problems.txt", train)):
             (args.out.parent / name).write_text("".join(f"programs/{task}\n" for task in tasks))
-        table = selection_table(read_pilot(args.pilot), test, train)
         (args.out.parent / "selection.tsv").write_text(table)
-        verdicts = [row.split("\t")[2] for row in table.splitlines()[1:]]
         nearest = sum(row.endswith("(nearest)") for row in table.splitlines())
-        print(f"{verdicts.count('in band')} in band, {verdicts.count('ceiling')} ceiling, "
-              f"{verdicts.count('floor')} floor; {nearest} listed from the top-up (selection.tsv)")
+        print(f"{len(test)} test, {len(train)} train; {nearest} of them from the top-up (selection.tsv)")
         write_study(args.study_template, args.study, test, train)
         print(f"wrote {args.study} (the study file, its lists filled)")
         if len(test) < TEST_SIZE or len(train) < TRAIN_MIN:
