@@ -6,6 +6,10 @@ resident memory (ru_maxrss) is its own. `--loss-file` compares another version o
 written by `git show REV:evolve/rl/loss.py > old_loss.py`) against the current one.
 
     .venv/bin/python scripts/bench_logprobs.py [--rows 4] [--tokens 384] [--prompt 300] [--loss-file old_loss.py]
+    .venv/bin/python scripts/bench_logprobs.py --lengths 384,60,95,40,120,70,55,88,30,101,64,77
+
+`--lengths` gives each row's real tokens (the rest right padding, as a training group of capped and short answers):
+the current version runs the padded batch whole, then in length buckets (`lengths=`, what `evolve train` passes).
 
 `--vocab 151936` measures instead a random 2-layer Llama (hidden 256) with that vocabulary (Qwen2.5's), where the
 [G, C, vocab] logits, not the decoder's activations, decide the peak: the regime the chunked projection is for.
@@ -33,7 +37,8 @@ def tiny_llama(vocab: int) -> object:
     return LlamaForCausalLM(config).eval()
 
 
-def measure(loss_file: str | None, rows: int, tokens: int, prompt_tokens: int, vocab: int) -> dict[str, float]:
+def measure(loss_file: str | None, rows: int, tokens: int, prompt_tokens: int, vocab: int,
+            lengths: list[int] | None = None) -> dict[str, float]:
     import torch
 
     from evolve.rl.trainer import TrainConfig, load_model
@@ -52,9 +57,13 @@ def measure(loss_file: str | None, rows: int, tokens: int, prompt_tokens: int, v
     vocab = model.get_output_embeddings().out_features
     prompt = torch.randint(0, vocab, (prompt_tokens,))
     completions = torch.randint(0, vocab, (rows, tokens))
+    row_lengths = torch.tensor(lengths) if lengths else None
+    if row_lengths is not None:
+        completions = completions * (torch.arange(tokens)[None, :] < row_lengths[:, None])
     loaded_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     started = time.perf_counter()
-    logp, _ = loss.completion_logprobs(model, prompt, completions, 1.0, with_entropy=True)
+    extra = {"lengths": row_lengths} if row_lengths is not None else {}
+    logp, _ = loss.completion_logprobs(model, prompt, completions, 1.0, with_entropy=True, **extra)
     logp.mean().backward()
     seconds = time.perf_counter() - started
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -64,7 +73,8 @@ def measure(loss_file: str | None, rows: int, tokens: int, prompt_tokens: int, v
 def main() -> None:
     if sys.argv[1:2] == [CHILD]:
         loss_file, rows, tokens, prompt_tokens, vocab = sys.argv[2] or None, *map(int, sys.argv[3:7])
-        print(json.dumps(measure(loss_file, rows, tokens, prompt_tokens, vocab)))
+        lengths = [int(n) for n in sys.argv[7].split(",")] if len(sys.argv) > 7 else None
+        print(json.dumps(measure(loss_file, rows, tokens, prompt_tokens, vocab, lengths)))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=4)
@@ -72,13 +82,21 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=300)
     parser.add_argument("--loss-file", default=None, help="another loss.py to compare with the current one")
     parser.add_argument("--vocab", type=int, default=0, help="a random 2-layer Llama with this vocabulary instead")
+    parser.add_argument("--lengths", default=None, help="comma-separated real tokens per row: padded vs buckets")
     args = parser.parse_args()
     versions = ([("given", str(Path(args.loss_file).resolve()))] if args.loss_file else []) + [("current", "")]
+    tail: list[str] = []
+    if args.lengths:
+        lengths = [int(n) for n in args.lengths.split(",")]
+        args.rows, args.tokens = len(lengths), max(lengths)
+        versions = [("padded", ""), ("buckets", "")]
+        tail = [",".join(map(str, lengths))]
     model = f"random 2-layer Llama, vocabulary {args.vocab:,}" if args.vocab else "SmolLM2-135M with LoRA"
     print(f"completion_logprobs + backward, {model}, G = {args.rows}, C = {args.tokens}, prompt {args.prompt} tokens")
     for name, path in versions:
         out = subprocess.run([sys.executable, __file__, CHILD, path, str(args.rows), str(args.tokens),
-                              str(args.prompt), str(args.vocab)], capture_output=True, text=True, check=True).stdout
+                              str(args.prompt), str(args.vocab), *(tail if name == "buckets" else [])],
+                             capture_output=True, text=True, check=True).stdout
         figures = json.loads(out.strip().splitlines()[-1])
         print(f"{name:>8}: peak RSS {figures['peak_mb']:7.0f} MB ({figures['over_loaded_mb']:6.0f} MB over the "
               f"loaded model), {figures['seconds']:6.2f} s")

@@ -197,3 +197,40 @@ def test_a_model_that_rescales_its_logits_after_the_head_is_called_whole() -> No
     assert _decoder_and_head(model) is not None
     model.config.final_logit_softcapping = 30.0
     assert _decoder_and_head(model) is None
+
+
+def test_length_buckets_take_every_row_at_least_half_as_long_as_their_longest() -> None:
+    from evolve.rl.loss import length_buckets
+
+    assert length_buckets([10, 384, 40, 200, 0, 30], 384) == [([1, 3], 384), ([2, 5], 40), ([0], 10), ([4], 1)]
+    assert length_buckets([5, 5, 5], 5) == [([0, 1, 2], 5)]
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_rows_in_length_buckets_give_the_padded_batchs_values_entropy_and_gradients(lora: bool) -> None:
+    torch.manual_seed(2)
+    model = _tiny_llama()
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    prompt = torch.randint(0, 50, (6,))
+    lengths = torch.tensor([3, 12, 2, 7, 12, 1])  # one long pair, then rows a quarter as long: four buckets
+    completions = torch.randint(1, 50, (6, 12))
+    mask = (torch.arange(12)[None, :] < lengths[:, None]).float()
+    completions = completions * mask.long()  # right-padded with token 0, as the trainer's group_batch pads
+    weights = torch.linspace(-1, 1, 12)
+
+    def run(row_lengths: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        model.zero_grad()
+        logp, entropy = completion_logprobs(model, prompt, completions, temperature=0.7, with_entropy=True,
+                                            lengths=row_lengths)
+        assert logp.shape == entropy.shape == (6, 12)
+        (logp * mask * weights).sum().backward()
+        grads = [param.grad.clone() for param in model.parameters() if param.requires_grad and param.grad is not None]
+        return (logp * mask).detach(), entropy * mask, grads
+
+    padded, bucketed = run(None), run(lengths)
+    assert torch.allclose(padded[0], bucketed[0], atol=1e-5) and torch.allclose(padded[1], bucketed[1], atol=1e-5)
+    assert len(padded[2]) == len(bucketed[2]) > 0
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(padded[2], bucketed[2], strict=True))

@@ -31,13 +31,18 @@ _LOGIT_POSTPROCESSING = ("final_logit_softcapping", "logit_scale", "logits_scali
 
 def completion_logprobs(
     model: torch.nn.Module, prompt_ids: Tensor, completion_ids: Tensor, temperature: float = 1.0,
-    with_entropy: bool = False,
+    with_entropy: bool = False, lengths: Tensor | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """log p(token t | prompt, tokens < t) for each completion token ``[G, C]``, and the entropy there if asked.
 
     The prompt is run once (batch 1) and its KV cache repeated for the G rows, so a group costs one prompt
     forward instead of G; gradients still flow through the shared prompt. Logits are divided by the sampling
     temperature so the log-probs are those of the distribution the tokens were drawn from.
+
+    ``lengths [G]`` (each row's real tokens; the rest is right padding) runs the rows in buckets of similar length,
+    each only as wide as its longest row (length_buckets): one capped answer in a group no longer makes every row
+    as long as it. Positions past a row's bucket width come back 0 (padding, masked by the caller); the real
+    tokens' values and gradients are those of the whole padded batch, as causal attention never looks right.
 
     For a transformers model (one with a decoder and an output embedding) the vocabulary projection runs on
     chunks of completion tokens, each recomputed in the backward pass, so memory holds one chunk's
@@ -46,15 +51,74 @@ def completion_logprobs(
     """
     if prompt_ids.dim() != 1 or completion_ids.dim() != 2 or prompt_ids.numel() < 1:
         raise ValueError("prompt_ids must be [P] (P >= 1) and completion_ids [G, C]")
-    rows = completion_ids.shape[0]
+    rows, width = completion_ids.shape
     split = _decoder_and_head(model)
     body = split[0] if split is not None else model
-    cache = None
+    prompt_cache = None
     if prompt_ids.numel() > 1:
-        cache = body(input_ids=prompt_ids[None, :-1], use_cache=True).past_key_values
-        cache.batch_repeat_interleave(rows)
+        prompt_cache = body(input_ids=prompt_ids[None, :-1], use_cache=True).past_key_values
+    buckets = [(torch.arange(rows, device=completion_ids.device), width)] if lengths is None else [
+        (torch.as_tensor(bucket, device=completion_ids.device), bucket_width)
+        for bucket, bucket_width in length_buckets([int(n) for n in lengths.tolist()], width)]
+    parts = []
+    for members, bucket_width in buckets:
+        if prompt_cache is None:
+            cache = None
+        elif len(buckets) == 1:
+            cache = prompt_cache
+            cache.batch_repeat_interleave(len(members))
+        else:  # a cache per bucket, each from the one prompt forward (its tensors are never changed in place)
+            cache = _repeated_cache(prompt_cache, len(members))
+        bucket_ids = completion_ids[members, :bucket_width]
+        chosen, entropy = _rows_logprobs(body, split, cache, prompt_ids[-1:], bucket_ids, temperature, with_entropy)
+        parts.append((members, chosen, entropy))
+    if len(parts) == 1 and parts[0][1].shape[1] == width:
+        return parts[0][1], parts[0][2]
+    order = torch.cat([members for members, _, _ in parts]).argsort()
+
+    def gather(tensors: list[Tensor]) -> Tensor:
+        padded = [torch.nn.functional.pad(tensor, (0, width - tensor.shape[1])) for tensor in tensors]
+        return torch.cat(padded)[order]
+
+    chosen = gather([part[1] for part in parts])
+    entropy = gather([part[2] for part in parts if part[2] is not None]) if with_entropy else None
+    return chosen, entropy
+
+
+def length_buckets(lengths: list[int], width: int) -> list[tuple[list[int], int]]:
+    """Rows grouped by length, longest first: a bucket takes the longest row left and every next row at least half
+    as long, and is as wide as that longest row (at least 1, at most `width`). Padding is then at most half of a
+    bucket's tokens instead of most of a group's when one row is far longer than the rest."""
+    order = sorted(range(len(lengths)), key=lambda row: -lengths[row])
+    buckets: list[tuple[list[int], int]] = []
+    start = 0
+    while start < len(order):
+        longest = lengths[order[start]]
+        end = start + 1
+        while end < len(order) and 2 * lengths[order[end]] >= longest:
+            end += 1
+        buckets.append((sorted(order[start:end]), min(width, max(1, longest))))
+        start = end
+    return buckets
+
+
+def _repeated_cache(prompt_cache: object, rows: int) -> object:
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    for layer_index, layer in enumerate(prompt_cache.layers):  # type: ignore[attr-defined]
+        cache.update(layer.keys.repeat_interleave(rows, dim=0), layer.values.repeat_interleave(rows, dim=0),
+                     layer_index)
+    return cache
+
+
+def _rows_logprobs(body: torch.nn.Module, split: tuple[torch.nn.Module, torch.nn.Linear] | None, cache: object,
+                   last_prompt_id: Tensor, completion_ids: Tensor, temperature: float,
+                   with_entropy: bool) -> tuple[Tensor, Tensor | None]:
+    """completion_logprobs on rows that share one prompt, given its cache already repeated for them."""
+    rows = completion_ids.shape[0]
     # the last prompt token predicts the first completion token; completion token t-1 predicts token t
-    inputs = torch.cat([prompt_ids[-1:].expand(rows, 1), completion_ids[:, :-1]], dim=1)
+    inputs = torch.cat([last_prompt_id.expand(rows, 1), completion_ids[:, :-1]], dim=1)
     output = body(input_ids=inputs, past_key_values=cache, use_cache=cache is not None)
     if split is None:
         return _token_logprobs(output.logits, completion_ids, temperature, with_entropy)

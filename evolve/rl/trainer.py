@@ -123,13 +123,16 @@ def optimise(model: Any, reference: Callable[[], contextlib.AbstractContextManag
     refs: list[torch.Tensor | None] = [None] * len(batches)
     if config.kl_coef > 0:
         with torch.no_grad(), reference() as ref_model:
-            refs = [completion_logprobs(ref_model, p, c, config.temperature)[0] for p, c, _ in batches]
+            refs = [completion_logprobs(ref_model, p, c, config.temperature, lengths=m.sum(1))[0]
+                    for p, c, m in batches]
     runs = minibatch_groups(len(batches), config.minibatches)
     olds: list[torch.Tensor | None] = [None] * len(batches)
     if config.epochs * len(runs) > 1:
         with torch.no_grad():
             for index in (i for run in runs[1:] for i in run):
-                olds[index] = completion_logprobs(model, batches[index][0], batches[index][1], config.temperature)[0]
+                prompt, completion, mask = batches[index]
+                olds[index] = completion_logprobs(model, prompt, completion, config.temperature,
+                                                  lengths=mask.sum(1))[0]
     sums = {"pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "dual_clip_frac": 0.0, "ppo_kl": 0.0, "entropy": 0.0}
     params = [p for p in model.parameters() if p.requires_grad]
     grad_norm = 0.0
@@ -139,7 +142,7 @@ def optimise(model: Any, reference: Callable[[], contextlib.AbstractContextManag
             for index in run:
                 prompt, completion, mask = batches[index]
                 logp, entropy = completion_logprobs(model, prompt, completion, config.temperature,
-                                                    with_entropy=epoch == 0)
+                                                    with_entropy=epoch == 0, lengths=mask.sum(1))
                 old = olds[index]
                 if old is None:  # the first minibatch of the first pass: the parameters have not moved yet
                     old = olds[index] = logp.detach()
