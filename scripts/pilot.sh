@@ -5,6 +5,10 @@
 #   bash scripts/pilot.sh save     # Ctrl-C the pilot (it stops resumable), pack its store into pilot.db.xz
 #   bash scripts/pilot.sh pack     # pack a consistent snapshot of the store while the pilot goes on
 # then commit experiments/calibration/pilot.db.xz. `start` again on any machine carries on where `save` left off.
+# When the pilot's last cell finishes, the same background job applies the selection rule
+# (scripts/calibration_select.py --pilot: the lists, selection.tsv and experiments/study_cpu.toml) and starts the
+# study (`bash scripts/study.sh start`), so no machine time is lost between the stages; from then on
+# `bash scripts/study.sh status|save` applies, and the lists and study file are committed with the next piece.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FOLDER=experiments/calibration
@@ -24,8 +28,13 @@ start)
     [ -d programs/humaneval ] || .venv/bin/evolve import humaneval
     .venv/bin/python scripts/store_pack.py unpack "$PACKED" "$DB"  # only when it holds more than the local store
     echo "from: $(counts)"
-    nohup .venv/bin/evolve experiment "$FOLDER/pilot.toml" --plain >>"$LOG" 2>&1 &
+    nohup bash scripts/pilot.sh run >>"$LOG" 2>&1 &
     echo "started (pid $!), log: $LOG; stop it with: bash scripts/pilot.sh save"
+    ;;
+run)  # what `start` runs in the background: the pilot, then (only if every cell finished) selection and study
+    .venv/bin/evolve experiment "$FOLDER/pilot.toml" --plain
+    .venv/bin/python scripts/calibration_select.py --pilot "$DB"
+    bash scripts/study.sh start
     ;;
 status)
     echo "$(pgrep -f "$PATTERN" >/dev/null && echo running || echo 'not running'): $(counts "$FOLDER/pilot.toml")"
