@@ -248,6 +248,7 @@ def evaluate_check(check_path: Path, function: str, objectives: int, program_pat
         caller, made = sandbox_caller(session, function)
         outcomes, stopped = run_check(check_path.read_text(), str(check_path), function, caller)
     if made and all(result.status == "timeout" for result in made):
-        raise CandidateFailure("timeout", f"every call ran past its time limit ({made[0].detail})")
+        raise CandidateFailure("timeout", f"every call made ran past its time limit ({made[0].detail}); "
+                                          f"{len(made)} made, the rest not run")
     scores, failures = scores_of(outcomes, stopped, objectives)
     return EvaluationResult(scores=scores, artifacts={"feedback": join_feedback(failures)})
