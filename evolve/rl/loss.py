@@ -69,7 +69,7 @@ def completion_logprobs(
             cache.batch_repeat_interleave(len(members))
         else:  # a cache per bucket, each from the one prompt forward (its tensors are never changed in place)
             cache = _repeated_cache(prompt_cache, len(members))
-        bucket_ids = completion_ids[members, :bucket_width]
+        bucket_ids = completion_ids[:, :bucket_width] if len(buckets) == 1 else completion_ids[members, :bucket_width]
         chosen, entropy = _rows_logprobs(body, split, cache, prompt_ids[-1:], bucket_ids, temperature, with_entropy)
         parts.append((members, chosen, entropy))
     if len(parts) == 1 and parts[0][1].shape[1] == width:
