@@ -45,8 +45,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run as a script from anywhere: the project package is importable
-    sys.path.insert(0, str(ROOT))
+for folder in (ROOT, ROOT / "tests"):  # run as a script or loaded from a file: the project and http11 import
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+
+from http11 import MAX_LINE, HTTPError, Request, read_request, respond  # noqa: E402,F401 (MAX_LINE: the tests read it)
 
 from evolve.policies.base import Policy  # noqa: E402
 from evolve.policies.hf import HFPolicy  # noqa: E402
@@ -54,40 +57,10 @@ from evolve.policies.llamacpp import LlamaCppPolicy, model_files  # noqa: E402
 from evolve.policies.model_files import resolve_model  # noqa: E402
 from evolve.search.prompts import Prompt  # noqa: E402
 
-MAX_BODY = 1_000_000  # bytes
-MAX_LINE = 8_192  # request line or one header line
-MAX_HEADERS = 100
 READ_TIMEOUT_S = 60.0  # a client that sends no complete request in this time is answered 408
 DEFAULT_MAX_TOKENS = 256
 GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions")
 ROUTES = {"/health": "GET", "/v1/models": "GET", "/v1/chat/completions": "POST", "/v1/completions": "POST"}
-REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout",
-           500: "Internal Server Error"}
-
-
-class HTTPError(Exception):
-    """A request answered with an error status and an OpenAI-style error body."""
-
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error",
-                 headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.kind = kind
-        self.headers = headers or {}
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.kind, "code": self.status}}
-
-
-@dataclass(frozen=True)
-class Request:
-    method: str
-    path: str
-    headers: dict[str, str]  # lower-case names
-    body: bytes
-
-
 @dataclass
 class Faults:
     stall_first: int = 0
@@ -288,73 +261,6 @@ def parse_messages(value: object) -> list[dict[str, str]]:
             raise HTTPError(400, f"messages[{index}].content must be a string")
         messages.append({"role": role, "content": content})
     return messages
-
-
-async def read_line(reader: asyncio.StreamReader) -> bytes:
-    try:
-        line = await reader.readuntil(b"\n")
-    except asyncio.LimitOverrunError:
-        raise HTTPError(400, "a request line or header line is too long") from None
-    if len(line) > MAX_LINE:
-        raise HTTPError(400, "a request line or header line is too long")
-    return line.rstrip(b"\r\n")
-
-
-async def read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Request | None:
-    """Request line, headers and a Content-Length body; None if the client sent nothing and closed."""
-    try:
-        first = await read_line(reader)
-    except asyncio.IncompleteReadError as exc:
-        if not exc.partial.strip():
-            return None
-        raise HTTPError(400, "the request ended inside its request line") from None
-    parts = first.decode("latin-1").split(" ")
-    if len(parts) != 3 or not parts[0].isalpha() or not parts[1].startswith("/") or not parts[2].startswith("HTTP/1."):
-        raise HTTPError(400, "malformed request line")
-    method, target, _ = parts
-    headers: dict[str, str] = {}
-    while True:
-        try:
-            line = await read_line(reader)
-        except asyncio.IncompleteReadError:
-            raise HTTPError(400, "the request ended inside its headers") from None
-        if not line:
-            break
-        if len(headers) >= MAX_HEADERS:
-            raise HTTPError(400, "too many headers")
-        name, colon, value = line.decode("latin-1").partition(":")
-        if not colon or not name or name != name.strip():
-            raise HTTPError(400, "malformed header line")
-        name, value = name.lower(), value.strip()
-        if name in headers and (name == "content-length" and headers[name] != value):
-            raise HTTPError(400, "conflicting Content-Length headers")
-        headers[name] = value
-    if "transfer-encoding" in headers:
-        raise HTTPError(400, "chunked bodies are not served; send Content-Length")
-    length_text = headers.get("content-length", "0")
-    if not length_text.isdigit():
-        raise HTTPError(400, "malformed Content-Length")
-    length = int(length_text)
-    if length > MAX_BODY:
-        raise HTTPError(400, f"the body is over {MAX_BODY} bytes")
-    if length and headers.get("expect", "").lower() == "100-continue":
-        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        await writer.drain()
-    try:
-        body = await reader.readexactly(length)
-    except asyncio.IncompleteReadError:
-        raise HTTPError(400, "the body is shorter than its Content-Length") from None
-    return Request(method.upper(), target.split("?", 1)[0], headers, body)
-
-
-async def respond(writer: asyncio.StreamWriter, status: int, body: dict[str, Any],
-                  headers: dict[str, str] | None = None) -> None:
-    data = json.dumps(body).encode()
-    head = [f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}", "Content-Type: application/json",
-            f"Content-Length: {len(data)}", "Connection: close"]
-    head += [f"{name}: {value}" for name, value in (headers or {}).items()]
-    writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + data)
-    await writer.drain()
 
 
 def write_port_file(path: Path, port: int) -> None:
