@@ -1,0 +1,62 @@
+"""What the sandbox's test files share: the hostile corpus, the limits they run it under, and a folder of its own
+for every test's sandbox directories that must be empty, with no process working in it, when the test ends."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from evolve.sandbox._isolation import landlock_abi
+from evolve.sandbox.core import Sandbox, SandboxLimits, SandboxResult
+
+HOSTILE = Path(__file__).parent / "hostile"
+# fresh_children_first=0: every child of these tests is forked by the fork server (test_fork_server.py has more)
+LIMITS = SandboxLimits(wall_time_s=3.0, cpu_time_s=1.0, memory_mb=512, max_processes=32, max_output_bytes=200_000,
+                       fresh_children_first=0)
+LANDLOCK_ABI = landlock_abi(ctypes.CDLL(None, use_errno=True))
+needs_landlock = pytest.mark.skipif(LANDLOCK_ABI == 0, reason="this kernel has no Landlock")
+
+
+def processes_under(folder: Path) -> list[int]:
+    """Live processes whose working directory is inside `folder` (deleted or not)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            inside = os.readlink(f"/proc/{entry.name}/cwd").startswith(str(folder))
+            if inside and alive(int(entry.name)):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def checked_sandbox_parent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Every test's sandbox directories go in a folder of its own; afterwards it must be empty and no
+    process may still be working in it."""
+    parent = tmp_path / "sandboxes"
+    parent.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(parent))
+    yield parent
+    assert os.listdir(parent) == []
+    time.sleep(0.05)
+    assert processes_under(parent) == []
+
+
+def run(sandbox: Sandbox, name: str, *args: object) -> SandboxResult:
+    return sandbox.call(HOSTILE / f"{name}.py", "solve", *args)
