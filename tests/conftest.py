@@ -1,5 +1,6 @@
-"""Shared pytest fixtures: a throwaway PostgreSQL server for the session, a fresh database of it per test, and
-`store_url`, which runs a store test on both SQLite and PostgreSQL."""
+"""Shared pytest fixtures: a throwaway PostgreSQL server for the session, a fresh database of it per test,
+`store_url`, which runs a store test on both SQLite and PostgreSQL, and the sandbox tests' `sandbox` and checked
+`sandbox_parent` folder."""
 
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ from pathlib import Path
 
 import pytest
 from postgres_server import PostgresServer, PostgresUnavailable, postgres_required, postgres_server
+from sandbox_helpers import LIMITS as SANDBOX_LIMITS
+from sandbox_helpers import checked_sandbox_parent
+
+from evolve.sandbox.core import Sandbox
 
 STORE_BACKENDS = ["sqlite", "postgresql"]
 FILE_SECONDS = Path(__file__).with_name("file_seconds.json")
@@ -77,3 +82,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return float(known) if known is not None else (float("inf") if path in slow_files else 0.0)
 
     items.sort(key=lambda item: -seconds(item.path))  # a stable sort: files and tests keep their order
+
+
+@pytest.fixture
+def sandbox_parent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A folder of its own for the test's sandbox directories, empty and with no process working in it at the end
+    (a module that needs it on every test marks them `pytest.mark.usefixtures("sandbox_parent")`)."""
+    yield from checked_sandbox_parent(tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def sandbox() -> Sandbox:
+    return Sandbox(SANDBOX_LIMITS)

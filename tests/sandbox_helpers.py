@@ -1,5 +1,5 @@
-"""What the sandbox's test files share: the hostile corpus, the limits they run it under, and a folder of its own
-for every test's sandbox directories that must be empty, with no process working in it, when the test ends."""
+"""What the sandbox's test files share: the hostile corpus, the limits they run it under, and how a test's folder
+of sandbox directories is checked (tests/conftest.py's `sandbox_parent`)."""
 
 from __future__ import annotations
 
@@ -46,6 +46,10 @@ def alive(pid: int) -> bool:
         return False
 
 
+def run(sandbox: Sandbox, name: str, *args: object) -> SandboxResult:
+    return sandbox.call(HOSTILE / f"{name}.py", "solve", *args)
+
+
 def checked_sandbox_parent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """Every test's sandbox directories go in a folder of its own; afterwards it must be empty and no
     process may still be working in it."""
@@ -56,7 +60,3 @@ def checked_sandbox_parent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> I
     assert os.listdir(parent) == []
     time.sleep(0.05)
     assert processes_under(parent) == []
-
-
-def run(sandbox: Sandbox, name: str, *args: object) -> SandboxResult:
-    return sandbox.call(HOSTILE / f"{name}.py", "solve", *args)

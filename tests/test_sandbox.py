@@ -11,27 +11,16 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from host_processes import none_left, sleep_marker
-from sandbox_helpers import HOSTILE, LANDLOCK_ABI, LIMITS, checked_sandbox_parent, needs_landlock, processes_under, run
+from sandbox_helpers import HOSTILE, LANDLOCK_ABI, LIMITS, needs_landlock, processes_under, run
 
 from evolve.sandbox.core import Sandbox, SandboxLimits, SandboxResult
 from evolve.sandbox.processes import cgroup_parents
 
-
-@pytest.fixture(autouse=True)
-def sandbox_parent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    yield from checked_sandbox_parent(tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def sandbox() -> Sandbox:
-    return Sandbox(LIMITS)
-
-
+pytestmark = pytest.mark.usefixtures("sandbox_parent")  # tests/conftest.py: a checked folder per test
 
 
 def test_well_behaved_program_returns_its_value_with_numpy_converted(sandbox: Sandbox) -> None:

@@ -4,26 +4,14 @@ the trusted side, a crash or an overrun costing only its own call) and interacti
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import HOSTILE, LIMITS, checked_sandbox_parent, run
+from sandbox_helpers import HOSTILE, run
 
 from evolve.sandbox.core import Sandbox, SandboxLimits
 
-
-@pytest.fixture(autouse=True)
-def sandbox_parent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    yield from checked_sandbox_parent(tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def sandbox() -> Sandbox:
-    return Sandbox(LIMITS)
-
-
-# call_each / run_driver_each: one child for many calls, each timed and limited from the trusted side
+pytestmark = pytest.mark.usefixtures("sandbox_parent")  # tests/conftest.py: a checked folder per test
 
 
 def test_each_call_gets_its_own_value_and_a_trusted_round_trip_time(sandbox: Sandbox, tmp_path: Path) -> None:
