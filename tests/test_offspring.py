@@ -1,5 +1,5 @@
-"""engine/offspring.py: completions become children (rewrite, diff, m answers, failures with their reason), children
-become scores through one cache (real sandboxed fizzbuzz evaluations), and training never imports the search loop."""
+"""engine/offspring.py: completions become children (rewrite, diff, m answers, failures with their reason, each
+missing answer recorded), children become scores through one cache (real sandboxed fizzbuzz evaluations), and training never imports the search loop."""
 
 from __future__ import annotations
 
@@ -9,19 +9,23 @@ from pathlib import Path
 
 import pytest
 
+from evolve.config import RunConfig
+from evolve.engine.controller import Controller
 from evolve.engine.offspring import (
     NO_CHANGE,
     ChildScorer,
     SeedProgramError,
     build_child,
     code_key,
+    missing_answers,
     offspring,
     require_seed,
 )
 from evolve.policy_config import HFPolicySection, OpenAIPolicySection
 from evolve.problems.problem import Problem, load_problem
-from evolve.records import Evaluation
-from evolve.search.prompts import PromptOptions
+from evolve.records import Completion, Evaluation
+from evolve.search.prompts import Prompt, PromptOptions
+from evolve.store.program_store import ProgramStore
 
 ROOT = Path(__file__).resolve().parents[1]
 PARENT = (ROOT / "programs" / "fizzbuzz" / "initial.py").read_text()
@@ -147,3 +151,40 @@ def test_without_a_cache_every_call_evaluates_and_a_full_cache_drops_its_oldest(
     asyncio.run(small.vector(fizzbuzz, child))
     assert small.evaluations == 3
     assert asyncio.run(small.vector(fizzbuzz, None)) is None and small.evaluations == 3
+
+
+def test_each_answer_a_completion_was_asked_for_and_lacks_is_one_record() -> None:
+    assert missing_answers(3, 3, "text") == [] and missing_answers(1, 1, "text") == []
+    short = missing_answers(1, 3, "text")
+    assert [(r.kind, r.reason, r.completion) for r in short] == [
+        ("edit_failed", "missing from the completion (1 of 3 answers written)", None)] * 2
+    empty = missing_answers(0, 3, "text")
+    assert [(r.reason, r.completion) for r in empty] == [("no answer in the completion", "text"),
+                                                         ("no answer in the completion", None),
+                                                         ("no answer in the completion", None)]
+
+
+class OneAnswerPolicy:
+    """Asked for m = 3 answers, writes one tagged answer (the controller's accounting is under test)."""
+
+    name = "one-answer"
+
+    async def generate(self, prompt: Prompt, seed: int) -> Completion:
+        return Completion(tagged(PARTIAL), completion_tokens=20)
+
+    async def close(self) -> None:
+        return None
+
+
+def test_a_run_records_every_answer_of_a_short_completion(fizzbuzz: Problem, tmp_path: Path) -> None:
+    config = RunConfig.model_validate({
+        "run": {"problem": "fizzbuzz", "programs_dir": str(ROOT / "programs"), "iterations": 1, "concurrency": 1,
+                "eval_workers": 1},
+        "policy": {"answers": 3, "prefill": False},
+    })
+    store = ProgramStore(str(tmp_path / "runs.db"))
+    run_id = store.create_run("r", "fizzbuzz", "one-answer", 0, config.model_dump_json(), 1)
+    asyncio.run(Controller(config, fizzbuzz, store, OneAnswerPolicy(), run_id).run())  # type: ignore[arg-type]
+    outcomes = [(a.kind, a.reason) for a in store.attempts(run_id) if a.iteration == 1 and a.kind != "policy_call"]
+    assert sorted(outcomes, key=str) == sorted(
+        [("child", None)] + [("edit_failed", "missing from the completion (1 of 3 answers written)")] * 2, key=str)

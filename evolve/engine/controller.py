@@ -21,7 +21,7 @@ from evolve.engine.events import (
     RunProgressed,
     ignore,
 )
-from evolve.engine.offspring import ChildScorer, code_key, offspring, require_seed
+from evolve.engine.offspring import ChildScorer, code_key, missing_answers, offspring, require_seed
 from evolve.engine.run_setup import requests_per_iteration, selection_for
 from evolve.engine.run_stats import RunStats, describe_iteration
 from evolve.engine.schedule import IterationSchedule
@@ -278,7 +278,8 @@ class Controller:
         the children of this iteration's other requests, which are not in the store yet."""
         records: list[AttemptRecord | ChildRecord] = []
         candidates: list[tuple[str, str]] = []
-        for child in offspring(parent.code, prefill + completion.text, choice.options):
+        children = offspring(parent.code, prefill + completion.text, choice.options)
+        for child in children:
             if child.code is None:
                 kind = "duplicate" if child.unchanged else "edit_failed"
                 records.append(AttemptRecord(kind, child.failure, completion=child.answer))
@@ -293,8 +294,7 @@ class Controller:
                 continue
             seen_in_iteration.add(key)
             candidates.append((child.answer, child.code))
-        if not records and not candidates:
-            records.append(AttemptRecord("edit_failed", "no answer in the completion", completion=completion.text))
+        records += missing_answers(len(children), choice.options.answers, completion.text)
         evaluations = await asyncio.gather(*(self._evaluate(code) for _, code in candidates))
         for (answer, code), evaluation in zip(candidates, evaluations, strict=True):
             if evaluation.ok:

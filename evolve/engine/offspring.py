@@ -21,6 +21,7 @@ from evolve.problems.problem import Problem
 from evolve.records import Evaluation, code_key  # code_key: importers keep naming this module
 from evolve.search.edits import EditError, apply_diff, apply_rewrite, split_answers
 from evolve.search.prompts import PromptOptions
+from evolve.store.records import AttemptRecord
 
 NO_CHANGE = "no change"  # the edit's reason when an answer rebuilds its parent unchanged
 
@@ -67,6 +68,19 @@ def offspring(parent_code: str, text: str, options: PromptOptions) -> list[Child
     `options.answers` answers in `options.answer_tag` tags, each edited into the parent by `options.edit_format`."""
     return [build_child(parent_code, answer, options.edit_format)
             for answer in split_answers(text, options.answers, options.answer_tag)]
+
+
+def missing_answers(written: int, asked: int, completion: str) -> list[AttemptRecord]:
+    """One edit_failed record per answer a completion was asked for and did not hold, so a request's outcomes
+    count its m answers (the policy_call record keeps the completion; a completion without any answer keeps it too,
+    on its first record)."""
+    if written >= asked:
+        return []
+    if written == 0:
+        return [AttemptRecord("edit_failed", "no answer in the completion", completion=completion if i == 0 else None)
+                for i in range(asked)]
+    reason = f"missing from the completion ({written} of {asked} answers written)"
+    return [AttemptRecord("edit_failed", reason) for _ in range(asked - written)]
 
 
 def objective_vector(problem: Problem, evaluation: Evaluation) -> list[float] | None:

@@ -300,7 +300,7 @@ def answer_outcomes(store: ProgramStore, run_id: int, answers_per_request: int, 
                 key = code_key(attempt.child_code)
                 earlier = by_code.get(key) if key not in seed_keys else None
                 answers.append((earlier.scalar, earlier.solved) if earlier is not None else (0.0, False))
-            elif attempt.reason != "no answer in the completion":  # that one stands for all m missing answers
+            else:  # not built, failed, or missing (a store from before missing answers were recorded: padded below)
                 answers.append((0.0, False))
     chosen = slots[:requests]
     scalars: list[float] = []
