@@ -63,3 +63,20 @@ def test_the_pilot_status_counts_answers_cells_and_the_most_left(tmp_path: Path)
                          capture_output=True, text=True, check=True).stdout.splitlines()
     assert out[0] == "3 answers; cells: 1 finished, 1 running"
     assert out[1].startswith("3 of 4 cells unfinished: at most 899 answers left; ")  # 3 x 300 less the running 1
+
+
+def test_the_pilots_pace_is_measured_since_its_last_pause_not_across_it() -> None:
+    import sys
+
+    sys.path.insert(0, str(SCRIPT.parent))  # pilot_status imports store_pack as a script does
+    try:
+        spec = importlib.util.spec_from_file_location("pilot_status", SCRIPT.parent / "pilot_status.py")
+        assert spec is not None and spec.loader is not None
+        status = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(status)
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    steady = [minute / 2 for minute in range(21)]  # 2 answers a minute for 10 minutes
+    assert status.answers_a_minute(steady) == 2.0
+    assert status.answers_a_minute([-20.0, -19.5, *steady]) == 2.0  # the last piece, not the one before the stop
+    assert status.answers_a_minute([]) == 0.0 and status.answers_a_minute([3.0]) == 0.0
