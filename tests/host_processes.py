@@ -1,4 +1,5 @@
-"""What a hostile candidate may leave on the host, seen from the test: processes marked by their command line.
+"""What a hostile candidate may leave on the host, seen from the test: processes marked by their command line, or
+working in a folder, and whether a pid is still alive (not a zombie).
 
 Inside the sandbox's PID namespace a candidate's pids mean nothing to the host, so candidates that try to leave
 processes behind become `sleep MARKER`, and the tests look for that command line among the host's processes.
@@ -9,24 +10,45 @@ from __future__ import annotations
 import os
 import secrets
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 
 def processes_with_argument(argument: str) -> list[int]:
     """Pids of the host's living (not zombie) processes with `argument` among their command-line arguments."""
+    def has_argument(proc: str) -> bool:
+        with open(f"{proc}/cmdline", "rb") as handle:
+            return argument.encode() in handle.read().split(b"\0")
+    return living_where(has_argument)
+
+
+def processes_under(folder: Path) -> list[int]:
+    """Pids of the host's living processes whose working directory is inside `folder` (deleted or not)."""
+    return living_where(lambda proc: os.readlink(f"{proc}/cwd").startswith(str(folder)))
+
+
+def living_where(condition: Callable[[str], bool]) -> list[int]:
+    """Pids of the host's living processes whose /proc folder meets `condition` (one that vanishes is skipped)."""
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
-            with open(f"{entry.path}/cmdline", "rb") as handle:
-                arguments = handle.read().split(b"\0")
-            with open(f"{entry.path}/stat") as handle:
-                state = handle.read().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
+            meets = condition(entry.path)
+        except OSError:
             continue
-        if argument.encode() in arguments and state != "Z":
+        if meets and alive(int(entry.name)):
             found.append(int(entry.name))
     return found
+
+
+def alive(pid: int) -> bool:
+    """Whether the process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
 
 
 def sleep_marker() -> str:

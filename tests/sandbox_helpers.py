@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from host_processes import processes_under
 
 from evolve.sandbox._isolation import landlock_abi
 from evolve.sandbox.core import Sandbox, SandboxLimits, SandboxResult
@@ -21,29 +22,6 @@ LIMITS = SandboxLimits(wall_time_s=3.0, cpu_time_s=1.0, memory_mb=512, max_proce
                        fresh_children_first=0)
 LANDLOCK_ABI = landlock_abi(ctypes.CDLL(None, use_errno=True))
 needs_landlock = pytest.mark.skipif(LANDLOCK_ABI == 0, reason="this kernel has no Landlock")
-
-
-def processes_under(folder: Path) -> list[int]:
-    """Live processes whose working directory is inside `folder` (deleted or not)."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            inside = os.readlink(f"/proc/{entry.name}/cwd").startswith(str(folder))
-            if inside and alive(int(entry.name)):
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return False
 
 
 def run(sandbox: Sandbox, name: str, *args: object) -> SandboxResult:

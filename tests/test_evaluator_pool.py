@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+from host_processes import alive
 
 from evolve.config import RunConfig
 from evolve.engine.controller import Controller
@@ -90,14 +91,6 @@ def moody(tmp_path: Path) -> Problem:
     (folder / "initial.py").write_text(INITIAL)
     (folder / "evaluator.py").write_text(EVALUATOR)
     return load_problem("moody", tmp_path)
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def same_result(left: Evaluation, right: Evaluation) -> bool:

@@ -3,7 +3,6 @@ and a server that dies is replaced without losing the call; it ends with its San
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import json
 import mmap
@@ -20,19 +19,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from host_processes import none_left, sleep_marker
-from sandbox_helpers import alive
+from host_processes import alive, none_left, sleep_marker
+from sandbox_helpers import HOSTILE, LANDLOCK_ABI, needs_landlock
 
-from evolve.sandbox._isolation import landlock_abi
 from evolve.sandbox.core import Sandbox, SandboxLimits, SandboxResult
 from evolve.sandbox.forkserver import ForkServer, process_state
 
 ROOT = Path(__file__).resolve().parents[1]
-HOSTILE = Path(__file__).parent / "hostile"
 LIMITS = SandboxLimits(wall_time_s=3.0, cpu_time_s=1.0, memory_mb=512, max_processes=32, max_output_bytes=200_000,
                        preload=("numpy", "numpy.random"), fresh_children_first=0)
-LANDLOCK_ABI = landlock_abi(ctypes.CDLL(None, use_errno=True))
-needs_landlock = pytest.mark.skipif(LANDLOCK_ABI == 0, reason="this kernel has no Landlock")
 ENVIRONMENT = {"PATH", "HOME", "TMPDIR", "LANG", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"}
 
 

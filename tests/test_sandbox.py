@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from host_processes import none_left, sleep_marker
-from sandbox_helpers import HOSTILE, LANDLOCK_ABI, LIMITS, needs_landlock, processes_under, run
+from host_processes import none_left, processes_under, sleep_marker
+from sandbox_helpers import HOSTILE, LANDLOCK_ABI, LIMITS, needs_landlock, run
 
 from evolve.sandbox.core import Sandbox, SandboxLimits, SandboxResult
 from evolve.sandbox.processes import cgroup_parents

@@ -4,15 +4,29 @@ replaces a local store that holds as much (what pilot.sh and study.sh rely on be
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
+from types import ModuleType
 
 from evolve.store.program_store import AttemptRecord, ProgramStore
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "store_pack.py"
-spec = importlib.util.spec_from_file_location("store_pack", SCRIPT)
-assert spec is not None and spec.loader is not None
-store_pack = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(store_pack)
+
+
+def script_module(name: str) -> ModuleType:
+    """scripts/NAME.py as a module, importing its neighbours as it does when run as a script."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        spec = importlib.util.spec_from_file_location(name, SCRIPT.parent / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    return module
+
+
+store_pack = script_module("store_pack")
 
 
 def _answer(store: ProgramStore, run_id: int, iteration: int) -> None:
@@ -47,7 +61,6 @@ def test_a_store_packed_while_open_unpacks_whole_and_only_over_a_store_holding_l
 
 def test_the_pilot_status_counts_answers_cells_and_the_most_left(tmp_path: Path) -> None:
     import subprocess
-    import sys
 
     db = tmp_path / "pilot.db"
     store = ProgramStore(str(db))
@@ -66,16 +79,7 @@ def test_the_pilot_status_counts_answers_cells_and_the_most_left(tmp_path: Path)
 
 
 def test_the_pilots_pace_is_measured_since_its_last_pause_not_across_it() -> None:
-    import sys
-
-    sys.path.insert(0, str(SCRIPT.parent))  # pilot_status imports store_pack as a script does
-    try:
-        spec = importlib.util.spec_from_file_location("pilot_status", SCRIPT.parent / "pilot_status.py")
-        assert spec is not None and spec.loader is not None
-        status = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(status)
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
+    status = script_module("pilot_status")
     steady = [minute / 2 for minute in range(21)]  # 2 answers a minute for 10 minutes
     assert status.answers_a_minute(steady) == 2.0
     assert status.answers_a_minute([-20.0, -19.5, *steady]) == 2.0  # the last piece, not the one before the stop
