@@ -300,7 +300,8 @@ def test_a_tiny_real_study_stopped_after_training_resumes_without_redoing_anythi
         assert all(seed["cells"] == 1 and seed["crack_share"] in (0.0, 1.0)
                    for seed in arm["per_training_seed"].values())
         assert arm["spread"]["training_seeds"] == 2 and arm["pooled"]["cells"] == 2
-    assert 'id="training"' in (folder / "report" / "report.html").read_text()
+    page = (folder / "report" / "report.html").read_text()
+    assert 'id="training"' in page and f"<h1>Study {report['study']}</h1>" in page
     figures = {path.name for path in (folder / "report" / "figures").iterdir()}
     assert {"cracked_share-iterations.svg", "best_score-iterations-run_length.svg", "training-reward.svg"} <= figures
 

@@ -66,10 +66,10 @@ footer { margin-top: 36px; color: #777; font-size: 12px; }
 """
 
 
-def report_html(results: ExperimentResults) -> str:
-    """The whole report as one HTML document."""
+def report_html(results: ExperimentResults, kind: str = "Experiment") -> str:
+    """The whole report as one HTML document, headed "KIND NAME" (an experiment's, or a study's evolution stage)."""
     colours = palette(results.policies)
-    body = [_header(results), _notes(results), _matrix(results, colours), budgets_html(results, colours),
+    body = [_header(results, kind), _notes(results), _matrix(results, colours), budgets_html(results, colours),
             *_charts(results, colours), differences_html(results), objectives_html(results, colours),
             instructions_html(results), _cells(results)]
     return "\n".join([
@@ -88,7 +88,7 @@ def _num(value: float | None, digits: int = 4) -> str:
     return f"{value:.{digits}f}" if abs(value) < 1e5 else f"{value:.{digits}g}"
 
 
-def _header(results: ExperimentResults) -> str:
+def _header(results: ExperimentResults, kind: str) -> str:
     level = f"{results.confidence:.0%}"
     seeds = len(results.seeds)
     facts = [
@@ -104,7 +104,7 @@ def _header(results: ExperimentResults) -> str:
                       f"p-values of the differences Holm-adjusted"),
     ]
     rows = "".join(f"<dt>{name}</dt><dd>{value}</dd>" for name, value in facts)
-    return (f"<header><h1>Experiment {escape(results.name)}</h1>"
+    return (f"<header><h1>{escape(kind)} {escape(results.name)}</h1>"
             + (f'<p class="lead">{escape(results.description)}</p>' if results.description else "")
             + f'<dl class="facts">{rows}</dl>'
             f'<p class="hint">How the intervals are computed: seeds are the unit of repetition (never iterations '

@@ -54,7 +54,8 @@ def write_study_report(spec: StudySpec, paths: StudyPaths, store: Any, train_con
              "spec": spec.model_dump(mode="json")}
     arms = arm_report(results, facts["training_runs"], spec.claim, spec.training.seeds)
     render_arms(arms, console)
-    page = with_training_section(report_html(results), arms_section_html(arms) + training_section_html(curves, budgets))
+    page = with_training_section(report_html(results, kind="Study"),
+                                 arms_section_html(arms) + training_section_html(curves, budgets))
     files = write_report(results, paths.report, page=page)
     figures = sorted((paths.report / FIGURES_DIR).glob("*.svg"))
     document = study_json(spec.name, facts, budgets, curves, sampled_results(spec, paths, store), results, seconds,
