@@ -248,8 +248,9 @@ def test_an_ensemble_of_one_and_three_answer_members_counts_the_answers_each_req
     render_report(results, console)
     assert "100 / 50" in console.export_text()
     document = study_json("s", {}, [], [], {}, results, {})["evolution"]["tokens"]
-    assert document["mix"] == {"answers": 6, "completion_tokens": 150, "tokens_per_answer": pytest.approx(25.0),
-                               "max_new_tokens": [100, 50], "policy_calls": 4, "policy_errors": 0}
+    assert document["mix"] == {"answers": 6, "evaluations": mix.evaluations, "completion_tokens": 150,
+                               "tokens_per_answer": pytest.approx(25.0), "max_new_tokens": [100, 50],
+                               "policy_calls": 4, "policy_errors": 0}
 
 
 def test_differences_csv_carries_the_interval_width_and_the_holm_adjusted_p_values(results: ExperimentResults,
@@ -279,6 +280,8 @@ def test_study_report_gives_tokens_per_answer_of_plain_sampling_and_of_each_evol
     tokens = document["evolution"]["tokens"]
     assert tokens["A"]["tokens_per_answer"] == pytest.approx(40 / 3) and tokens["A"]["max_new_tokens"] == [64]
     assert (tokens["B"]["answers"], tokens["B"]["tokens_per_answer"]) == (54, pytest.approx(10.0))
+    assert {policy: arm["evaluations"] for policy, arm in tokens.items()} == \
+        {b.policy: b.evaluations for b in results.budgets}
     json.dumps(document)
 
 

@@ -246,6 +246,17 @@ def test_results_markdown_gives_the_arms_the_pairs_each_problem_and_only_the_fig
     assert "training-reward.svg" not in text  # not written, so not linked
 
 
+def test_results_markdown_budget_shows_the_programs_evaluated_beside_the_answers_asked_for() -> None:
+    arm = {"completion_tokens": 900, "tokens_per_answer": 30.0, "max_new_tokens": [384]}
+    document = {"evolution": {"tokens": {"vpo": arm | {"answers": 30, "evaluations": 12},
+                                         "grpo": arm | {"answers": 30, "evaluations": 27},
+                                         "old": arm | {"answers": 30}}}}  # a report written before evaluations
+    rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.strip("|").split("|")]
+            for line in results_markdown(document).splitlines() if line.startswith("| `")}
+    assert rows["`vpo`"][1:3] == ["30", "12 (40%)"] and rows["`grpo`"][2] == "27 (90%)"
+    assert rows["`old`"][2] == "–"
+
+
 def test_checkpoints_sharing_their_algorithms_seeds_give_every_arm_one_cell_per_problem_and_seed(
         tmp_path) -> None:
     """[evolution] checkpoint_seeds = "split": vpo-t0 and grpo-t0 evolve seeds 0 and 2, vpo-t1 and grpo-t1 seed 1;

@@ -153,13 +153,24 @@ def _tokens(document: Mapping[str, Any]) -> str:
     rows = []
     for policy in dict.fromkeys([*evolution, *sampling]):
         e, s = evolution.get(policy) or {}, sampling.get(policy) or {}
-        rows.append([f"`{policy}`", str(e.get("answers", "–")), str(e.get("completion_tokens", "–")),
+        rows.append([f"`{policy}`", str(e.get("answers", "–")), _evaluated(e.get("evaluations"), e.get("answers")),
+                     str(e.get("completion_tokens", "–")),
                      _num(e.get("tokens_per_answer"), 1), ", ".join(map(str, e.get("max_new_tokens") or [])) or "–",
                      _num(s.get("tokens_per_answer"), 1)])
-    return ("### Budget\n\nAnswers and generated tokens per arm in evolution (the cap is per answer: an m-answer "
-            "completion may write m times it) and tokens per answer in plain sampling.\n\n"
-            + _table(["policy", "answers", "tokens", "tokens per answer", "cap per answer",
+    return ("### Budget\n\nAnswers asked for and generated tokens per arm in evolution (the cap is per answer: an "
+            "m-answer completion may write m times it), the programs evaluated (answers that became a new child: "
+            "an answer missing from its completion, unusable or a duplicate is not evaluated, so an arm that writes "
+            "fewer usable answers searches with fewer programs for the same answers), and tokens per answer in "
+            "plain sampling.\n\n"
+            + _table(["policy", "answers", "programs evaluated", "tokens", "tokens per answer", "cap per answer",
                       "tokens per answer (sampling)"], rows))
+
+
+def _evaluated(evaluations: int | None, answers: int | None) -> str:
+    """Programs evaluated with their share of the answers asked for; "–" for a report written before they were."""
+    if evaluations is None:
+        return "–"
+    return f"{evaluations} ({evaluations / answers:.0%})" if answers else str(evaluations)
 
 
 def _seconds(document: Mapping[str, Any]) -> str:

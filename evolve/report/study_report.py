@@ -215,9 +215,10 @@ def sampling_tokens(samples: dict[str, list[Any]]) -> dict[str, dict[str, Any]]:
 
 
 def evolution_tokens(results: ExperimentResults) -> dict[str, dict[str, Any]]:
-    """Per arm of the experiment: answers asked for, generated tokens, tokens per answer and the per-answer token
-    cap (`PolicyBudget`), comparable with `sampling_tokens`."""
-    return {b.policy: {"answers": b.answers, "completion_tokens": b.completion_tokens,
+    """Per arm of the experiment: answers asked for, programs evaluated (the answers that became a new child),
+    generated tokens, tokens per answer and the per-answer token cap (`PolicyBudget`), comparable with
+    `sampling_tokens`."""
+    return {b.policy: {"answers": b.answers, "evaluations": b.evaluations, "completion_tokens": b.completion_tokens,
                        "tokens_per_answer": b.tokens_per_answer, "max_new_tokens": list(b.max_new_tokens),
                        "policy_calls": b.policy_calls, "policy_errors": b.policy_errors}
             for b in results.budgets}
