@@ -143,6 +143,17 @@ def test_the_worked_example_comes_before_the_request_and_can_be_left_out() -> No
     assert [m["role"] for m in plain.messages] == ["system", "user"]
 
 
+def test_the_worked_example_of_an_m_answer_prompt_writes_m_different_answers_in_their_tags() -> None:
+    prompt = build_prompt(request(program(PARENT_CODE, 0.25)), PromptOptions(answers=3))
+    assert [m["role"] for m in prompt.messages] == ["system", "user", "assistant", "user"]
+    assert "Write 3 different answers, in tags <response_1>" in prompt.messages[1]["content"]
+    answers = split_answers(prompt.messages[2]["content"], 3)
+    assert len(set(answers)) == 3 and all(answer.startswith("def area(w: float, h: float)") for answer in answers)
+    assert prompt.messages[2]["content"].endswith("</response_3>")
+    diff = build_prompt(request(program(PARENT_CODE, 0.25)), PromptOptions(answers=3, edit_format="diff"))
+    assert len(diff.messages) == 2  # the example is a rewrite: a diff prompt goes without it, m tags or not
+
+
 def test_several_answers_are_asked_for_in_numbered_tags() -> None:
     prompt = build_prompt(request(program(PARENT_CODE, 0.25)), PromptOptions(answers=3))
     assert "<response_1>" in user_text(prompt.messages) and "</response_3>" in user_text(prompt.messages)

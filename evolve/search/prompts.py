@@ -42,7 +42,7 @@ class PromptOptions:
     max_new_tokens_cap: int = 384  # per answer (policy.max_new_tokens): a completion of m answers gets m times it
     api: Literal["chat", "completions"] = "chat"  # completions: the template also renders the whole text
     prefill: bool = True  # open the answer with the block's first line (needs a backend that continues it)
-    example: bool = True  # the template's worked example, for one-answer rewrites
+    example: bool = True  # the template's worked example of a rewrite, in the answer format asked for (m tags)
     docstrings: bool = False  # show the block's docstrings
     imports: bool = True  # name the imports outside the block
 
@@ -255,7 +255,7 @@ def build_prompt(request: MutationRequest, options: PromptOptions = PromptOption
         context=context_code(parent.code, problem.context),
         inspiration=_inspiration(request, docstrings), feedback=_feedback(parent),
         edit_format=options.edit_format, answers=options.answers, tag=options.answer_tag,
-        example=options.example and not diff and options.answers == 1,
+        example=options.example and not diff,
         iteration=request.iteration, island=request.island, objectives=list(request.objective_names),
     )
     prefill = prefill_for(parent.code, options.edit_format, options.answers, options.answer_tag) \
