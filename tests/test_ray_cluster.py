@@ -244,10 +244,11 @@ def committed_iterations(db: Path) -> list[int]:
 
 
 def test_ctrl_c_interrupts_every_ray_cell_and_the_same_command_finishes_them(tmp_path: Path) -> None:
+    iterations = 60  # a cell takes >= 6 s at 0.1 s a request: the Ctrl-C lands while one still runs
     pytest.importorskip("ray")
     db = tmp_path / "s.db"
     with FakePolicyServer(latency_s=0.1) as server:
-        path = experiment_file(tmp_path, server.url, str(db), seeds=(0, 1), iterations=30)
+        path = experiment_file(tmp_path, server.url, str(db), seeds=(0, 1), iterations=iterations)
         arguments = ["experiment", str(path), "--cluster", "ray", "--plain"]
         command = [sys.executable, "-m", "evolve.cli.main", *arguments]
         env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}  # a local cluster
@@ -271,12 +272,14 @@ def test_ctrl_c_interrupts_every_ray_cell_and_the_same_command_finishes_them(tmp
             time.sleep(0.2)
         first.send_signal(signal.SIGINT)
         out, _ = first.communicate(timeout=HANG_S)
-        assert first.returncode == 130 and "0/2 cells finished" in out, out
-        store = ProgramStore(str(db), mode="read")
-        assert {run.status for run in store.list_runs()} <= {"interrupted"}, out
+        # a loaded machine may let one cell reach its last iteration before the Ctrl-C lands: it stays finished;
+        # every cell still running is interrupted, and the summary counts what finished
+        statuses = [run.status for run in ProgramStore(str(db), mode="read").list_runs()]
+        assert set(statuses) <= {"interrupted", "finished"} and "interrupted" in statuses, out
+        assert first.returncode == 130 and f"{statuses.count('finished')}/2 cells finished" in out, out
         again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=HANG_S)
     assert again.returncode == 0 and "2/2 cells finished" in again.stdout, again.stdout + again.stderr
     store = ProgramStore(str(db), mode="read")
     runs = store.list_runs()
     assert len(runs) == 2 and all(run.status == "finished" for run in runs)
-    assert all(store.completed_iterations(run.id) == set(range(31)) for run in runs)
+    assert all(store.completed_iterations(run.id) == set(range(iterations + 1)) for run in runs)
