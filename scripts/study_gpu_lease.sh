@@ -10,11 +10,14 @@
 #
 # `run` stops the study (SIGINT: it resumes from its store) LIMIT_S - 70 seconds after it starts, so that the
 # packing and the transfer back fit the call; what finished comes back either way ($OUT/study_gpu.tar.xz: the
-# report, the store, the training logs; $OUT/study_gpu.log).
+# report, the store, the training logs, as $OUT/study_gpu.tar.xz.part-aa, -ab, ...: a file comes back only under
+# 16 MiB; `cat study_gpu.tar.xz.part-* | tar -xJ` here; $OUT/study_gpu.log).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STAGE=/tmp/gpu-stage
-STUDY_OUT=studies/study_gpu
+# outside the repository: each call syncs the working tree onto that machine and removes there what is untracked,
+# not ignored and absent here (the 2026-11-27 lease lost its checkpoints' train_config.json that way)
+STUDY_OUT=$STAGE/study_gpu
 PY=${PYTHON:-python3}
 GGUF_NAME=SmolLM2-135M-Instruct.Q4_1.gguf
 
@@ -67,8 +70,8 @@ run)
   $PY -m evolve study experiments/study_gpu.toml --out "$STUDY_OUT" --status 2>&1 | tee -a "$OUT/study_gpu.log"
   nvidia-smi --query-gpu=memory.used --format=csv,noheader
   # the merged weights are rebuilt from the adapter (rl/rebuild.py); step folders and optimizer state stay behind
-  tar -C studies --exclude='final/model.safetensors' --exclude='step_*' --exclude='*.pt' \
-    -cJf "$OUT/study_gpu.tar.xz" study_gpu && ls -la "$OUT"
+  tar -C "$STAGE" --exclude='final/model.safetensors' --exclude='step_*' --exclude='*.pt' -cJ study_gpu \
+    | split -b 15M - "$OUT/study_gpu.tar.xz.part-" && ls -la "$OUT"
   ;;
 *)
   echo "usage: bash scripts/study_gpu_lease.sh carry|stage|run"; exit 2 ;;

@@ -328,6 +328,8 @@ def test_a_partly_trained_algorithm_is_partial_and_resumes_only_with_its_own_set
     (out / STATE_FILE).parent.mkdir(parents=True)
     (out / STATE_FILE).write_bytes(b"")  # what a run killed after step 2 leaves: its state and 2 log lines
     (out / "train_log.jsonl").write_text('{"step": 1}\n{"step": 2}\n')
+    with pytest.raises(StudyError, match=f"holds a partial training but not its {TRAIN_CONFIG_FILE}"):
+        training_status(config)  # a state whose settings were lost is refused, not resumed blind
     (out / TRAIN_CONFIG_FILE).write_text(config.model_copy(update={"threads": 7}).model_dump_json())
     assert training_status(config) == ("partial", "2/4 steps")
     _refuse_changed_training(config)  # threads may change between pieces

@@ -105,8 +105,8 @@ def training_status(config: Any) -> tuple[State, str]:  # config: TrainConfig
     from evolve.rl.checkpoints import STATE_FILE
 
     out = Path(config.out)
-    if (out / "train_config.json").is_file():  # trained (or training) with the study file's settings, or refused
-        _refuse_changed_training(config)
+    if (out / "train_config.json").is_file() or (out / STATE_FILE).is_file():
+        _refuse_changed_training(config)  # trained (or training) with the study file's settings, or refused
     provenance = out / "final" / PROVENANCE_FILE
     if provenance.is_file():
         steps = TrainingProvenance.model_validate_json(provenance.read_text()).steps
@@ -126,6 +126,9 @@ def _refuse_changed_training(config: Any) -> None:
     from evolve.rl.train_config import TrainConfig
 
     stored_path = Path(config.out) / TRAIN_CONFIG_FILE
+    if not stored_path.is_file():  # a resume state whose settings were lost (a copy, a partial sync)
+        raise StudyError(f"{config.out} holds a partial training but not its {TRAIN_CONFIG_FILE}, so its settings "
+                         f"cannot be checked against the study file; delete {config.out} to train it again")
     stored = TrainConfig.model_validate_json(stored_path.read_text()).model_dump()
     wanted = config.model_dump()
     changed = [f"{key} {stored[key]!r} -> {wanted[key]!r}" for key in wanted
