@@ -282,6 +282,34 @@ def test_a_twenty_objective_table_is_shown_whole(results: ExperimentResults, bro
     page.close()
 
 
+def _five_policies(results: ExperimentResults) -> ExperimentResults:
+    """The results with two more policies, copies of vpo's rows, curves and budget (a study's five arms)."""
+    extra = ("vpo-t1 (a second training seed)", "grpo-t1 (a second training seed)")
+
+    def copies(records: tuple[Any, ...]) -> tuple[Any, ...]:
+        return records + tuple(dataclasses.replace(r, policy=name) for name in extra for r in records
+                               if r.policy == VPO)
+
+    return dataclasses.replace(results, policies=results.policies + extra, table=copies(results.table),
+                               curves=copies(results.curves), problem_curves=copies(results.problem_curves),
+                               budgets=copies(results.budgets), differences=(), objectives=(), cells=())
+
+
+@pytest.mark.browser
+def test_the_problems_table_of_five_policies_fits_the_page(results: ExperimentResults, browser: Any,
+                                                           tmp_path: Path) -> None:
+    path = tmp_path / "five.html"
+    path.write_text(report_html(_five_policies(results)))
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(path.as_uri())
+    assert page.locator("table.matrix thead th").count() == 6
+    right = page.locator("main").evaluate("main => main.getBoundingClientRect().right")
+    table = page.locator("table.matrix").bounding_box()
+    assert table is not None and table["x"] + table["width"] <= right  # every policy's column in view
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")  # no sideways scroll
+    page.close()
+
+
 # ---------------------------------------------------------------- figures/: the charts as files
 
 

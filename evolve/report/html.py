@@ -32,7 +32,7 @@ dl.facts dt { color: #666; } dl.facts dd { margin: 0; }
 table { border-collapse: collapse; background: #fff; box-shadow: 0 1px 2px rgba(0,0,0,.06); }
 th, td { border: 1px solid #dde1e6; padding: 6px 10px; text-align: left; vertical-align: top; }
 th { background: #eef1f5; font-weight: 600; }
-table.matrix td { min-width: 230px; }
+table.matrix td { min-width: 150px; }
 table.cells td, table.cells th { padding: 3px 8px; font-size: 13px; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 .swatch { display: inline-block; width: 11px; height: 11px; border-radius: 2px; margin-right: 6px;
@@ -41,6 +41,7 @@ td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 .zero { color: #333; }
 .detail { color: #444; font-size: 13px; }
 .band { color: #666; }
+.nowrap { white-space: nowrap; }
 .state { display: inline-block; font-size: 12px; font-weight: 600; padding: 1px 6px; border-radius: 3px;
          margin-top: 3px; }
 .state-partial { background: #fff1c2; color: #7a5600; }
@@ -165,7 +166,8 @@ def _row_html(row: ProblemPolicyRow) -> str:
     parts = [f'<span class="{"cracked" if row.cracked else "zero"}">cracked {row.cracked}/{row.seeds_run} '
              f"seeds</span>"]
     if row.cracked_interval is not None:
-        parts.append(f' <span class="band">[{row.cracked_interval.low:.2f}, {row.cracked_interval.high:.2f}]</span>')
+        interval = row.cracked_interval
+        parts.append(f' <span class="band nowrap">[{interval.low:.2f}, {interval.high:.2f}]</span>')
     detail = [escape(first_crack_text(row))]
     detail.append(f"best scalar: {_num(row.best_scalar)}")
     band = row.mean_best_scalar
