@@ -6,7 +6,8 @@
 #   bash scripts/pilot.sh pack     # pack a consistent snapshot of the store while the pilot goes on
 # then commit experiments/calibration/pilot.db.xz. `start` again on any machine carries on where `save` left off.
 # When the pilot's last cell finishes, the same background job applies the selection rule
-# (scripts/calibration_select.py --pilot: the lists, selection.tsv and experiments/study_cpu.toml) and starts the
+# (scripts/calibration_select.py --pilot: the lists, selection.tsv and experiments/study_cpu.toml), simulates the
+# power of the sizes as selected (power_selected.txt, scripts/study_power.py --selection) and starts the
 # study (`bash scripts/study.sh start`), so no machine time is lost between the stages; from then on
 # `bash scripts/study.sh status|save` applies, and the lists and study file are committed with the next piece.
 set -euo pipefail
@@ -34,6 +35,9 @@ start)
 run)  # what `start` runs in the background: the pilot, then (only if every cell finished) selection and study
     .venv/bin/evolve experiment "$FOLDER/pilot.toml" --plain
     .venv/bin/python scripts/calibration_select.py --pilot "$DB"
+    # the power of the sizes as selected (base rates per side of the band), before any training step
+    .venv/bin/python scripts/study_power.py --selection "$FOLDER/selection.tsv" --studies 200 \
+        | tee "$FOLDER/power_selected.txt"
     bash scripts/study.sh start
     ;;
 status)

@@ -12,14 +12,18 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "calibration_select.py"
 
 
-@pytest.fixture(scope="module")
-def select() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("calibration_select", SCRIPT)
+def load_script(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, SCRIPT.with_name(f"{name}.py"))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["calibration_select"] = module  # dataclasses look their module up by name
+    sys.modules[name] = module  # dataclasses look their module up by name
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def select() -> ModuleType:
+    return load_script("calibration_select")
 
 
 def test_the_screen_leaves_out_easy_and_floor_tasks_and_orders_the_rest_by_promise(select: ModuleType) -> None:
@@ -86,6 +90,28 @@ def test_far_too_few_in_band_fill_the_test_list_then_the_train_list_from_both_si
     assert rows["humaneval/he_101"] == ["0: 28, 1.000, 1: 28, 1.000", "ceiling", "test (nearest)"]
     assert rows["humaneval/he_113"] == ["0: -, 0.000, 1: -, 0.100", "floor", "train (nearest)"]
     assert list(rows)[1:4] == ["humaneval/he_000", "humaneval/he_001", "humaneval/he_002"]  # by task number
+
+
+def test_the_power_of_the_selected_sizes_draws_each_test_task_from_its_side_of_the_band(select: ModuleType,
+                                                                                       tmp_path: Path) -> None:
+    import numpy as np
+
+    power = load_script("study_power")
+    cell = select.PilotCell
+    cells = pilot_cells(select, 24)
+    cells += [cell("humaneval/he_112", seed, True, None, score) for seed, score in enumerate((0.2, 0.9))]
+    test, train, _ = select.split_lists(cells)
+    selection = tmp_path / "selection.tsv"
+    selection.write_text(select.selection_table(cells, test, train))
+    sides = power.test_list_sides(selection)
+    assert len(test) == len(sides) == 28  # every task of this pilot: 24 in band, 3 ceiling, he_112 floor
+    assert (sides.count("in band"), sides.count("ceiling"), sides.count("floor")) == (24, 3, 1)
+    rates = power.draw_base(np.random.default_rng(0), sides)
+    for side, rate in zip(sides, rates, strict=True):
+        low, high = power.SIDES[side]
+        assert low <= rate <= high, (side, rate)
+    shares = power.simulate(np.random.default_rng(1), sides, 5, "split", 0.2, 0.1, 0.0)
+    assert all(len(share) == 28 for share in shares.values())
 
 
 def test_the_study_file_written_from_the_template_is_a_valid_study_with_the_lists(select: ModuleType,
