@@ -61,7 +61,6 @@ def main() -> None:
 
             # training's defaults (evolve.rl.train_config.LoraSettings) written out: this script runs on a bare GPU
             # machine, without evolve's dependencies (pydantic); a fresh model, since peft wraps its model in place
-
             subject = get_peft_model(LlamaForCausalLM(LlamaConfig(**SMOLLM2_135M)).to(args.device, dtype).eval(),
                                      LoraConfig(r=16, lora_alpha=32, target_modules=[
                                          "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))

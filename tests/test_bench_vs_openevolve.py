@@ -4,10 +4,8 @@ fake server's replies, fetched over HTTP by evolve's own OpenAI backend, build c
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
 import re
-import sys
 import time
 from pathlib import Path
 from types import ModuleType
@@ -20,18 +18,9 @@ from evolve.problems.evaluation import evaluate_program
 from evolve.problems.problem import load_problem
 from evolve.program_format import block_body
 from evolve.search.prompts import Prompt
+from tests.script_modules import load_script
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 OPENEVOLVE_DIFF = re.compile(r"<<<<<<< SEARCH\n(.*?)=======\n(.*?)>>>>>>> REPLACE", re.DOTALL)  # OpenEvolve 0.4.0's
-
-
-def load_script(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up by name; the bench imports the server by name
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")

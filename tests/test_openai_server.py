@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import http.client
-import importlib.util
 import json
 import signal
 import socket
@@ -18,13 +17,13 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 from evolve.records import Completion
 from evolve.search.prompts import Prompt
+from tests.script_modules import load_module
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER = ROOT / "tests" / "openai_server.py"
@@ -39,15 +38,6 @@ PREFILLED_CHAT = {
 
 
 @functools.cache
-def load_server_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("openai_server", SERVER)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while it is executed
-    spec.loader.exec_module(module)
-    return module
-
-
 class Running:
     """The server as a subprocess on a free port, ready once its port file appears."""
 
@@ -121,7 +111,7 @@ def launch(tmp_path: Path) -> Iterator[Callable[..., Running]]:
 
 def parse(raw: bytes) -> Any:
     """read_request on raw bytes: the Request, None, or the HTTPError it raised."""
-    module = load_server_module()
+    module = load_module(SERVER)
 
     async def run() -> Any:
         reader = asyncio.StreamReader(limit=module.MAX_LINE * 2)
@@ -167,7 +157,7 @@ class RecordingPolicy:
 
 
 def test_bodies_become_the_prompts_hf_policy_is_given() -> None:
-    module = load_server_module()
+    module = load_module(SERVER)
     policy = RecordingPolicy()
     state = module.Server(policy, "smollm2", module.Faults())
 

@@ -182,6 +182,20 @@ def test_a_fresh_study_has_every_stage_to_do_and_keeps_to_its_store(tmp_path: Pa
     assert f"this study's store is {folder / 'study.db'}" in capsys.readouterr().out
 
 
+def test_a_study_moved_from_where_it_started_says_where_to_put_it_back(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    from evolve.cli.main import main
+
+    path = write(tmp_path, STUDY)
+    folder = tmp_path / "elsewhere" / "study"  # a lease's pack unpacked here; it ran in tmp_path/stage/study
+    folder.mkdir(parents=True)
+    (folder / "study.db").touch()
+    started = tmp_path / "stage" / "study"
+    (folder / "study_state.json").write_text(json.dumps({"db": str(started / "study.db"), "seconds": {}}))
+    assert main(["study", str(path), "--out", str(folder), "--status"]) == 1
+    assert f"this study was moved from {started}" in capsys.readouterr().out
+
+
 def test_the_time_left_of_a_stage_follows_the_pace_it_has_kept() -> None:
     from evolve.study.pipeline import format_duration, time_left
 

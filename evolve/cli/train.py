@@ -118,12 +118,13 @@ def resumed_config(args: argparse.Namespace) -> Any:  # -> TrainConfig
     from pydantic import ValidationError
 
     from evolve.config import ConfigError
+    from evolve.policies.provenance import TRAIN_CONFIG_FILE
     from evolve.rl.trainer import TrainConfig
     from evolve.toml_files import format_validation_error
 
-    stored = Path(args.resume) / "train_config.json"
+    stored = Path(args.resume) / TRAIN_CONFIG_FILE
     if not stored.is_file():
-        raise ConfigError(f"--resume {args.resume}: no train_config.json there, so no run to resume")
+        raise ConfigError(f"--resume {args.resume}: no {TRAIN_CONFIG_FILE} there, so no run to resume")
     from evolve.rl.checkpoints import STATE_FILE
 
     if not (Path(args.resume) / STATE_FILE).is_file():

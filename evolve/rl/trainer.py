@@ -28,7 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from evolve.engine.offspring import ChildScorer
 from evolve.policies.cpu import cpu_threads
-from evolve.policies.provenance import TrainingProvenance
+from evolve.policies.provenance import TRAIN_CONFIG_FILE, TrainingProvenance
 from evolve.problems.evaluation import resolve_objectives
 from evolve.problems.evaluator_pool import EvaluatorPool
 from evolve.problems.problem import load_problem
@@ -239,7 +239,7 @@ async def _train(config: TrainConfig, console: Console, resume: bool, held_out: 
     torch.manual_seed(derive(config.seed, MODEL_INIT))
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "train_config.json").write_text(config.model_dump_json(indent=2) + "\n")
+    (out / TRAIN_CONFIG_FILE).write_text(config.model_dump_json(indent=2) + "\n")
     tokenizer, model, base_path = load_model(config)
     frozen = None if config.lora.enabled else copy.deepcopy(model).requires_grad_(False)
     reference = reference_scope(model, frozen)

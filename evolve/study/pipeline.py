@@ -69,6 +69,11 @@ class StudyState:
         data = json.loads(self.path.read_text()) if self.path.is_file() else {}
         stored_db = data.get("db")
         if stored_db is not None and stored_db != paths.db:
+            started_in = Path(stored_db).parent
+            if not started_in.exists() and started_in.name == paths.folder.name and started_in != paths.folder:
+                raise StudyError(f"{paths.folder}: this study was moved from {started_in} (its store and "
+                                 "its runs' settings name the paths it was started with): put it back there to run or "
+                                 "inspect it (a study started with a relative --out moves with the repository)")
             raise StudyError(f"{paths.folder}: this study's store is {stored_db}; run it with --db {stored_db} "
                              "(or another --out for a new study)")
         self.data: dict[str, Any] = {"db": paths.db, "seconds": data.get("seconds", {})}
@@ -101,11 +106,11 @@ class StudyState:
 # ---- stage 1: training ----------------------------------------------------------------------------------------
 
 def training_status(config: Any) -> tuple[State, str]:  # config: TrainConfig
-    from evolve.policies.provenance import PROVENANCE_FILE, TrainingProvenance
+    from evolve.policies.provenance import PROVENANCE_FILE, TRAIN_CONFIG_FILE, TrainingProvenance
     from evolve.rl.checkpoints import STATE_FILE
 
     out = Path(config.out)
-    if (out / "train_config.json").is_file() or (out / STATE_FILE).is_file():
+    if (out / TRAIN_CONFIG_FILE).is_file() or (out / STATE_FILE).is_file():
         _refuse_changed_training(config)  # trained (or training) with the study file's settings, or refused
     provenance = out / "final" / PROVENANCE_FILE
     if provenance.is_file():
