@@ -239,11 +239,12 @@ class Study:
         finished, started, planned = evolution_counts(self.spec, self.paths, self.store)
         evolve_state: State = "done" if finished == planned else "partial" if started else "to do"
         report = self.paths.report / "study_report.json"
+        answers = self.spec.sampling.answers
         report_state: State = "done" if report.is_file() and sample_state == evolve_state == train_state == "done" \
             else "to do"
         return [StageStatus("train", train_state, train_detail, train_fraction),
                 StageStatus("sample", sample_state, f"{sampled}/{sample_runs} (policy, problem) "
-                            f"runs of {self.spec.sampling.answers} answers", sampled / max(1, sample_runs)),
+                            f"runs of {answers} answer{'s' * (answers != 1)}", sampled / max(1, sample_runs)),
                 StageStatus("evolve", evolve_state, f"{finished}/{planned} cells finished ({started} started)",
                             finished / max(1, planned)),
                 StageStatus("report", report_state, str(report))]
