@@ -30,6 +30,7 @@ def port() -> ModuleType:
 
 @pytest.fixture(scope="module")
 def bench(port: ModuleType) -> ModuleType:
+    load_script("bench_processes")  # the bench imports it, and the port, by name
     return load_script("bench_vs_openevolve")
 
 
