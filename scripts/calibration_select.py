@@ -89,12 +89,13 @@ class PilotCell:
 
 
 def read_pilot(db: Path) -> list[PilotCell]:
-    """Each pilot cell's outcome, read-only."""
+    """Each pilot cell's outcome, read-only; its problem named as the screen names it (humaneval/he_007), not as the
+    experiment file does (programs/humaneval/he_007), so the lists get one `programs/` prefix."""
     rows = query(db, "select c.problem, c.seed, r.status, min(case when s.solved then p.iteration end), "
                      "coalesce(max(s.scalar), 0) from experiment_cells c join runs r on r.id = c.run_id "
                      "left join programs p on p.run_id = r.id left join scores s on s.program_id = p.id "
                      "group by c.run_id order by c.problem, c.seed")
-    return [PilotCell(problem, int(seed), status == "finished", crack, float(best))
+    return [PilotCell(problem.removeprefix("programs/"), int(seed), status == "finished", crack, float(best))
             for problem, seed, status, crack, best in rows]
 
 

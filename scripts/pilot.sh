@@ -34,6 +34,7 @@ start)
     ;;
 run)  # what `start` runs in the background: the pilot, then (only if every cell finished) selection and study
     .venv/bin/evolve experiment "$FOLDER/pilot.toml" --plain
+    [ -f "$FOLDER/base_n20.db" ] || xz -dk "$FOLDER/base_n20.db.xz"  # the screen's store, which the rule reads too
     .venv/bin/python scripts/calibration_select.py --pilot "$DB"
     # the power of the sizes as selected (base rates per side of the band), before any training step
     .venv/bin/python scripts/study_power.py --selection "$FOLDER/selection.tsv" --studies 200 \

@@ -121,3 +121,27 @@ def test_the_study_file_written_from_the_template_is_a_valid_study_with_the_list
     assert (spec.evolution.iterations, len(spec.evolution.seeds), spec.evolution.answers_per_iteration) == (100, 5, 3)
     assert spec.training.algorithms == ("vpo", "grpo") and spec.training.seeds == (0, 1) and spec.claim == "methods"
     assert spec.policy["weights"] == "q8_0" and spec.evolution.run.stop_when_solved
+
+
+def test_the_pilot_is_read_from_a_real_store_with_its_problems_named_once_under_programs(select: ModuleType,
+                                                                                         tmp_path: Path) -> None:
+    from evolve.store.program_store import ProgramStore
+
+    db = tmp_path / "pilot.db"
+    store = ProgramStore(str(db))
+    store.save_experiment("pilot", "{}")
+    for seed, crack_at in ((100, 4), (101, None)):  # the experiment names its problems as its file does
+        run = store.create_run(f"cell-{seed}", "programs/humaneval/he_007", "base", seed, "{}", 10, "pilot")
+        for iteration in range(6):
+            solved = iteration == crack_at
+            store.add_program(run, "pass", None, 0, iteration, "base", "", {"t": float(solved)}, 0.5 + solved / 2,
+                              solved)
+        store.set_run_status(run, "finished")
+    store.close()
+    cells = select.read_pilot(db)
+    assert [(cell.problem, cell.seed, cell.finished, cell.first_crack, cell.best) for cell in cells] == [
+        ("humaneval/he_007", 100, True, 4, 1.0), ("humaneval/he_007", 101, True, None, 0.5)]
+    test, _, _ = select.split_lists(cells)
+    out = tmp_path / "study_cpu.toml"
+    select.write_study(SCRIPTS.parent / "experiments/calibration/study_cpu.template.toml", out, test, [])
+    assert '"programs/humaneval/he_007"' in out.read_text()
