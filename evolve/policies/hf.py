@@ -76,19 +76,37 @@ class _RowStops(StoppingCriteria):
         return self.tokenizer.decode(row_ids[self.prompt_length:].tolist(), skip_special_tokens=True)
 
 
-class HFPolicy:
-    """A causal LM served from a local Hugging Face folder; safe to call from many asyncio tasks at once.
+def load_hf_model(model_path: Path | str, dtype: str, device: str, threads: int) -> tuple[Any, Any, set[int]]:
+    """(tokenizer padding on the left, model in eval mode on `device`, end-of-turn token ids) from a local folder."""
+    offline_hub()
+    if dtype == "auto":
+        dtype = "float32" if device == "cpu" else "bfloat16"
+    if dtype not in _DTYPES:
+        raise ModelFileError(f"dtype '{dtype}' is not one of {', '.join(_DTYPES)}")
+    torch.set_num_threads(cpu_threads(threads))
+    transformers_logging.disable_progress_bar()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=_DTYPES[dtype]).to(device)
+    except Exception as exc:
+        raise ModelFileError(f"cannot load the model from '{model_path}': {exc}") from exc
+    model.eval()
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    eos = model.generation_config.eos_token_id
+    eos_ids = {eos} if isinstance(eos, int) else set(eos or [])
+    if tokenizer.eos_token_id is not None:
+        eos_ids.add(tokenizer.eos_token_id)
+    return tokenizer, model, eos_ids
 
-    Requests are queued; a batcher task takes up to `max_batch` of them, renders each with the chat
-    template plus its prefill, left-pads them, and runs one `model.generate` in a worker thread."""
 
-    def __init__(self, name: str, model_path: Path | str, temperature: float = 0.8, top_p: float = 0.95,
-                 max_batch: int = 8, dtype: str = "float32", device: str = "cpu", threads: int = 0) -> None:
-        offline_hub()
-        if dtype == "auto":
-            dtype = "float32" if device == "cpu" else "bfloat16"
-        if dtype not in _DTYPES:
-            raise ModelFileError(f"dtype '{dtype}' is not one of {', '.join(_DTYPES)}")
+class LocalHFModel:
+    """What both transformers policies hold: the model and tokenizer loaded from a local folder, the sampling
+    settings, and the prompt rendering."""
+
+    def __init__(self, name: str, model_path: Path | str, temperature: float, top_p: float, max_batch: int,
+                 dtype: str, device: str, threads: int) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self.name = name
@@ -96,21 +114,22 @@ class HFPolicy:
         self.top_p = top_p
         self.max_batch = max_batch
         self.device = device
-        torch.set_num_threads(cpu_threads(threads))
-        transformers_logging.disable_progress_bar()
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-            self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=_DTYPES[dtype]).to(device)
-        except Exception as exc:
-            raise ModelFileError(f"cannot load the model from '{model_path}': {exc}") from exc
-        self.model.eval()
-        self.tokenizer.padding_side = "left"
-        if self.tokenizer.pad_token_id is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        eos = self.model.generation_config.eos_token_id
-        self.eos_ids = {eos} if isinstance(eos, int) else set(eos or [])
-        if self.tokenizer.eos_token_id is not None:
-            self.eos_ids.add(self.tokenizer.eos_token_id)
+        self.tokenizer, self.model, self.eos_ids = load_hf_model(model_path, dtype, device, threads)
+
+    def render(self, prompt: Prompt) -> str:
+        """The exact text the model continues (policies.base.render_prompt)."""
+        return render_prompt(self.tokenizer, prompt)
+
+
+class HFPolicy(LocalHFModel):
+    """A causal LM served from a local Hugging Face folder; safe to call from many asyncio tasks at once.
+
+    Requests are queued; a batcher task takes up to `max_batch` of them, renders each with the chat
+    template plus its prefill, left-pads them, and runs one `model.generate` in a worker thread."""
+
+    def __init__(self, name: str, model_path: Path | str, temperature: float = 0.8, top_p: float = 0.95,
+                 max_batch: int = 8, dtype: str = "float32", device: str = "cpu", threads: int = 0) -> None:
+        super().__init__(name, model_path, temperature, top_p, max_batch, dtype, device, threads)
         self.batches_run = 0  # model.generate calls finished, for tests and benchmarks
         self.batch_sizes: list[int] = []
         self._abort = threading.Event()
@@ -118,10 +137,6 @@ class HFPolicy:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._queue: asyncio.Queue[_Request] | None = None
         self._batcher: asyncio.Task[None] | None = None
-
-    def render(self, prompt: Prompt) -> str:
-        """The exact text the model continues (policies.base.render_prompt)."""
-        return render_prompt(self.tokenizer, prompt)
 
     async def generate(self, prompt: Prompt, seed: int) -> Completion:
         if self._closed:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evolve.policies.base import PolicyError, cut_at_stop, render_prompt
+from evolve.policies.base import PolicyError, cut_at_stop, prompt_ids, render_prompt
 from evolve.policies.llama_engine import EngineError, GenerationRequest, GenerationResult, LlamaEngine
 from evolve.policies.model_files import DEFAULT_MODEL, ModelFileError, offline_hub, resolve_model
 from evolve.records import Completion
@@ -85,12 +85,7 @@ class LlamaCppPolicy:
 
     def request(self, prompt: Prompt, seed: int) -> GenerationRequest:
         """The engine request for a prompt: its token ids, sampling settings and a stop test on decoded text."""
-        if prompt.max_new_tokens < 1:
-            raise PolicyError(f"max_new_tokens must be at least 1, got {prompt.max_new_tokens}")
-        try:
-            ids = self.tokenizer(self.render(prompt), add_special_tokens=False)["input_ids"]
-        except Exception as exc:
-            raise PolicyError(f"cannot render the prompt: {type(exc).__name__}: {exc}") from exc
+        ids = prompt_ids(self.tokenizer, prompt)
         stop = None
         if prompt.stop:
             stops, prefill = tuple(prompt.stop), prompt.prefill
