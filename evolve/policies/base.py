@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from evolve.errors import UserError
@@ -71,3 +72,11 @@ def prompt_ids(tokenizer: Any, prompt: Prompt) -> list[int]:
         return list(tokenizer(render_prompt(tokenizer, prompt), add_special_tokens=False)["input_ids"])
     except Exception as exc:
         raise PolicyError(f"cannot render the prompt: {type(exc).__name__}: {exc}") from exc
+
+
+def call_soon_safely(loop: asyncio.AbstractEventLoop, callback: Callable[..., Any], *args: Any) -> None:
+    """`callback(*args)` on `loop` from another thread; nothing when the loop has closed (nobody waits any more)."""
+    try:
+        loop.call_soon_threadsafe(callback, *args)
+    except RuntimeError:
+        pass

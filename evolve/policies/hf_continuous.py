@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evolve.policies.base import PolicyError, cut_at_stop, prompt_ids
+from evolve.policies.base import PolicyError, call_soon_safely, cut_at_stop, prompt_ids
 from evolve.policies.hf import LocalHFModel
 from evolve.records import Completion
 
@@ -45,7 +45,6 @@ class HFContinuousPolicy(LocalHFModel):
     def __init__(self, name: str, model_path: Path | str, temperature: float = 0.8, top_p: float = 0.95,
                  max_batch: int = 8, dtype: str = "float32", device: str = "cpu", threads: int = 0) -> None:
         super().__init__(name, model_path, temperature, top_p, max_batch, dtype, device, threads)
-        self.requests_served = 0
         self._manager: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: dict[str, _Pending] = {}
@@ -63,8 +62,9 @@ class HFContinuousPolicy(LocalHFModel):
         if self._closed:
             raise PolicyError(f"policy {self.name} is closed")
         ids = prompt_ids(self.tokenizer, prompt)
-        manager = self._started(asyncio.get_running_loop())
-        future: asyncio.Future[Completion] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        manager = self._started(loop)
+        future: asyncio.Future[Completion] = loop.create_future()
         request_id = manager.add_request(list(ids), max_new_tokens=prompt.max_new_tokens, streaming=bool(prompt.stop),
                                          eos_token_id=sorted(self.eos_ids))
         self._pending[request_id] = _Pending(prompt, len(ids), time.monotonic(), future)
@@ -106,8 +106,8 @@ class HFContinuousPolicy(LocalHFModel):
         while manager.is_running():
             output = manager.get_result(timeout=0.1)
             if output is not None:
-                _call_soon(loop, self._on_output, output)
-        _call_soon(loop, self._fail_waiting, "its decode loop stopped")
+                call_soon_safely(loop, self._on_output, output)
+        call_soon_safely(loop, self._fail_waiting, "its decode loop stopped")
 
     def _fail_waiting(self, why: str) -> None:
         for pending in self._pending.values():
@@ -125,22 +125,21 @@ class HFContinuousPolicy(LocalHFModel):
             return
         tokens = list(output.generated_tokens)
         prompt = pending.prompt
-        found = False
-        if prompt.stop and len(tokens) > pending.streamed:
+        finished = output.is_finished()
+        if not finished:  # a streamed token: go on unless a stop string has just appeared
+            if len(tokens) <= pending.streamed:
+                return
             pending.streamed = len(tokens)
             tail = self.tokenizer.decode(tokens[-_STOP_TAIL_TOKENS:], skip_special_tokens=True)
-            if any(stop in tail for stop in prompt.stop):
-                found = cut_at_stop(prompt.prefill, self.tokenizer.decode(tokens, skip_special_tokens=True),
-                                    prompt.stop)[1]
-        if not found and not output.is_finished():
-            return
-        if found:
+            if not any(stop in tail for stop in prompt.stop):
+                return
+        text, cut = cut_at_stop(prompt.prefill, self.tokenizer.decode(tokens, skip_special_tokens=True), prompt.stop)
+        if not finished:
+            if not cut:
+                return
             self._manager.cancel_request(request_id)
-        raw = self.tokenizer.decode(tokens, skip_special_tokens=True)
-        text, cut = cut_at_stop(prompt.prefill, raw, prompt.stop)
         ended = bool(tokens) and tokens[-1] in self.eos_ids
         finish = "stop" if cut or ended or len(tokens) < prompt.max_new_tokens else "length"
-        self.requests_served += 1
         pending.future.set_result(Completion(text, pending.prompt_tokens, len(tokens),
                                              time.monotonic() - pending.submitted, finish))
 
@@ -162,10 +161,3 @@ class HFContinuousPolicy(LocalHFModel):
         can exit; requests of an event loop that has ended are not waited for."""
         self._closed = True
         self._stop_manager()
-
-
-def _call_soon(loop: asyncio.AbstractEventLoop, callback: Any, *args: Any) -> None:
-    try:
-        loop.call_soon_threadsafe(callback, *args)
-    except RuntimeError:  # the caller's event loop has ended: nobody waits for this output any more
-        pass

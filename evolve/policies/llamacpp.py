@@ -12,9 +12,9 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from evolve.policies.base import PolicyError, cut_at_stop, prompt_ids, render_prompt
+from evolve.policies.base import PolicyError, call_soon_safely, cut_at_stop, prompt_ids, render_prompt
 from evolve.policies.llama_engine import EngineError, GenerationRequest, GenerationResult, LlamaEngine
 from evolve.policies.model_files import DEFAULT_MODEL, ModelFileError, offline_hub, resolve_model
 from evolve.records import Completion
@@ -124,7 +124,7 @@ class LlamaCppPolicy:
             else:
                 future.set_result(outcome)
 
-        ticket = self.engine.submit(request, lambda outcome: _call_soon(loop, settle, outcome))
+        ticket = self.engine.submit(request, lambda outcome: call_soon_safely(loop, settle, outcome))
         try:
             return await future
         except asyncio.CancelledError:
@@ -142,11 +142,3 @@ class LlamaCppPolicy:
         if not self._closed:
             self._closed = True
             self.engine.close()
-
-
-def _call_soon(loop: asyncio.AbstractEventLoop, callback: Any, outcome: Any) -> None:
-    try:
-        loop.call_soon_threadsafe(callback, outcome)
-    except RuntimeError:  # the caller's event loop is closed: nobody waits for this result any more
-        pass
-
