@@ -7,6 +7,7 @@ policy. The base weights are the GGUF the policy was loaded from (the embedded S
 weights are what the trainer's transformers model holds, or the GGUF converted from a checkpoint folder), which is
 why these rollouts need LoRA (full fine-tuning would re-export the whole model every step). All of a step's
 prompts x G samples go to the continuously batched engine at once; the G samples of one prompt share its prefill.
+The engine runs in a process of its own (rollout_process.py), which only gets token ids, stop strings and seeds.
 The loss then recomputes every sampled token's log-probability with the transformers model (the PPO ratio's "old"
 side), as veRL does with vLLM: llama.cpp's own numerics differ from torch's by float noise (scripts/check_fidelity.py
 measures how much).
@@ -14,7 +15,6 @@ measures how much).
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,18 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from evolve.errors import UserError
-from evolve.policies.base import cut_at_stop
-from evolve.policies.llama_engine import GenerationRequest, GenerationResult, LlamaEngine
+from evolve.rl.rollout_process import EngineRollouts, RolloutEngineError, RolloutProcess, RolloutPrompt
 from evolve.rl.rollouts import Rollout, Task
-from evolve.seeds import ROLLOUT_SAMPLING, derive
+
+__all__ = ["LlamaCppSampler", "RolloutEngineError", "lora_tensors", "write_lora_gguf"]
 
 _PROJECTIONS = {"q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "o_proj": "attn_output",
                 "gate_proj": "ffn_gate", "up_proj": "ffn_up", "down_proj": "ffn_down"}
-
-
-class RolloutEngineError(UserError, RuntimeError):
-    """The llama.cpp rollout engine cannot run this training (no LoRA, a module it cannot map); one line."""
 
 
 def lora_tensors(model: Any, n_head: int, n_kv_head: int) -> dict[str, np.ndarray]:
@@ -82,21 +77,28 @@ def write_lora_gguf(tensors: dict[str, np.ndarray], alpha: float, path: Path) ->
 
 
 class LlamaCppSampler:
-    """llama.cpp on the base GGUF, sampling with the trainer's latest LoRA adapter."""
+    """The trainer's side of llama.cpp rollouts: exports its LoRA adapter every step; sampling runs in `rollouts`
+    (a RolloutProcess by default, an in-process EngineRollouts with `in_process`)."""
 
-    def __init__(self, base_gguf: Path, adapters_dir: Path, tokenizer: Any, model_config: Any, alpha: float,
-                 slots: int = 16, context: int = 4096, threads: int = 0) -> None:
+    def __init__(self, base_gguf: Path, adapters_dir: Path, tokenizer_path: Path, model_config: Any, alpha: float,
+                 slots: int = 16, context: int = 4096, threads: int = 0, in_process: bool = False) -> None:
         self.adapters_dir = adapters_dir
-        self.tokenizer = tokenizer
         self.alpha = alpha
         self.n_head = int(model_config.num_attention_heads)
         self.n_kv_head = int(getattr(model_config, "num_key_value_heads", None) or self.n_head)
-        self.engine = LlamaEngine(base_gguf, slots=slots, context_per_slot=context, threads=threads)
+        self.rollouts: RolloutProcess | EngineRollouts
+        if in_process:
+            from transformers import AutoTokenizer
+
+            self.rollouts = EngineRollouts(base_gguf, AutoTokenizer.from_pretrained(tokenizer_path), slots, context,
+                                           threads)
+        else:
+            self.rollouts = RolloutProcess(base_gguf, tokenizer_path, slots, context, threads)
         self.adapter: Path | None = None
         self.sync_seconds = 0.0
 
     def close(self) -> None:
-        self.engine.close()
+        self.rollouts.close()
         for leftover in self.adapters_dir.glob("step_*.gguf"):
             leftover.unlink(missing_ok=True)
 
@@ -106,7 +108,7 @@ class LlamaCppSampler:
         self.adapters_dir.mkdir(parents=True, exist_ok=True)
         path = self.adapters_dir / f"step_{step}.gguf"
         write_lora_gguf(lora_tensors(model, self.n_head, self.n_kv_head), self.alpha, path)
-        self.engine.set_lora(path)
+        self.rollouts.set_lora(path)
         previous, self.adapter = self.adapter, path
         if previous is not None and previous != path:
             previous.unlink(missing_ok=True)
@@ -115,38 +117,7 @@ class LlamaCppSampler:
     def sample(self, tasks: Sequence[Task], group_size: int, seeds: Sequence[int],
                temperature: float = 1.0) -> list[list[Rollout]]:
         """G completions of each task's prompt from the current adapter: the full distribution (no top-p/top-k)."""
-        results: dict[tuple[int, int], GenerationResult | Exception] = {}
-        finished = threading.Semaphore(0)
-
-        def done(key: tuple[int, int]):  # noqa: ANN202
-            def finish(outcome: GenerationResult | Exception) -> None:
-                results[key] = outcome
-                finished.release()
-            return finish
-
-        for index, (task, seed) in enumerate(zip(tasks, seeds, strict=True)):
-            stops, prefill = tuple(task.prompt.stop), task.prompt.prefill
-
-            def stop(tokens: Sequence[int], stops: tuple[str, ...] = stops, prefill: str = prefill) -> bool:
-                return bool(stops) and cut_at_stop(prefill, self._decode(tokens), stops)[1]
-
-            for row in range(group_size):
-                request = GenerationRequest(tuple(task.prompt_ids), task.prompt.max_new_tokens, temperature, 1.0,
-                                            derive(seed, ROLLOUT_SAMPLING, row, bits=32), stop)
-                self.engine.submit(request, done((index, row)))
-        for _ in range(len(tasks) * group_size):
-            finished.acquire()
-        groups = []
-        for index, task in enumerate(tasks):
-            rollouts = []
-            for row in range(group_size):
-                outcome = results[(index, row)]
-                if isinstance(outcome, Exception):
-                    raise RolloutEngineError(f"--rollouts llamacpp: {outcome}")
-                text = cut_at_stop(task.prompt.prefill, self._decode(outcome.tokens), task.prompt.stop)[0]
-                rollouts.append(Rollout(list(outcome.tokens), text))
-            groups.append(rollouts)
-        return groups
-
-    def _decode(self, tokens: Sequence[int]) -> str:
-        return str(self.tokenizer.decode(list(tokens), skip_special_tokens=True))
+        prompts = [RolloutPrompt(tuple(task.prompt_ids), task.prompt.max_new_tokens, tuple(task.prompt.stop),
+                                 task.prompt.prefill) for task in tasks]
+        sampled = self.rollouts.sample(prompts, group_size, seeds, temperature)
+        return [[Rollout(tokens, text) for tokens, text in rows] for rows in sampled]

@@ -207,15 +207,15 @@ async def sample_step(config: TrainConfig, step: int, tasks: list[Task], model: 
     return await collect(model, tokenizer, chosen, config.group_size, seeds, scorer, config.temperature)
 
 
-def llamacpp_sampler(config: TrainConfig, out: Path, tokenizer: Any, model: Any, tasks: list[Task]) -> Any:
+def llamacpp_sampler(config: TrainConfig, out: Path, base_path: Path, model: Any, tasks: list[Task]) -> Any:
     """The llama.cpp rollout engine on the base model's GGUF (the embedded file, or one converted from the folder),
-    its slots sized to the longest training prompt plus its token budget."""
+    in a process of its own, its slots sized to the longest training prompt plus its token budget."""
     from evolve.policies.llamacpp import model_files
     from evolve.rl.llamacpp_rollouts import LlamaCppSampler
 
     files = model_files(config.base)
     longest = max(len(task.prompt_ids) + task.prompt.max_new_tokens for task in tasks)
-    return LlamaCppSampler(files.gguf, out / "rollout_adapter", tokenizer, model.config, config.lora.alpha,
+    return LlamaCppSampler(files.gguf, out / "rollout_adapter", base_path, model.config, config.lora.alpha,
                            slots=config.rollout_slots, context=max(256, longest + 16), threads=config.threads)
 
 
@@ -269,7 +269,7 @@ async def _train(config: TrainConfig, console: Console, resume: bool, held_out: 
         sampler = VllmSampler(base_path, out / "rollout_adapter", config.lora.r, config.seed,
                               config.vllm_gpu_memory, config.vllm_max_model_len, config.vllm_dtype)
     elif config.rollout_engine == "llamacpp":
-        sampler = llamacpp_sampler(config, out, tokenizer, model, tasks)
+        sampler = llamacpp_sampler(config, out, base_path, model, tasks)
     kind = (f"LoRA r={config.lora.r}" if config.lora.enabled else "full fine-tuning") + \
         f", {config.dtype} on {config.torch_device}"
     prompts = f"{len(tasks)} prompt{'s' * (len(tasks) != 1)}"
