@@ -1,9 +1,10 @@
 """Training rollouts sampled in a process of their own: llama.cpp and the tokenizer its stop strings are read with.
 
 Why a process: in the trainer's process llama.cpp's threads share the interpreter and the allocator with torch's
-forward and backward passes, and generation there ran 1.4-2.5x slower than in a fresh interpreter (measured by
-scripts/bench_rollout_process.py; issue 28's training steps). The trainer keeps what needs its torch model (writing
-the adapter as GGUF, llamacpp_rollouts.py) and sends this process only token ids, stop strings and seeds.
+forward and backward passes, and generation there ran 2-2.5x slower after a backward pass than in a fresh
+interpreter (issue 28's CPU study, 2026-11-27: 23-41 generated tokens/s a training step in the trainer's process,
+65-93 in a process of its own). The trainer keeps what needs its torch model (writing the adapter as GGUF,
+llamacpp_rollouts.py) and sends this process only token ids, stop strings and seeds.
 
 `RolloutProcess` starts `python -m evolve.rl.rollout_process FD` (a fresh interpreter, not multiprocessing's spawn,
 which re-runs the caller's main module: a user's unguarded training script would start training again in it) and
