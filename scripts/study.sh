@@ -5,6 +5,7 @@
 #   bash scripts/study.sh status [FILE]   # `evolve study FILE --status`: each stage, what is left and for how long
 #   bash scripts/study.sh save [FILE]     # Ctrl-C the study (it stops resumable), then pack
 #   bash scripts/study.sh pack [FILE]     # pack while it goes on
+#   bash scripts/study.sh save-after-step [FILE]  # wait (<= 20 min) for the training step under way to end, then save
 # then commit: git add -A studies/NAME && git commit -m '...' -- studies/NAME
 # Packing writes studies/NAME/study.db.xz (a consistent snapshot of the store) and, for a training run stopped
 # mid-way, its resume state as resume/state.pt.xz; .gitignore keeps out the live store, the step folders and each
@@ -36,7 +37,23 @@ resume_states() {
     done
 }
 
+# the train log of the training run under way (a checkpoint folder without final/), empty when none
+training_log() {
+    for out in "$FOLDER"/checkpoints/*/; do
+        [ -f "${out}train_log.jsonl" ] && [ ! -d "${out}final" ] && echo "${out}train_log.jsonl"
+    done | head -1
+}
+
 case "${1:-}" in
+save-after-step)  # a plain save mid-step loses that step's minutes: wait for its line in the train log first
+    log=$(training_log)
+    if [ -n "$log" ] && pgrep -f "$PATTERN" >/dev/null; then
+        steps=$(wc -l < "$log")
+        echo "waiting for step $((steps + 1)) of $(basename "$(dirname "$log")") to end (at most 20 min)"
+        for _ in $(seq 1 1200); do [ "$(wc -l < "$log")" -gt "$steps" ] && break; sleep 1; done
+    fi
+    exec bash scripts/study.sh save "$FILE"
+    ;;
 start)
     if pgrep -f "$PATTERN" >/dev/null; then echo "the study already runs (log: $LOG)"; exit 0; fi
     if [ -f "$DB.xz" ]; then .venv/bin/python scripts/store_pack.py unpack "$DB.xz" "$DB"; fi
@@ -60,7 +77,7 @@ save|pack)
     echo "  git commit -m '...' -- $FOLDER"
     ;;
 *)
-    echo "usage: bash scripts/study.sh start|status|save|pack [STUDY.toml]" >&2
+    echo "usage: bash scripts/study.sh start|status|save|save-after-step|pack [STUDY.toml]" >&2
     exit 2
     ;;
 esac

@@ -205,6 +205,29 @@ def test_the_time_left_of_a_stage_follows_the_pace_it_has_kept() -> None:
                                                                                          "1 min")
 
 
+def test_training_time_left_is_the_steps_to_go_at_the_median_of_the_latest_steps(tmp_path: Path) -> None:
+    import os
+    from types import SimpleNamespace
+
+    from evolve.study.pipeline import training_seconds_left
+
+    def run(name: str, seconds: list[float], steps: int = 10, written: float = 0.0) -> SimpleNamespace:
+        out = tmp_path / name
+        out.mkdir()
+        log = out / "train_log.jsonl"
+        log.write_text("".join(json.dumps({"step": i + 1, "seconds": s}) + "\n" for i, s in enumerate(seconds))
+                       + '{"step": 99, "seco')  # a torn last line, as a kill mid-write leaves it
+        os.utime(log, (written, written))
+        return SimpleNamespace(out=str(out), steps=steps)
+
+    assert training_seconds_left([run("fresh", [])]) is None
+    # a finished run (older log) and one under way: its slow first steps and the older run's pace do not count
+    done = run("vpo-t0", [900.0] * 10, written=1_000.0)
+    under_way = run("vpo-t1", [1500.0, 700.0, 400.0, 380.0, 420.0, 390.0, 410.0, 400.0], written=2_000.0)
+    todo = run("grpo-t0", [], written=3_000.0)
+    assert training_seconds_left([done, under_way, todo]) == pytest.approx((2 + 10) * 400.0)
+
+
 def test_a_study_refuses_a_base_trained_on_its_test_problems_or_unverified_before_training(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from evolve.cli.main import main

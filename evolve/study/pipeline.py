@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gc
 import json
+import statistics
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -49,6 +50,7 @@ class StageStatus:
     state: State
     detail: str
     fraction: float | None = None  # the share of the stage's work done (steps, runs, cells), None where unknown
+    seconds_left: float | None = None  # where the stage knows its own pace better than its share of the clock
 
 
 @dataclass
@@ -122,6 +124,42 @@ def training_status(config: Any) -> tuple[State, str]:  # config: TrainConfig
         done = len(log.read_text().splitlines()) if log.is_file() else 0
         return "partial", f"{done}/{config.steps} steps"
     return "to do", f"0/{config.steps} steps"
+
+
+PACE_STEPS = 5  # the training pace is the median of this many latest steps
+
+
+def training_seconds_left(configs: list[Any]) -> float | None:  # configs: TrainConfig
+    """The training steps still to run times the median length of the latest PACE_STEPS steps logged (by any run,
+    the latest first): the first steps of a run, slower while its rollouts and caches warm up, and the time spent
+    loading models or interrupted no longer weigh on the estimate. None before a step is logged."""
+    recent: list[tuple[float, float]] = []  # (when the log was written, seconds of a step)
+    left = 0
+    for config in configs:
+        log = Path(config.out) / "train_log.jsonl"
+        records = _log_records(log)
+        left += max(0, config.steps - len(records))
+        if records:
+            written = log.stat().st_mtime
+            recent += [(written + index / 1e6, float(r["seconds"])) for index, r in enumerate(records)
+                       if isinstance(r.get("seconds"), int | float)]
+    if not recent:
+        return None
+    latest = [seconds for _, seconds in sorted(recent)[-PACE_STEPS:]]
+    return left * statistics.median(latest)
+
+
+def _log_records(log: Path) -> list[dict[str, Any]]:
+    """A train_log.jsonl's step records (a torn last line skipped); none when the file is absent."""
+    if not log.is_file():
+        return []
+    records = []
+    for line in log.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue
+    return records
 
 
 def _refuse_changed_training(config: Any) -> None:
@@ -242,7 +280,8 @@ class Study:
         answers = self.spec.sampling.answers
         report_state: State = "done" if report.is_file() and sample_state == evolve_state == train_state == "done" \
             else "to do"
-        return [StageStatus("train", train_state, train_detail, train_fraction),
+        train_left = training_seconds_left(list(self.train_configs.values())) if train_state != "done" else None
+        return [StageStatus("train", train_state, train_detail, train_fraction, train_left),
                 StageStatus("sample", sample_state, f"{sampled}/{sample_runs} (policy, problem) "
                             f"runs of {answers} answer{'s' * (answers != 1)}", sampled / max(1, sample_runs)),
                 StageStatus("evolve", evolve_state, f"{finished}/{planned} cells finished ({started} started)",
@@ -257,14 +296,15 @@ class Study:
         for number, status in enumerate(statuses, 1):
             spent = seconds.get(status.stage)
             clock = f", {spent:.0f} s so far" if spent else ""
-            left = time_left(spent, status.fraction)
+            left = status.seconds_left if status.seconds_left is not None else time_left(spent, status.fraction)
             if left is not None:
                 left_in_all.append(left)
-                clock += f", about {format_duration(left)} left at this pace"
+                pace = f"the median of its last {PACE_STEPS} steps" if status.seconds_left is not None else "this pace"
+                clock += f", about {format_duration(left)} left at {pace}"
             self.console.print(f"  {number}. {status.stage:<7} {status.state:<8} {status.detail}{clock}",
                                highlight=False, soft_wrap=True)
         waiting = [status.stage for status in statuses if status.state != "done" and status.stage != "report"
-                   and time_left(seconds.get(status.stage), status.fraction) is None]
+                   and status.seconds_left is None and time_left(seconds.get(status.stage), status.fraction) is None]
         parts = [f"about {format_duration(sum(left_in_all))} for the stages under way"] if left_in_all else []
         parts += [f"no pace yet for {', '.join(waiting)}"] if waiting else []
         if parts:
