@@ -25,7 +25,7 @@ def results_markdown(document: Mapping[str, Any], figures: str = "figures",
     it; `present`: the figure file names that exist (a figure not among them is left out; None: all)."""
     shown = set(present) if present is not None else None
     parts = [_arms(document), _differences(document), _per_problem(document), _sampling(document),
-             _tokens(document), _seconds(document)]
+             _tokens(document), _reward_change(document), _seconds(document)]
     pictures = [f"![{caption}]({figures.rstrip('/')}/{name})" for name, caption in FIGURES
                 if shown is None or name in shown]
     if pictures:
@@ -171,6 +171,18 @@ def _evaluated(evaluations: int | None, answers: int | None) -> str:
     if evaluations is None:
         return "–"
     return f"{evaluations} ({evaluations / answers:.0%})" if answers else str(evaluations)
+
+
+def _reward_change(document: Mapping[str, Any]) -> str:
+    changes = document.get("training_reward_change") or []
+    if not changes:
+        return ""
+    rows = [[c["run"], str(c["steps"]), str(c["problems"]), f"{_num(c['first'])} → {_num(c['last'])}",
+             "–" if c.get("change") is None else f"{c['change']:+.3f}", f"{c['up']} / {c['down']}",
+             _p(c["p_value"])] for c in changes]
+    return ("### Did the training reward move?\n\n" + f"{document.get('training_reward_change_method', '')}.\n\n"
+            + _table(["training run", "steps", "train problems", "reward first → last quarter", "change",
+                      "up / down", "p"], rows))
 
 
 def _seconds(document: Mapping[str, Any]) -> str:

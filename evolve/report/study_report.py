@@ -12,6 +12,8 @@ from typing import Any
 
 from evolve.report.charts import Series, line_chart, palette
 from evolve.report.results import ExperimentResults
+from evolve.report.reward_change import METHOD as REWARD_CHANGE_METHOD
+from evolve.report.reward_change import RewardChange
 from evolve.report.study_arms import ARM_DIFFERENCES_METHOD, ARMS_METHOD, ArmReport, arm_json, arm_report, study_arms
 
 DIFFERENCES_METHOD = ("mean: betting interval (Waudby-Smith and Ramdas, fixed bets) of the per-problem differences, "
@@ -128,9 +130,26 @@ def _objective_table(curves: list[TrainingCurves]) -> str:
             f"{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
 
 
-def training_section_html(curves: list[TrainingCurves], budgets: list[dict[str, Any]]) -> str:
+def _reward_change_table(changes: list[RewardChange]) -> str:
+    """Per training run: the train problems' reward early and late, how many moved up or down, the test's p."""
+    if not changes:
+        return ""
+    rows = "".join(
+        f"<tr><td>{escape(c.run)}</td><td class='num'>{c.steps}</td><td class='num'>{c.problems}</td>"
+        f"<td class='num'>{_num(c.first)} &rarr; {_num(c.last)}</td>"
+        f"<td class='num'>{'' if c.change is None else f'{c.change:+.3f}'}</td>"
+        f"<td class='num'>{c.up} / {c.down}</td><td class='num'>{c.p_value:.2g}</td></tr>" for c in changes)
+    return ("<h3>Did the training reward move?</h3>"
+            f'<p class="hint">{escape(REWARD_CHANGE_METHOD)}.</p>'
+            '<table class="reward-change"><thead><tr><th>training run</th><th>steps</th><th>train problems</th>'
+            "<th>reward first &rarr; last quarter</th><th>change</th><th>up / down</th><th>p</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table>")
+
+
+def training_section_html(curves: list[TrainingCurves], budgets: list[dict[str, Any]],
+                          changes: list[RewardChange] | None = None) -> str:
     """The training section: the equal budgets, then reward, KL, diversity and entropy per step (a line per
-    algorithm) and the per-objective reward table."""
+    algorithm), whether each run's reward moved, and the per-objective reward table."""
     colours = palette([c.algo for c in curves])
     budget_rows = "".join(
         f"<tr><td>{escape(b['algo'])}</td><td class='num'>{b['m']}</td><td class='num'>{b['group_size']}</td>"
@@ -151,6 +170,7 @@ def training_section_html(curves: list[TrainingCurves], budgets: list[dict[str, 
             "<th>answers per prompt</th><th>prompts per step</th><th>steps</th><th>answers in all</th></tr></thead>"
             f"<tbody>{budget_rows}</tbody></table>"
             f'<div class="multiples">{"".join(charts)}</div>'
+            f"{_reward_change_table(changes or [])}"
             "<h3>Reward per objective: mean over the first quarter of steps &rarr; over the last quarter</h3>"
             f"{_objective_table(curves)}</section>")
 
@@ -226,7 +246,7 @@ def evolution_tokens(results: ExperimentResults) -> dict[str, dict[str, Any]]:
 
 def study_json(name: str, facts: dict[str, Any], budgets: list[dict[str, Any]], curves: list[TrainingCurves],
                samples: dict[str, list[Any]], results: ExperimentResults, seconds: dict[str, float],
-               arms: ArmReport | None = None) -> dict[str, Any]:
+               arms: ArmReport | None = None, changes: list[RewardChange] | None = None) -> dict[str, Any]:
     """Everything the study found, in one document (the experiment's own numbers are in report.json beside it).
 
     `arms`: the study's arms (`arm_report`); by default made from facts' training_runs, claim and training_seeds
@@ -237,6 +257,8 @@ def study_json(name: str, facts: dict[str, Any], budgets: list[dict[str, Any]], 
         "study": name, "claim": arms.claim, **facts,
         "training_budgets": budgets,
         "training_curves": {c.algo: _finite(asdict(c)) for c in curves},
+        "training_reward_change_method": REWARD_CHANGE_METHOD,
+        "training_reward_change": [asdict(c) | {"change": c.change} for c in changes or []],
         "sampling": sampling_summary(samples),
         "sampling_tokens": sampling_tokens(samples),
         "evolution": {"iterations": results.iterations, "seeds": list(results.seeds),

@@ -133,11 +133,13 @@ def training_seconds_left(configs: list[Any]) -> float | None:  # configs: Train
     """The training steps still to run times the median length of the latest PACE_STEPS steps logged (by any run,
     the latest first): the first steps of a run, slower while its rollouts and caches warm up, and the time spent
     loading models or interrupted no longer weigh on the estimate. None before a step is logged."""
+    from evolve.report.study_report import read_training_log
+
     recent: list[tuple[float, float]] = []  # (when the log was written, seconds of a step)
     left = 0
     for config in configs:
         log = Path(config.out) / "train_log.jsonl"
-        records = _log_records(log)
+        records = read_training_log(log)
         left += max(0, config.steps - len(records))
         if records:
             written = log.stat().st_mtime
@@ -147,19 +149,6 @@ def training_seconds_left(configs: list[Any]) -> float | None:  # configs: Train
         return None
     latest = [seconds for _, seconds in sorted(recent)[-PACE_STEPS:]]
     return left * statistics.median(latest)
-
-
-def _log_records(log: Path) -> list[dict[str, Any]]:
-    """A train_log.jsonl's step records (a torn last line skipped); none when the file is absent."""
-    if not log.is_file():
-        return []
-    records = []
-    for line in log.read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except ValueError:
-            continue
-    return records
 
 
 def _refuse_changed_training(config: Any) -> None:

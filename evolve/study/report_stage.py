@@ -25,6 +25,7 @@ def write_study_report(spec: StudySpec, paths: StudyPaths, store: Any, train_con
     from evolve.report.html import report_html
     from evolve.report.report_files import write_report
     from evolve.report.results import collect
+    from evolve.report.reward_change import reward_change
     from evolve.report.study_arms import arm_report, arms_section_html, render_arms
     from evolve.report.study_markdown import results_markdown
     from evolve.report.study_report import (
@@ -41,8 +42,9 @@ def write_study_report(spec: StudySpec, paths: StudyPaths, store: Any, train_con
     render_report(results, console)
     problems = [load_problem(name, Path(spec.programs_dir)) for name in spec.training.problems]
     objectives = {problem.name: problem.objectives for problem in problems}
-    curves = [training_curves(name, read_training_log(Path(config.out) / "train_log.jsonl"), objectives)
-              for name, config in train_configs.items()]
+    logs = {name: read_training_log(Path(config.out) / "train_log.jsonl") for name, config in train_configs.items()}
+    curves = [training_curves(name, records, objectives) for name, records in logs.items()]
+    changes = [reward_change(name, records) for name, records in logs.items()]
     budgets = [asdict(b) | {"answers_per_step": b.answers_per_step, "total_answers": b.total_answers,
                             "total_completions": b.total_completions} for b in spec.budgets()]
     facts = {"description": spec.description, "base": spec.base, "folder": str(paths.folder),
@@ -55,11 +57,11 @@ def write_study_report(spec: StudySpec, paths: StudyPaths, store: Any, train_con
     arms = arm_report(results, facts["training_runs"], spec.claim, spec.training.seeds)
     render_arms(arms, console)
     page = with_training_section(report_html(results, kind="Study"),
-                                 arms_section_html(arms) + training_section_html(curves, budgets))
+                                 arms_section_html(arms) + training_section_html(curves, budgets, changes))
     files = write_report(results, paths.report, page=page)
     figures = sorted((paths.report / FIGURES_DIR).glob("*.svg"))
     document = study_json(spec.name, facts, budgets, curves, sampled_results(spec, paths, store), results, seconds,
-                          arms=arms)
+                          arms=arms, changes=changes)
     path = paths.report / "study_report.json"
     path.write_text(json.dumps(document, indent=1) + "\n")
     markdown = paths.report / "results.md"
