@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from evolve.rl.rollout_process import EngineRollouts, RolloutEngineError, RolloutProcess, RolloutPrompt
+from evolve.rl.rollout_process import RolloutEngineError, RolloutProcess, RolloutPrompt
 from evolve.rl.rollouts import Rollout, Task
 
 __all__ = ["LlamaCppSampler", "RolloutEngineError", "lora_tensors", "write_lora_gguf"]
@@ -77,23 +77,16 @@ def write_lora_gguf(tensors: dict[str, np.ndarray], alpha: float, path: Path) ->
 
 
 class LlamaCppSampler:
-    """The trainer's side of llama.cpp rollouts: exports its LoRA adapter every step; sampling runs in `rollouts`
-    (a RolloutProcess by default, an in-process EngineRollouts with `in_process`)."""
+    """The trainer's side of llama.cpp rollouts: exports its LoRA adapter every step; sampling runs in `rollouts`,
+    the engine's process (rollout_process.py)."""
 
     def __init__(self, base_gguf: Path, adapters_dir: Path, tokenizer_path: Path, model_config: Any, alpha: float,
-                 slots: int = 16, context: int = 4096, threads: int = 0, in_process: bool = False) -> None:
+                 slots: int = 16, context: int = 4096, threads: int = 0) -> None:
         self.adapters_dir = adapters_dir
         self.alpha = alpha
         self.n_head = int(model_config.num_attention_heads)
         self.n_kv_head = int(getattr(model_config, "num_key_value_heads", None) or self.n_head)
-        self.rollouts: RolloutProcess | EngineRollouts
-        if in_process:
-            from transformers import AutoTokenizer
-
-            self.rollouts = EngineRollouts(base_gguf, AutoTokenizer.from_pretrained(tokenizer_path), slots, context,
-                                           threads)
-        else:
-            self.rollouts = RolloutProcess(base_gguf, tokenizer_path, slots, context, threads)
+        self.rollouts = RolloutProcess(base_gguf, tokenizer_path, slots, context, threads)
         self.adapter: Path | None = None
         self.sync_seconds = 0.0
 
