@@ -132,6 +132,43 @@ def test_a_run_killed_mid_step_resumes_to_the_same_steps_as_an_unbroken_run(tmp_
     assert (killed / "final" / "config.json").is_file()
 
 
+@pytest.mark.slow
+def test_a_training_started_in_the_background_stops_on_sigint_and_resumes(tmp_path: Path) -> None:
+    """A script's background job (`nohup evolve study ... &`) starts with SIGINT ignored; `study.sh save` sends it
+    SIGINT all the same. The run stops as an interruption: exit 130, the steps logged kept, no rollout process left."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from evolve.cli.main import main
+
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "evolve.cli.main", "train", "--algo", "vpo", "--problems", "fizzbuzz",
+               "--group-size", "2", "--answers", "2", "--max-new-tokens", "64", "--threads", "1", "--seed", "5",
+               "--steps", "3", "--programs-dir", str(ROOT / "programs"), "--out", str(out)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    log = out / "train_log.jsonl"
+    deadline = time.monotonic() + 600
+    while process.poll() is None and time.monotonic() < deadline and not (log.is_file() and log.read_text()):
+        time.sleep(0.2)
+    assert process.poll() is None, "the run ended before its first step could be followed by a signal"
+    children = [int(pid) for pid in Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()]
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=600)
+    assert process.returncode == 130, output
+    assert "interrupted; every step logged is kept" in output and "Traceback" not in output
+    assert not (out / "final").exists()
+    steps = len(log.read_text().splitlines())
+    assert 1 <= steps < 3 and torch.load(out / "resume" / "state.pt", weights_only=True)["step"] == steps
+    for child in children:  # the rollout process and the evaluators ended with it
+        assert not Path(f"/proc/{child}").exists() or \
+            Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    assert main(["train", "--resume", str(out)]) == 0
+    assert len(log.read_text().splitlines()) == 3 and (out / "final" / "config.json").is_file()
+
+
 def test_parents_db_adds_the_best_unsolved_distinct_evolved_programs_as_training_prompts(tmp_path: Path) -> None:
     import asyncio
 

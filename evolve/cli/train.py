@@ -216,7 +216,12 @@ def cmd_train(args: argparse.Namespace, console: Console) -> int:
         held_out = stored_held_out(Path(args.resume))  # the list the run was started with
     if held_out is None:
         print(no_test_list_warning(config.problems), file=sys.stderr)
-    final = train(config, console, resume=bool(args.resume), held_out=held_out or ())
+    try:
+        final = train(config, console, resume=bool(args.resume), held_out=held_out or ())
+    except KeyboardInterrupt:
+        console.print(f"interrupted; every step logged is kept: continue with `evolve train --resume {config.out}`",
+                      highlight=False, soft_wrap=True)
+        return 130
     console.print(f"log: {final.parent / 'train_log.jsonl'}; search with it: evolve run --set policy.model={final}"
                   + (f" --set policy.answers={config.m}" if config.m > 1 else ""), highlight=False, soft_wrap=True)
     return 0

@@ -1,19 +1,15 @@
 """What every driver of a run shares (`evolve run`, experiment cells, `evolve sample`): the stored config of a run
-taken up again, SIGINT/SIGTERM turned into a cancellation of the driving task, and tasks ended once."""
+taken up again and tasks ended once (SIGINT/SIGTERM as a cancellation: evolve/stop_signals.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import signal
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from evolve.config import ConfigError, RunConfig, stored_config_with
 from evolve.errors import UserError
 from evolve.store.program_store import ProgramStore
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class RunError(UserError, RuntimeError):
@@ -43,23 +39,6 @@ def resumed_config(store: ProgramStore, run_id: int, db: str, overrides: Mapping
             raise ConfigError(f"{(blame or {}).get(key, key)}: run {run_id} keeps its {key} ({before!r}) when it "
                               f"resumes; start a new run for {key} = {after!r}")
     return resumed.model_copy(update={"run": resumed.run.model_copy(update={"db": db})})
-
-
-@contextmanager
-def cancelled_by_signals() -> Iterator[None]:
-    """Inside a coroutine: SIGINT and SIGTERM cancel the running task until the block ends, so a Ctrl-C or a
-    `kill` ends the run as an interruption (its lease released, its status written) rather than mid-write."""
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    if task is not None:
-        for sig in STOP_SIGNALS:
-            loop.add_signal_handler(sig, task.cancel)
-    try:
-        yield
-    finally:
-        if task is not None:
-            for sig in STOP_SIGNALS:
-                loop.remove_signal_handler(sig)
 
 
 async def end_tasks(tasks: Sequence[asyncio.Future[Any]]) -> None:

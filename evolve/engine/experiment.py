@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from evolve.config import ConfigError, RunConfig
 from evolve.engine.cells import CellProgress, ExperimentOutcome
 from evolve.engine.controller import Controller
-from evolve.engine.driving import cancelled_by_signals, end_tasks, resumed_config
+from evolve.engine.driving import end_tasks, resumed_config
 from evolve.engine.events import (
     CellChanged,
     CellEnded,
@@ -44,6 +44,7 @@ from evolve.problems.evaluation import resolve_objectives
 from evolve.problems.evaluator_pool import EvaluatorPool
 from evolve.problems.problem import Problem, load_problem
 from evolve.search.prompt_templates import load_template
+from evolve.stop_signals import cancelled_by_signals
 from evolve.store.program_store import LeaseHeldError, LeaseLostError, ProgramStore, RunInfo
 
 

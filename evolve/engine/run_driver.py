@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from evolve.config import RunConfig
 from evolve.engine.controller import Controller
-from evolve.engine.driving import RunError, cancelled_by_signals, resumed_config
+from evolve.engine.driving import RunError, resumed_config
 from evolve.engine.events import Observer, RunLoading, RunStarted, ignore
 from evolve.engine.run_setup import check_features
 from evolve.engine.run_stats import RunStats
@@ -22,6 +22,7 @@ from evolve.policies.factory import open_policies
 from evolve.problems.evaluation import resolve_objectives
 from evolve.problems.problem import Problem, load_problem
 from evolve.search.prompt_templates import load_template
+from evolve.stop_signals import cancelled_by_signals
 from evolve.store.program_store import LeaseLostError, ProgramStore, StoreError, UnknownIdError
 
 RunStatus = Literal["finished", "interrupted", "policy_unavailable"]

@@ -47,6 +47,7 @@ from evolve.rl.train_config import ESTIMATOR_NAMES, TrainConfig
 from evolve.search.prompt_templates import PromptTemplate, load_template
 from evolve.search.prompts import PromptOptions
 from evolve.seeds import MODEL_INIT, ROLLOUT_SAMPLING, VPO_WEIGHTS, derive
+from evolve.stop_signals import cancelled_by_signals
 
 
 def load_model(config: TrainConfig) -> tuple[Any, Any, Path]:
@@ -279,7 +280,7 @@ async def _train(config: TrainConfig, console: Console, resume: bool, held_out: 
                   highlight=False, soft_wrap=True)
     try:
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=console) as progress:
+        with cancelled_by_signals(), Progress(*columns, console=console) as progress:
             bar = progress.add_task(f"{config.algo} steps", total=config.steps, completed=done)
             for step in range(done + 1, config.steps + 1):
                 started = time.monotonic()
@@ -315,9 +316,14 @@ async def _train(config: TrainConfig, console: Console, resume: bool, held_out: 
 def train(config: TrainConfig, console: Console | None = None, resume: bool = False,
           held_out: tuple[str, ...] = ()) -> Path:
     """Run the training loop to its step budget (with `resume`, from OUT's saved state); the final checkpoint.
+    SIGINT or SIGTERM stops it at the step under way's next await (a backward pass under way finishes first), its
+    rollout process closed, as KeyboardInterrupt; every step logged is in the resume state.
     `held_out`: the test problems the training problems were checked against (recorded in each checkpoint; a
     resumed run given none keeps those it started with)."""
     from evolve.policies.model_files import offline_hub
 
     offline_hub()
-    return asyncio.run(_train(config, console or Console(), resume, tuple(held_out)))
+    try:
+        return asyncio.run(_train(config, console or Console(), resume, tuple(held_out)))
+    except asyncio.CancelledError:  # SIGINT or SIGTERM (stop_signals): the steps saved so far are the resume state
+        raise KeyboardInterrupt from None
