@@ -1,9 +1,10 @@
 """Training rollouts sampled in a process of their own: llama.cpp and the tokenizer its stop strings are read with.
 
 Why a process: in the trainer's process llama.cpp's threads share the interpreter and the allocator with torch's
-forward and backward passes, and generation there ran 2-2.5x slower after a backward pass than in a fresh
-interpreter (issue 28's CPU study, 2026-11-27: 23-41 generated tokens/s a training step in the trainer's process,
-65-93 in a process of its own). The trainer keeps what needs its torch model (writing the adapter as GGUF,
+forward and backward passes, and generation there is slower after a backward pass: 1.15x at equal threads in
+scripts/bench_rollout_process.py (2 rounds, 16 requests of up to 256 tokens after a backward over 2,400 tokens,
+2026-11-28), more in the CPU study's steps (23-41 generated tokens/s a step in the trainer's process with one
+thread on 2026-11-27, 75-94 in a process of its own with two on 2026-11-28). The trainer keeps what needs its torch model (writing the adapter as GGUF,
 llamacpp_rollouts.py) and sends this process only token ids, stop strings and seeds.
 
 `RolloutProcess` starts `python -m evolve.rl.rollout_process FD` (a fresh interpreter, not multiprocessing's spawn,
