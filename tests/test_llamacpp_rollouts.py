@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from host_processes import alive, living_where
 
 from evolve.rl.rollout_process import RolloutEngineError, RolloutProcess, RolloutPrompt
 
@@ -27,20 +28,11 @@ def smollm2() -> tuple[Path, Path]:
 
 
 def rollout_children() -> list[int]:
-    """This process's live children that run the rollout process."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[1]) == os.getpid() and fields[0] != "Z" and b"evolve.rl.rollout_process" in cmdline:
-            found.append(int(entry.name))
-    return found
+    """This process's live children that run the rollout process (other test workers' are not ours)."""
+    def ours(proc: str) -> bool:
+        parent = int(Path(f"{proc}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        return parent == os.getpid() and b"evolve.rl.rollout_process" in Path(f"{proc}/cmdline").read_bytes()
+    return living_where(ours)
 
 
 def counting_prompt(tokenizer_path: Path, tokens: int) -> RolloutPrompt:
@@ -178,13 +170,7 @@ def test_the_rollout_process_ends_when_the_trainer_dies() -> None:
     assert run.returncode == 3, run.stderr
     child = int(run.stdout.split()[0])
     for _ in range(600):  # the kernel's death signal: at once, but the pid table is read, not waited on
-        try:
-            os.kill(child, 0)
-        except ProcessLookupError:
-            break
-        state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] if \
-            Path(f"/proc/{child}/stat").exists() else "gone"
-        if state in ("Z", "X", "gone"):
+        if not alive(child):
             break
         threading.Event().wait(0.1)
     else:

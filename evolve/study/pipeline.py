@@ -135,20 +135,12 @@ def training_seconds_left(configs: list[Any]) -> float | None:  # configs: Train
     loading models or interrupted no longer weigh on the estimate. None before a step is logged."""
     from evolve.report.study_report import read_training_log
 
-    recent: list[tuple[float, float]] = []  # (when the log was written, seconds of a step)
-    left = 0
-    for config in configs:
-        log = Path(config.out) / "train_log.jsonl"
-        records = read_training_log(log)
-        left += max(0, config.steps - len(records))
-        if records:
-            written = log.stat().st_mtime
-            recent += [(written + index / 1e6, float(r["seconds"])) for index, r in enumerate(records)
-                       if isinstance(r.get("seconds"), int | float)]
-    if not recent:
-        return None
-    latest = [seconds for _, seconds in sorted(recent)[-PACE_STEPS:]]
-    return left * statistics.median(latest)
+    logs = [(Path(config.out) / "train_log.jsonl", config.steps) for config in configs]
+    written = [(log.stat().st_mtime if log.is_file() else 0.0, read_training_log(log), steps) for log, steps in logs]
+    left = sum(max(0, steps - len(records)) for _, records, steps in written)
+    recent = [float(r["seconds"]) for _, records, _ in sorted(written, key=lambda run: run[0]) for r in records
+              if isinstance(r.get("seconds"), int | float)]  # the runs in the order their logs were last written
+    return left * statistics.median(recent[-PACE_STEPS:]) if recent else None
 
 
 def _refuse_changed_training(config: Any) -> None:
