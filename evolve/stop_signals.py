@@ -7,10 +7,20 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def take_back_interrupts() -> None:
+    """A command started with SIGINT ignored takes it back: Ctrl-C, or a script's `pkill -INT`, then raises
+    KeyboardInterrupt during synchronous work (a model loading, a checkpoint rebuilt) as in a foreground command,
+    and asyncio.run installs its own SIGINT handler again. Without this, a SIGINT reaching such a command outside
+    `cancelled_by_signals` would be dropped and a script waiting for it to stop would wait in vain."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @contextmanager

@@ -96,3 +96,25 @@ def test_the_completion_command_without_argcomplete_says_what_to_install(
     assert main(["completion", "bash"]) == 1
     out = " ".join(capsys.readouterr().out.split())
     assert out == "error: shell completion needs argcomplete: pip install argcomplete"
+
+
+def test_a_background_command_started_with_sigint_ignored_stops_on_sigint_in_synchronous_work(
+        tmp_path: Path) -> None:
+    # A script's `nohup evolve ... &` job starts with SIGINT ignored; `scripts/study.sh save` stops it with
+    # SIGINT. Here the command is held in synchronous work by a study file that is a pipe with nobody writing yet.
+    import signal
+
+    fifo = tmp_path / "study.toml"
+    os.mkfifo(fifo)
+    command = subprocess.Popen([sys.executable, "-m", "evolve.cli.main", "study", str(fifo)], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        # opening the write end waits for the command to open the read end: after that it is blocked reading
+        with open(fifo, "w"):
+            command.send_signal(signal.SIGINT)
+            output, _ = command.communicate(timeout=120)
+    finally:
+        command.kill()
+    assert command.returncode == 130, output
+    assert output.strip().splitlines()[-1] == "interrupted" and "Traceback" not in output, output

@@ -15,6 +15,7 @@ from evolve.cli.common import DEFAULT_CONFIG, command_settings, config_path, run
 from evolve.cli.conventions import add_out_flag, add_set_flag, make_console
 from evolve.cli.help_texts import OneLineParser, apply_help, fill_flag_help
 from evolve.errors import UserError
+from evolve.stop_signals import take_back_interrupts
 
 if TYPE_CHECKING:
     from evolve.store.program_store import ProgramStore, RunInfo
@@ -220,7 +221,8 @@ def _cmd_new_problem(args: argparse.Namespace, console: Console) -> int:
 
 def exit_code(command: Callable[[], int], console: Console) -> int:
     """Run a command: its exit code, or a mistake the user can fix as one line (ConfigError: exit 2, any other
-    UserError: 1). Anything else is a bug and keeps its traceback."""
+    UserError: 1), or an interruption outside a command's own handling (SIGINT during synchronous work): one line,
+    exit 130. Anything else is a bug and keeps its traceback."""
     from rich.markup import escape
 
     from evolve.config import ConfigError
@@ -232,6 +234,9 @@ def exit_code(command: Callable[[], int], console: Console) -> int:
         line = " ".join(str(exc).splitlines())  # one line even where a subclass words its own str
         console.print(f"[red]{prefix}:[/] {escape(line)}", highlight=False, soft_wrap=True)
         return code
+    except KeyboardInterrupt:
+        console.print("interrupted", highlight=False)
+        return 130
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -246,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
 
         complete(parser)
     args = parser.parse_args(argv)
+    take_back_interrupts()  # a script's background job (`nohup evolve study ... &`) starts with SIGINT ignored
     console = make_console()
     handlers = {"run": _cmd_run, "runs": _cmd_runs, "problems": _cmd_problems, "check": _cmd_check,
                 "new-problem": _cmd_new_problem, "import": _cmd_import, "experiment": cli_experiments.cmd_experiment,
