@@ -225,7 +225,39 @@ def test_training_time_left_is_the_steps_to_go_at_the_median_of_the_latest_steps
     done = run("vpo-t0", [900.0] * 10, written=1_000.0)
     under_way = run("vpo-t1", [1500.0, 700.0, 400.0, 380.0, 420.0, 390.0, 410.0, 400.0], written=2_000.0)
     todo = run("grpo-t0", [], written=3_000.0)
-    assert training_seconds_left([done, under_way, todo]) == pytest.approx((2 + 10) * 400.0)
+    seconds, steps_timed = training_seconds_left([done, under_way, todo])  # type: ignore[misc]
+    assert (seconds, steps_timed) == (pytest.approx((2 + 10) * 400.0), 5)
+    started = run("grpo-t1", [600.0, 500.0], written=4_000.0)
+    assert training_seconds_left([started]) == (pytest.approx(8 * 550.0), 2)
+
+
+def test_the_status_says_how_many_steps_the_training_pace_is_the_median_of(tmp_path: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from evolve.policies.provenance import TRAIN_CONFIG_FILE
+    from evolve.rl.checkpoints import STATE_FILE
+    from evolve.study.pipeline import Study
+    from evolve.study.plan import StudyPaths
+
+    path = write(tmp_path, STUDY.replace("steps = 1\n", "steps = 10\n"))
+    spec = load_study(path)
+    text = io.StringIO()
+    reader = Study(spec, StudyPaths.of(spec, tmp_path / "study"), Console(file=text, width=300), source=str(path),
+                   read_only=True)
+    config = reader.train_configs["vpo-t0"]  # two steps in, as a stopped piece leaves it
+    out = Path(config.out)
+    (out / STATE_FILE).parent.mkdir(parents=True)
+    (out / STATE_FILE).touch()
+    (out / TRAIN_CONFIG_FILE).write_text(config.model_dump_json())
+    (out / "train_log.jsonl").write_text("".join(json.dumps({"step": i, "seconds": s}) + "\n"
+                                                 for i, s in ((1, 600.0), (2, 500.0))))
+    reader.print_statuses(reader.statuses())
+    printed = text.getvalue()
+    # 58 steps to go (vpo-t0 8, five runs 10 each) at 550 s
+    assert "vpo-t0 2/10 steps, vpo-t1 0/10 steps" in printed, printed
+    assert "about 8 h 52 min left at the median of the latest 2 steps" in printed, printed
 
 
 def test_a_study_refuses_a_base_trained_on_its_test_problems_or_unverified_before_training(

@@ -24,7 +24,7 @@ import statistics
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -51,6 +51,7 @@ class StageStatus:
     detail: str
     fraction: float | None = None  # the share of the stage's work done (steps, runs, cells), None where unknown
     seconds_left: float | None = None  # where the stage knows its own pace better than its share of the clock
+    pace: str = "this pace"  # what seconds_left (or the share of the clock) is reckoned at, for --status
 
 
 @dataclass
@@ -129,10 +130,11 @@ def training_status(config: Any) -> tuple[State, str]:  # config: TrainConfig
 PACE_STEPS = 5  # the training pace is the median of this many latest steps
 
 
-def training_seconds_left(configs: list[Any]) -> float | None:  # configs: TrainConfig
+def training_seconds_left(configs: list[Any]) -> tuple[float, int] | None:  # configs: TrainConfig
     """The training steps still to run times the median length of the latest PACE_STEPS steps logged (by any run,
-    the latest first): the first steps of a run, slower while its rollouts and caches warm up, and the time spent
-    loading models or interrupted no longer weigh on the estimate. None before a step is logged."""
+    the latest first), and how many steps that median is of: the first steps of a run, slower while its rollouts
+    and caches warm up, and the time spent loading models or interrupted no longer weigh on the estimate. None
+    before a step is logged."""
     from evolve.report.study_report import read_training_log
 
     logs = [(Path(config.out) / "train_log.jsonl", config.steps) for config in configs]
@@ -140,7 +142,8 @@ def training_seconds_left(configs: list[Any]) -> float | None:  # configs: Train
     left = sum(max(0, steps - len(records)) for _, records, steps in written)
     recent = [float(r["seconds"]) for _, records, _ in sorted(written, key=lambda run: run[0]) for r in records
               if isinstance(r.get("seconds"), int | float)]  # the runs in the order their logs were last written
-    return left * statistics.median(recent[-PACE_STEPS:]) if recent else None
+    latest = recent[-PACE_STEPS:]
+    return (left * statistics.median(latest), len(latest)) if latest else None
 
 
 def _refuse_changed_training(config: Any) -> None:
@@ -261,8 +264,13 @@ class Study:
         answers = self.spec.sampling.answers
         report_state: State = "done" if report.is_file() and sample_state == evolve_state == train_state == "done" \
             else "to do"
-        train_left = training_seconds_left(list(self.train_configs.values())) if train_state != "done" else None
-        return [StageStatus("train", train_state, train_detail, train_fraction, train_left),
+        pace = training_seconds_left(list(self.train_configs.values())) if train_state != "done" else None
+        train = StageStatus("train", train_state, train_detail, train_fraction)
+        if pace is not None:
+            seconds_left, timed = pace
+            train = replace(train, seconds_left=seconds_left,
+                            pace=f"the median of the latest {timed} step{'s' * (timed != 1)}")
+        return [train,
                 StageStatus("sample", sample_state, f"{sampled}/{sample_runs} (policy, problem) "
                             f"runs of {answers} answer{'s' * (answers != 1)}", sampled / max(1, sample_runs)),
                 StageStatus("evolve", evolve_state, f"{finished}/{planned} cells finished ({started} started)",
@@ -280,8 +288,7 @@ class Study:
             left = status.seconds_left if status.seconds_left is not None else time_left(spent, status.fraction)
             if left is not None:
                 left_in_all.append(left)
-                pace = f"the median of its last {PACE_STEPS} steps" if status.seconds_left is not None else "this pace"
-                clock += f", about {format_duration(left)} left at {pace}"
+                clock += f", about {format_duration(left)} left at {status.pace}"
             self.console.print(f"  {number}. {status.stage:<7} {status.state:<8} {status.detail}{clock}",
                                highlight=False, soft_wrap=True)
         waiting = [status.stage for status in statuses if status.state != "done" and status.stage != "report"
