@@ -24,7 +24,7 @@ import statistics
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -265,12 +265,9 @@ class Study:
         report_state: State = "done" if report.is_file() and sample_state == evolve_state == train_state == "done" \
             else "to do"
         pace = training_seconds_left(list(self.train_configs.values())) if train_state != "done" else None
-        train = StageStatus("train", train_state, train_detail, train_fraction)
-        if pace is not None:
-            seconds_left, timed = pace
-            train = replace(train, seconds_left=seconds_left,
-                            pace=f"the median of the latest {timed} step{'s' * (timed != 1)}")
-        return [train,
+        train_left, train_pace = (None, "this pace") if pace is None else \
+            (pace[0], f"the median of the latest {pace[1]} step{'s' * (pace[1] != 1)}")
+        return [StageStatus("train", train_state, train_detail, train_fraction, train_left, train_pace),
                 StageStatus("sample", sample_state, f"{sampled}/{sample_runs} (policy, problem) "
                             f"runs of {answers} answer{'s' * (answers != 1)}", sampled / max(1, sample_runs)),
                 StageStatus("evolve", evolve_state, f"{finished}/{planned} cells finished ({started} started)",
