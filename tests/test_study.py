@@ -387,20 +387,20 @@ def test_a_tiny_real_study_stopped_after_training_resumes_without_redoing_anythi
 def test_a_partly_trained_algorithm_is_partial_and_resumes_only_with_its_own_settings(tmp_path: Path) -> None:
     from evolve.policies.provenance import TRAIN_CONFIG_FILE
     from evolve.rl.checkpoints import STATE_FILE
-    from evolve.study.pipeline import StudyError, _refuse_changed_training, training_status
+    from evolve.study.pipeline import StudyError, TrainingRunStatus, _refuse_changed_training, training_status
     from evolve.study.plan import train_configs
 
     spec = load_study(write(tmp_path, STUDY.replace("steps = 1", "steps = 4")))
     config = train_configs(spec, tmp_path / "study")["vpo-t0"]
     out = Path(config.out)
-    assert training_status(config) == ("to do", "0/4 steps")
+    assert training_status(config) == TrainingRunStatus("to do", 0, 4)
     (out / STATE_FILE).parent.mkdir(parents=True)
     (out / STATE_FILE).write_bytes(b"")  # what a run killed after step 2 leaves: its state and 2 log lines
     (out / "train_log.jsonl").write_text('{"step": 1}\n{"step": 2}\n')
     with pytest.raises(StudyError, match=f"holds a partial training but not its {TRAIN_CONFIG_FILE}"):
         training_status(config)  # a state whose settings were lost is refused, not resumed blind
     (out / TRAIN_CONFIG_FILE).write_text(config.model_copy(update={"threads": 7}).model_dump_json())
-    assert training_status(config) == ("partial", "2/4 steps")
+    assert training_status(config) == TrainingRunStatus("partial", 2, 4)
     _refuse_changed_training(config)  # threads may change between pieces
     (out / TRAIN_CONFIG_FILE).write_text(config.model_copy(update={"lr": 0.5}).model_dump_json())
     with pytest.raises(StudyError, match=r"other settings \(lr 0.5 -> 0.0001\); restore the study file"):
@@ -410,7 +410,7 @@ def test_a_partly_trained_algorithm_is_partial_and_resumes_only_with_its_own_set
     with pytest.raises(StudyError, match="other settings"):
         training_status(config)
     (out / TRAIN_CONFIG_FILE).write_text(config.model_dump_json())
-    assert training_status(config) == ("done", "4/4 steps")
+    assert training_status(config) == TrainingRunStatus("done", 4, 4)
 
 
 def test_long_training_curves_are_drawn_as_moving_means_with_their_range() -> None:

@@ -108,7 +108,20 @@ class StudyState:
 
 # ---- stage 1: training ----------------------------------------------------------------------------------------
 
-def training_status(config: Any) -> tuple[State, str]:  # config: TrainConfig
+@dataclass(frozen=True)
+class TrainingRunStatus:
+    """Where one training run stands: its state and its steps logged out of those planned."""
+
+    state: State
+    steps_done: int
+    steps_planned: int
+
+    @property
+    def detail(self) -> str:
+        return f"{self.steps_done}/{self.steps_planned} steps"
+
+
+def training_status(config: Any) -> TrainingRunStatus:  # config: TrainConfig
     from evolve.policies.provenance import PROVENANCE_FILE, TRAIN_CONFIG_FILE, TrainingProvenance
     from evolve.rl.checkpoints import STATE_FILE
 
@@ -119,12 +132,12 @@ def training_status(config: Any) -> tuple[State, str]:  # config: TrainConfig
     if provenance.is_file():
         steps = TrainingProvenance.model_validate_json(provenance.read_text()).steps
         if steps >= config.steps:
-            return "done", f"{steps}/{config.steps} steps"
+            return TrainingRunStatus("done", steps, config.steps)
     if (out / STATE_FILE).is_file():
         log = out / "train_log.jsonl"
         done = len(log.read_text().splitlines()) if log.is_file() else 0
-        return "partial", f"{done}/{config.steps} steps"
-    return "to do", f"0/{config.steps} steps"
+        return TrainingRunStatus("partial", done, config.steps)
+    return TrainingRunStatus("to do", 0, config.steps)
 
 
 PACE_STEPS = 5  # the training pace is the median of this many latest steps
@@ -246,14 +259,13 @@ class Study:
 
     def statuses(self) -> list[StageStatus]:
         per_run = {name: training_status(config) for name, config in self.train_configs.items()}
-        train_state = _combined([state for state, _ in per_run.values()])
+        train_state = _combined([run.state for run in per_run.values()])
         t = self.spec.training
-        train_detail = (f"{sum(state == 'done' for state, _ in per_run.values())}/{len(per_run)} training runs "
+        train_detail = (f"{sum(run.state == 'done' for run in per_run.values())}/{len(per_run)} training runs "
                         f"({len(t.algorithms)} algorithm{'s' * (len(t.algorithms) != 1)} x {len(t.seeds)} training "
                         f"seed{'s' * (len(t.seeds) != 1)}): "
-                        + ", ".join(f"{name} {detail}" for name, (_, detail) in per_run.items()))
-        steps = [int(detail.split("/", 1)[0]) for _, detail in per_run.values()]
-        train_fraction = sum(steps) / max(1, len(per_run) * t.steps)
+                        + ", ".join(f"{name} {run.detail}" for name, run in per_run.items()))
+        train_fraction = sum(run.steps_done for run in per_run.values()) / max(1, len(per_run) * t.steps)
         plans = sampling_plans(self.spec, self.paths, self.store)
         sample_state = _combined([_plans_state(p) for p in plans.values()])
         sampled = sum(plan.finished for p in plans.values() for plan in p)
@@ -331,12 +343,12 @@ class Study:
         budgets = {b.algo: b for b in self.spec.budgets()}
         for run in self.spec.training_runs():
             config = self.train_configs[run.name]
-            state, detail = training_status(config)
-            if state == "done":
+            status = training_status(config)
+            if status.state == "done":
                 continue
             budget = budgets[run.algo]
             self.console.print(f"train {run.algo} (training seed {run.seed}) -> {run.name}: "
-                               f"{'resuming at ' + detail if state == 'partial' else 'starting'}; "
+                               f"{'resuming at ' + status.detail if status.state == 'partial' else 'starting'}; "
                                f"{budget.group_size} completions x m = {budget.m} = {budget.answers_per_prompt} "
                                f"answers per prompt, {budget.prompts_per_step} prompts per step, {budget.steps} steps",
                                highlight=False, soft_wrap=True)
