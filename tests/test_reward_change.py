@@ -66,4 +66,21 @@ def test_the_report_and_its_markdown_show_whether_each_run_moved() -> None:
     assert "Did the training reward move?" in html and "vpo-t0" in html and "+0.500" in html and "6 / 0" in html
     markdown = _reward_change({"training_reward_change": [asdict(change) | {"change": change.change}],
                                "training_reward_change_method": "per train problem"})
-    assert "| vpo-t0 | 12 | 6 | 0.000 → 0.500 | +0.500 | 6 / 0 | 0.031 |" in markdown
+    assert "| vpo-t0 | 12 | 6 | 0.000 → 0.500 | +0.500 | 6 / 0 | 0.031 | – |" in markdown  # no spread counts logged
+
+
+def test_groups_whose_answers_all_scored_alike_are_counted_as_without_spread() -> None:
+    from dataclasses import asdict
+
+    from evolve.report.study_markdown import _reward_change
+    from evolve.report.study_report import training_section_html
+
+    records = steps({f"p{i}": [0.0, 0.0, 0.5, 0.5] for i in range(6)})  # 12 steps of 2 prompts: 24 groups
+    for record, flat in zip(records, [2, 1, 0] * 4, strict=True):
+        record["zero_spread_groups"] = flat
+    change = reward_change("vpo-t0", records)
+    assert (change.flat_groups, change.groups) == (12, 24)
+    assert change.sentence().endswith("12 of 24 groups without spread")
+    assert "<td class='num'>12 / 24</td>" in training_section_html([], [], [change])
+    markdown = _reward_change({"training_reward_change": [asdict(change) | {"change": change.change}]})
+    assert markdown.rstrip().endswith("| 12 / 24 |")

@@ -20,7 +20,8 @@ from evolve.report.stats import permutation_test
 METHOD = ("per train problem: mean reward (its objectives' mean over the step's answers) over the last quarter of "
           "the steps that trained on it minus over the first quarter (at least one step each); across problems: "
           "mean of each side, problems up / down / unchanged, two-sided sign-flip permutation test of mean "
-          "change 0 (exact up to 20 problems)")
+          "change 0 (exact up to 20 problems); groups without spread: the prompts of all steps whose answers all got "
+          "the same reward, so that no advantage and no gradient came from them, out of all prompts trained on")
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,8 @@ class RewardChange:
     unchanged: int
     p_value: float
     exact: bool
+    groups: int = 0  # prompts trained on, over the steps that logged their groups without spread
+    flat_groups: int = 0  # of them, those whose answers all got the same reward (train_log's zero_spread_groups)
 
     @property
     def change(self) -> float | None:
@@ -46,7 +49,8 @@ class RewardChange:
         if self.change is None:
             return f"{self.run}: {self.steps} steps, no train problem seen twice yet"
         return (f"{self.run}: {self.first:.3f} -> {self.last:.3f} ({self.change:+.3f}) over {self.problems} train "
-                f"problems after {self.steps} steps, {self.up} up / {self.down} down, p = {self.p_value:.2g}")
+                f"problems after {self.steps} steps, {self.up} up / {self.down} down, p = {self.p_value:.2g}; "
+                f"{self.flat_groups} of {self.groups} groups without spread")
 
 
 def problem_rewards(records: list[dict[str, Any]]) -> dict[str, list[float]]:
@@ -71,6 +75,10 @@ def reward_change(run: str, records: list[dict[str, Any]]) -> RewardChange:
         lasts.append(float(np.mean(values[-quarter:])))
     differences = np.array(lasts) - np.array(firsts)
     p_value, exact = permutation_test(differences)
+    counted = [record for record in records if "zero_spread_groups" in record]  # logs before it was logged: none
+    groups = sum(len(record.get("reward_objectives") or {}) for record in counted)
+    flat_groups = sum(int(record["zero_spread_groups"] or 0) for record in counted)
     return RewardChange(run, len(records), len(firsts), float(np.mean(firsts)) if firsts else None,
                         float(np.mean(lasts)) if lasts else None, int(np.sum(differences > 0)),
-                        int(np.sum(differences < 0)), int(np.sum(differences == 0)), p_value, exact)
+                        int(np.sum(differences < 0)), int(np.sum(differences == 0)), p_value, exact, groups,
+                        flat_groups)

@@ -179,10 +179,15 @@ def _reward_change(document: Mapping[str, Any]) -> str:
         return ""
     rows = [[c["run"], str(c["steps"]), str(c["problems"]), f"{_num(c['first'])} → {_num(c['last'])}",
              "–" if c.get("change") is None else f"{c['change']:+.3f}", f"{c['up']} / {c['down']}",
-             _p(c["p_value"])] for c in changes]
+             _p(c["p_value"]), _flat_groups(c)] for c in changes]
     return ("### Did the training reward move?\n\n" + f"{document.get('training_reward_change_method', '')}.\n\n"
             + _table(["training run", "steps", "train problems", "reward first → last quarter", "change",
-                      "up / down", "p"], rows))
+                      "up / down", "p", "groups without spread"], rows))
+
+
+def _flat_groups(change: Mapping[str, Any]) -> str:
+    """"106 / 200"; "–" for a report written before groups were counted."""
+    return f"{change['flat_groups']} / {change['groups']}" if change.get("groups") else "–"
 
 
 def _seconds(document: Mapping[str, Any]) -> str:

@@ -138,11 +138,13 @@ def _reward_change_table(changes: list[RewardChange]) -> str:
         f"<tr><td>{escape(c.run)}</td><td class='num'>{c.steps}</td><td class='num'>{c.problems}</td>"
         f"<td class='num'>{_num(c.first)} &rarr; {_num(c.last)}</td>"
         f"<td class='num'>{'' if c.change is None else f'{c.change:+.3f}'}</td>"
-        f"<td class='num'>{c.up} / {c.down}</td><td class='num'>{c.p_value:.2g}</td></tr>" for c in changes)
+        f"<td class='num'>{c.up} / {c.down}</td><td class='num'>{c.p_value:.2g}</td>"
+        f"<td class='num'>{c.flat_groups} / {c.groups}</td></tr>" for c in changes)
     return ("<h3>Did the training reward move?</h3>"
             f'<p class="hint">{escape(REWARD_CHANGE_METHOD)}.</p>'
             '<table class="reward-change"><thead><tr><th>training run</th><th>steps</th><th>train problems</th>'
-            "<th>reward first &rarr; last quarter</th><th>change</th><th>up / down</th><th>p</th></tr></thead>"
+            "<th>reward first &rarr; last quarter</th><th>change</th><th>up / down</th><th>p</th>"
+            "<th>groups without spread</th></tr></thead>"
             f"<tbody>{rows}</tbody></table>")
 
 
