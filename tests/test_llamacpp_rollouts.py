@@ -93,14 +93,11 @@ def test_the_exported_adapter_makes_llama_cpp_sample_what_the_trained_model_woul
 @pytest.mark.slow
 def test_a_group_samples_reproducibly_and_stops_at_its_stop_string() -> None:
     gguf, folder = smollm2()
-    process = RolloutProcess(gguf, folder, slots=4, context=256, threads=1)
-    try:
+    with RolloutProcess(gguf, folder, slots=4, context=256, threads=1) as process:
         prompt = counting_prompt(folder, 40)
         stopped = RolloutPrompt(prompt.prompt_ids, 40, (" 9,",), "")
         first = process.sample([prompt, stopped], 2, [11, 12], temperature=0.0)
         again = process.sample([prompt, stopped], 2, [11, 12], temperature=0.0)
-    finally:
-        process.close()
     assert first == again
     assert [len(rows) for rows in first] == [2, 2]
     assert all(" 9," not in text for _, text in first[1])  # cut at the stop string
@@ -119,13 +116,10 @@ def test_a_model_that_cannot_load_is_one_line_and_leaves_no_process(tmp_path: Pa
 @pytest.mark.slow
 def test_a_killed_rollout_process_is_one_line_not_a_hang() -> None:
     gguf, folder = smollm2()
-    process = RolloutProcess(gguf, folder, slots=1, context=128, threads=1)
-    try:
+    with RolloutProcess(gguf, folder, slots=1, context=128, threads=1) as process:
         os.kill(process.pid, signal.SIGKILL)
         with pytest.raises(RolloutEngineError, match=r"the rollout process ended \(exit code -9\)"):
             process.sample([counting_prompt(folder, 8)], 1, [0])
-    finally:
-        process.close()
     assert rollout_children() == []
 
 

@@ -153,6 +153,12 @@ class RolloutProcess:
             self.close()
             raise
 
+    def __enter__(self) -> RolloutProcess:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     @property
     def pid(self) -> int:
         return self._process.pid
