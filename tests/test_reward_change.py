@@ -64,6 +64,7 @@ def test_the_report_and_its_markdown_show_whether_each_run_moved() -> None:
     change = reward_change("vpo-t0", steps({f"p{i}": [0.0, 0.0, 0.5, 0.5] for i in range(6)}))
     html = training_section_html([], [], [change])
     assert "Did the training reward move?" in html and "vpo-t0" in html and "+0.500" in html and "6 / 0" in html
+    assert "<td class='num'>–</td>" in html  # a log without spread counts: none shown, not "0 / 0"
     markdown = _reward_change({"training_reward_change": [asdict(change) | {"change": change.change}],
                                "training_reward_change_method": "per train problem"})
     assert "| vpo-t0 | 12 | 6 | 0.000 → 0.500 | +0.500 | 6 / 0 | 0.031 | – |" in markdown  # no spread counts logged
