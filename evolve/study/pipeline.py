@@ -277,9 +277,9 @@ class Study:
         report_state: State = "done" if report.is_file() and sample_state == evolve_state == train_state == "done" \
             else "to do"
         pace = training_seconds_left(list(self.train_configs.values())) if train_state != "done" else None
-        train_left, train_pace = (None, "this pace") if pace is None else \
-            (pace[0], f"the median of the latest {pace[1]} step{'s' * (pace[1] != 1)}")
-        return [StageStatus("train", train_state, train_detail, train_fraction, train_left, train_pace),
+        timing: dict[str, Any] = {} if pace is None else \
+            {"seconds_left": pace[0], "pace": f"the median of the latest {pace[1]} step{'s' * (pace[1] != 1)}"}
+        return [StageStatus("train", train_state, train_detail, train_fraction, **timing),
                 StageStatus("sample", sample_state, f"{sampled}/{sample_runs} (policy, problem) "
                             f"runs of {answers} answer{'s' * (answers != 1)}", sampled / max(1, sample_runs)),
                 StageStatus("evolve", evolve_state, f"{finished}/{planned} cells finished ({started} started)",
