@@ -3,6 +3,9 @@
 # no vLLM), in several calls of the device tool on the same warm machine, because one call carries at most 64 MiB
 # with the working tree counted (the GGUF alone is 94 MiB):
 #
+#   here:    bash scripts/study_gpu_lease.sh aside      # the tracked files over 1 MB (the CPU study's resume state
+#                                                       # and adapters, the pilot's store: 75 MB on 2026-11-28, more
+#                                                       # than a call carries) moved to ASIDE until `back`
 #   here:    bash scripts/study_gpu_lease.sh carry      # .gpu/a (wheels + a part of the GGUF), .gpu/b, ...: each
 #                                                       # sized to fit one call beside the working tree as it is now
 #   calls:   bash scripts/study_gpu_lease.sh stage      # carry [".gpu/a"], then [".gpu/b"], ... but the last folder:
@@ -10,6 +13,7 @@
 #   then:    LIMIT_S=N bash scripts/study_gpu_lease.sh run   # carry the last folder: the study, packed into $OUT
 #   again:   the same `run` call with the device time left, at once (within the 30 s the machine stays warm): the
 #            study resumes from its folder on that machine
+#   here:    bash scripts/study_gpu_lease.sh back       # the files put aside, back where they were
 #
 # `run` stops the study (SIGINT: it resumes from its store) LIMIT_S - 40 seconds after it starts, so that the
 # packing and the transfer back fit the call (the LoRA adapters stay on the machine: 19 MB packed, ~20 s); what
@@ -24,13 +28,30 @@ STAGE=/tmp/gpu-stage
 STUDY_OUT=$STAGE/study_gpu
 PY=${PYTHON:-python3}
 GGUF_NAME=SmolLM2-135M-Instruct.Q4_1.gguf
+ASIDE=${ASIDE:-/tmp/gpu-aside}
 
 wheel_env() {
   export PYTHONPATH="$STAGE/site:$STAGE/pkg:$PWD" EVOLVE_CACHE="$STAGE/cache" PYTHONUNBUFFERED=1
 }
 
 case "${1:-}" in
+aside)  # no call carries a working tree over 64 MiB; these files are needed by no stage of the lease
+  git ls-files -z | xargs -0 stat -c '%s %n' 2>/dev/null | awk '$1 > 1000000 {print $2}' | while read -r file; do
+    mkdir -p "$ASIDE/$(dirname "$file")" && mv "$file" "$ASIDE/$file" && echo "aside: $file"
+  done
+  echo "put back with: bash scripts/study_gpu_lease.sh back"
+  ;;
+back)
+  [ -d "$ASIDE" ] || { echo "nothing aside in $ASIDE"; exit 0; }
+  # a file written again meanwhile (the CPU study packed its resume state while the lease ran) is the newer one
+  (cd "$ASIDE" && find . -type f) | while read -r file; do
+    if [ -e "$file" ]; then echo "kept the newer $file"; else mv "$ASIDE/$file" "$file" && echo "back: $file"; fi
+  done
+  rm -rf "$ASIDE"
+  ;;
 carry)
+  # first, so that the tree measured below leaves the folders out (the 2026-11-28 lease counted its wheels twice)
+  mkdir -p .git/info && { grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude; }
   rm -rf .gpu && mkdir -p .gpu/a/whl
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
@@ -43,7 +64,8 @@ carry)
   room=$(( 64 * 1024 * 1024 - tree - 3000000 ))
   wheels=$(du -sb .gpu/a/whl | cut -f1)
   size=$(stat -c %s "$gguf")
-  [ $(( room - wheels )) -gt 10000000 ] || { echo "the working tree ($tree bytes) leaves no room to carry"; exit 2; }
+  [ $(( room - wheels )) -gt 10000000 ] || {
+    echo "the working tree ($tree bytes) leaves no room to carry: first bash scripts/study_gpu_lease.sh aside"; exit 2; }
   sums=$(cd "$(dirname "$gguf")" && sha256sum "$(basename "$gguf")")
   offset=0 n=0 staged=""
   for folder in a b c d e f g h; do
@@ -55,7 +77,6 @@ carry)
     [ "$offset" -lt "$size" ] || break
     staged="$staged .gpu/$folder"
   done
-  grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
   du -sh .gpu/*
   echo "working tree $tree bytes; stage with each of:$staged; run with: .gpu/$folder"
   ;;
@@ -108,5 +129,5 @@ run)
     | split -b 15M - "$OUT/study_gpu.tar.xz.part-" && ls -la "$OUT"
   ;;
 *)
-  echo "usage: bash scripts/study_gpu_lease.sh carry|stage|run"; exit 2 ;;
+  echo "usage: bash scripts/study_gpu_lease.sh aside|carry|stage|run|back"; exit 2 ;;
 esac
