@@ -13,17 +13,13 @@ instant goes on where it stopped:
    also a standalone SVG in STUDY/report/figures/), and in
    study_report.json each arm's crack share pooled and per training seed, with their spread, and the paired
    differences between arms (report/study_report.arm_report).
-The time spent in each stage is summed over invocations in STUDY/study_state.json.
+The time spent in each stage is summed over invocations in STUDY/study_state.json (study/state.py).
 """
 
 from __future__ import annotations
 
 import gc
-import json
 import statistics
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -31,17 +27,13 @@ from typing import Any, Literal
 from rich.console import Console
 
 from evolve.engine.events import Observer
-from evolve.errors import UserError
 from evolve.study.config import StudySpec
 from evolve.study.plan import StudyPaths, experiment_spec, sampling_plans, train_configs
+from evolve.study.state import StudyError, StudyState
 
 STAGES = ("train", "sample", "evolve", "report")
 Stage = Literal["train", "sample", "evolve", "report"]
 State = Literal["done", "partial", "to do"]
-
-
-class StudyError(UserError):
-    """A study that cannot go on as asked (its folder holds work done with other settings, another store)."""
 
 
 @dataclass(frozen=True)
@@ -61,49 +53,6 @@ class StudyOutcome:
     interrupted: bool = False
     errors: list[str] = field(default_factory=list)
     report: Path | None = None
-
-
-class StudyState:
-    """STUDY/study_state.json: the store the study uses and the seconds spent per stage (and per training run)."""
-
-    def __init__(self, paths: StudyPaths, read_only: bool = False) -> None:
-        """`read_only` (`--status`): read the file if there is one, create nothing (no folder, no file)."""
-        self.path = paths.state
-        data = json.loads(self.path.read_text()) if self.path.is_file() else {}
-        stored_db = data.get("db")
-        if stored_db is not None and stored_db != paths.db:
-            started_in = Path(stored_db).parent
-            if not started_in.exists() and started_in.name == paths.folder.name and started_in != paths.folder:
-                raise StudyError(f"{paths.folder}: this study was moved from {started_in} (its store and "
-                                 "its runs' settings name the paths it was started with): put it back there to run or "
-                                 "inspect it (a study started with a relative --out moves with the repository)")
-            raise StudyError(f"{paths.folder}: this study's store is {stored_db}; run it with --db {stored_db} "
-                             "(or another --out for a new study)")
-        self.data: dict[str, Any] = {"db": paths.db, "seconds": data.get("seconds", {})}
-        if read_only:
-            return
-        paths.folder.mkdir(parents=True, exist_ok=True)
-        if not self.path.is_file():  # else left alone: the seconds another invocation is adding stay its own
-            self.save()
-
-    def save(self) -> None:
-        partial = self.path.with_suffix(".partial")
-        partial.write_text(json.dumps(self.data, indent=1) + "\n")
-        partial.replace(self.path)
-
-    @contextmanager
-    def timed(self, key: str) -> Iterator[None]:
-        started = time.monotonic()
-        try:
-            yield
-        finally:
-            seconds = self.data["seconds"]
-            seconds[key] = seconds.get(key, 0.0) + time.monotonic() - started
-            self.save()
-
-    @property
-    def seconds(self) -> dict[str, float]:
-        return dict(self.data["seconds"])
 
 
 # ---- stage 1: training ----------------------------------------------------------------------------------------
@@ -287,7 +236,7 @@ class Study:
                 StageStatus("report", report_state, str(report))]
 
     def print_statuses(self, statuses: list[StageStatus]) -> None:
-        seconds = self.state.seconds
+        seconds = self.state.seconds_now()
         self.console.print(f"study [bold]{self.spec.name}[/] in {self.paths.folder} (store {self.paths.db})",
                            highlight=False, soft_wrap=True)
         left_in_all: list[float] = []
