@@ -52,7 +52,23 @@ def test_a_problem_seen_once_is_left_out_and_a_run_without_steps_says_so() -> No
     change = reward_change("vpo-t1", records)
     assert change.problems == 1 and change.up == 1
     empty = reward_change("vpo-t1", [])
-    assert empty.change is None and empty.p_value == 1.0 and "no train problem seen twice" in empty.sentence()
+    assert empty.change is None and empty.p_value is None and "no train problem seen twice" in empty.sentence()
+
+
+def test_a_run_with_no_problem_seen_twice_shows_no_p_value_rather_than_p_one() -> None:
+    from dataclasses import asdict
+
+    from evolve.report.study_markdown import _reward_change
+    from evolve.report.study_report import training_section_html
+
+    one_step = reward_change("vpo-t0", [{"step": 1, "reward_objectives": {"he_007": [0.0, 0.0]},
+                                         "zero_spread_groups": 1}])  # the GPU lease's 1-step runs
+    assert one_step.problems == 0 and one_step.p_value is None
+    html = training_section_html([], [], [one_step])
+    assert "<td class='num'>0 / 0</td><td class='num'>–</td><td class='num'>1 / 1</td>" in html
+    markdown = _reward_change({"training_reward_change": [asdict(one_step) | {"change": None}],
+                               "training_reward_change_method": "per train problem"})
+    assert "| vpo-t0 | 1 | 0 | – → – | – | 0 / 0 | – | 1 / 1 |" in markdown
 
 
 def test_the_report_and_its_markdown_show_whether_each_run_moved() -> None:

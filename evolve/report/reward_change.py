@@ -36,7 +36,7 @@ class RewardChange:
     up: int
     down: int
     unchanged: int
-    p_value: float
+    p_value: float | None  # None without a problem to test: nothing was tested, which is not p = 1
     exact: bool
     groups: int = 0  # prompts trained on, over the steps that logged their groups without spread
     flat_groups: int = 0  # of them, those whose answers all got the same reward (train_log's zero_spread_groups)
@@ -74,7 +74,7 @@ def reward_change(run: str, records: list[dict[str, Any]]) -> RewardChange:
         firsts.append(float(np.mean(values[:quarter])))
         lasts.append(float(np.mean(values[-quarter:])))
     differences = np.array(lasts) - np.array(firsts)
-    p_value, exact = permutation_test(differences)
+    p_value, exact = permutation_test(differences) if len(differences) else (None, True)
     counted = [record for record in records if "zero_spread_groups" in record]  # logs before it was logged: none
     groups = sum(len(record.get("reward_objectives") or {}) for record in counted)
     flat_groups = sum(int(record["zero_spread_groups"] or 0) for record in counted)

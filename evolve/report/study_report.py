@@ -138,7 +138,7 @@ def _reward_change_table(changes: list[RewardChange]) -> str:
         f"<tr><td>{escape(c.run)}</td><td class='num'>{c.steps}</td><td class='num'>{c.problems}</td>"
         f"<td class='num'>{_num(c.first)} &rarr; {_num(c.last)}</td>"
         f"<td class='num'>{'' if c.change is None else f'{c.change:+.3f}'}</td>"
-        f"<td class='num'>{c.up} / {c.down}</td><td class='num'>{c.p_value:.2g}</td>"
+        f"<td class='num'>{c.up} / {c.down}</td><td class='num'>{'–' if c.p_value is None else f'{c.p_value:.2g}'}</td>"
         f"<td class='num'>{f'{c.flat_groups} / {c.groups}' if c.groups else '–'}</td></tr>" for c in changes)
     return ("<h3>Did the training reward move?</h3>"
             f'<p class="hint">{escape(REWARD_CHANGE_METHOD)}.</p>'
