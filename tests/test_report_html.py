@@ -361,3 +361,11 @@ def test_a_standalone_figure_draws_its_lines_in_headless_chromium(results: Exper
     box = page.locator("svg").first.bounding_box()
     assert box is not None and box["width"] > 300 and box["height"] > 200
     page.close()
+
+
+def test_the_per_problem_differences_name_problems_by_their_last_part_when_that_is_unambiguous() -> None:
+    from evolve.report.html_tables import short_names
+
+    assert short_names(["programs/humaneval/he_016", "programs/humaneval/he_031"]) == ["he_016", "he_031"]
+    assert short_names(["a/task", "b/task"]) == ["a/task", "b/task"]  # the same last part: full names
+    assert short_names(["alpha", "beta/"]) == ["alpha", "beta"]

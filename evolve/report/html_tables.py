@@ -44,6 +44,13 @@ def budgets_html(results: ExperimentResults, colours: dict[str, str]) -> str:
             f'<table class="budgets"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></section>')
 
 
+def short_names(problems: tuple[str, ...] | list[str]) -> list[str]:
+    """Each problem's last path part where those are all different (he_016 for programs/humaneval/he_016), else the
+    names as they are: the per-problem column of a 30-problem study stays readable."""
+    shorts = [problem.rstrip("/").rsplit("/", 1)[-1] for problem in problems]
+    return shorts if len(set(shorts)) == len(shorts) else list(problems)
+
+
 def differences_table_html(differences: tuple[PairedDifference, ...], confidence: float) -> str:
     """The table of paired differences (a row per comparison: interval, width, raw and Holm-adjusted p-values, the
     per-problem differences); the experiment report's between policies, the study report's between arms."""
@@ -56,7 +63,9 @@ def differences_table_html(differences: tuple[PairedDifference, ...], confidence
     for d in differences:
         permutation = (f"{d.permutation_p:.3g}" + ("" if d.permutation_exact else " (Monte Carlo)")
                        + f' <span class="band">(Holm {d.permutation_p_holm:.3g})</span>')
-        per_problem = ", ".join(f"{escape(p)} {v:+.3f}" for p, v in zip(d.problems, d.per_problem, strict=True))
+        per_problem = ", ".join(f'<span title="{escape(p)}">{escape(short)}</span> {v:+.3f}'
+                                for p, short, v in zip(d.problems, short_names(d.problems), d.per_problem,
+                                                       strict=True))
         values = [f"{escape(d.policy_a)} &minus; {escape(d.policy_b)}", METRIC_LABELS.get(d.metric, d.metric),
                   str(len(d.problems)), f"{d.mean.estimate:+.3f}", f"[{d.mean.low:+.3f}, {d.mean.high:+.3f}]",
                   f"{d.mean.width:.3f}", f"{d.wins} / {d.losses} / {d.ties}",
