@@ -45,7 +45,7 @@ def is_alive(owner: Any) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:  # alive, another user's
-        return True
+        pass
     return True
 
 
@@ -53,7 +53,7 @@ class StudyState:
     def __init__(self, paths: StudyPaths, read_only: bool = False, clock: Callable[[], float] = time.time) -> None:
         """`read_only` (`--status`): read the file if there is one, create nothing (no folder, no file). `clock`:
         wall-clock seconds, for the stages under way (a reader runs in another process than the study)."""
-        self.path, self.read_only, self.clock = paths.state, read_only, clock
+        self.path, self.clock = paths.state, clock
         data = json.loads(self.path.read_text()) if self.path.is_file() else {}
         stored_db = data.get("db")
         if stored_db is not None and stored_db != paths.db:
@@ -65,9 +65,9 @@ class StudyState:
             raise StudyError(f"{paths.folder}: this study's store is {stored_db}; run it with --db {stored_db} "
                              "(or another --out for a new study)")
         self.data: dict[str, Any] = {"db": paths.db, "seconds": data.get("seconds", {})}
-        # a reader counts what the file says is under way; a writer its own (what a dead process left is dropped)
-        self._under_way: dict[str, Any] = data.get("running", {}) if read_only else {}
-        if read_only:
+        if read_only:  # a reader counts what the file says is under way; a writer drops what a dead process left
+            if "running" in data:
+                self.data["running"] = data["running"]
             return
         paths.folder.mkdir(parents=True, exist_ok=True)
         if not self.path.is_file():  # else left alone: the seconds another invocation is adding stay its own
@@ -84,7 +84,6 @@ class StudyState:
         started = time.monotonic()
         running = self.data.setdefault("running", {"owner": this_process(), "since": {}})
         running["since"][key] = self.clock()
-        self._under_way = running
         self.save()
         try:
             yield
@@ -94,7 +93,6 @@ class StudyState:
             running["since"].pop(key, None)
             if not running["since"]:
                 self.data.pop("running", None)
-                self._under_way = {}
             self.save()
 
     @property
@@ -105,7 +103,7 @@ class StudyState:
     def seconds_now(self) -> dict[str, float]:
         """`seconds` with the stages under way in a live process counted up to now."""
         seconds = self.seconds
-        under_way = self._under_way
+        under_way = self.data.get("running")
         since = under_way.get("since") if isinstance(under_way, dict) else None
         if isinstance(since, dict) and is_alive(under_way.get("owner")):
             now = self.clock()
