@@ -14,13 +14,14 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from evolve.ports import free_port
 
 REQUIRE_ENV = "EVOLVE_REQUIRE_POSTGRES"  # "1" (set by .ci/run): a missing server fails the tests instead of skipping
 USER = "evolve"
@@ -48,12 +49,6 @@ def find_server_binaries() -> tuple[Path, Path]:
         return Path(initdb), Path(pg_ctl)
     raise PostgresUnavailable("no PostgreSQL server binaries (initdb, pg_ctl) under /usr/lib/postgresql/*/bin or on "
                               "$PATH: install Debian's `postgresql` package (bash scripts/install_postgres.sh)")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -110,7 +105,7 @@ def postgres_server(folder: Path | None = None) -> Iterator[PostgresServer]:
         if made.returncode != 0:
             raise PostgresUnavailable(f"initdb failed: {(made.stderr or made.stdout).strip()[-2000:]}")
         for attempt in range(3):  # the free port may be taken between the probe and the server's bind
-            port = _free_port()
+            port = free_port()
             options = (f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off "
                        "-c full_page_writes=off -c max_connections=300")
             result = subprocess.run([*as_user, str(pg_ctl), "-D", str(data), "-l", str(log), "-w", "-t", "60",

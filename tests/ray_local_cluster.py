@@ -26,7 +26,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,12 +36,15 @@ from types import TracebackType
 
 import psutil
 
+from evolve.ports import free_port
+
 LOOPBACK = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",  # a throwaway cluster on loopback only
             "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # Ray keeps 127.0.0.1 (else it swaps in the machine's IP)
 LOCALHOST = "127.0.0.1"
 OBJECT_STORE_BYTES = 200 * 2**20  # cells return small reports; Ray's default takes 30% of the memory
 STARTED = "Ray runtime started."  # what `ray start` logs once its node is registered with the head
 RAY = str(Path(sys.executable).with_name("ray"))
+CLI_FLAG = {"metrics_agent_port": "dashboard-agent-grpc-port"}
 FAST_HEALTH_CHECKS = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "4",
                       "RAY_health_check_timeout_ms": "500", "RAY_health_check_initial_delay_ms": "0"}
 
@@ -67,10 +69,13 @@ class RayNode:
         return {process.pid for process in self.processes()}
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+def _node_ports() -> dict[str, int]:
+    """Ports for a node's own servers, chosen here (free_port: never one an outgoing connection can take) instead
+    of by Ray, whose picks come from the ephemeral range; keys as RayParams names them (CLI_FLAG: where
+    `ray start` names one otherwise)."""
+    names = ("node_manager_port", "object_manager_port", "metrics_export_port", "dashboard_agent_listen_port",
+             "metrics_agent_port", "runtime_env_agent_port")
+    return {name: free_port() for name in names}
 
 
 def _is_loopback(ip: str) -> bool:
@@ -84,7 +89,7 @@ class LocalRayCluster:
     """A head node started on entering; worker nodes added with add_node; every node stopped on leaving."""
 
     def __init__(self, head_cpus: int = 1, env: dict[str, str] | None = None, start_timeout_s: float = 90.0) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.address = f"{LOCALHOST}:{self.port}"
         self.env = {**os.environ, **FAST_HEALTH_CHECKS, **LOOPBACK, **(env or {})}
         self.env.pop("RAY_ADDRESS", None)
@@ -96,9 +101,10 @@ class LocalRayCluster:
     def __enter__(self) -> LocalRayCluster:
         self.head = self._start("head", [
             RAY, "start", "--block", "--disable-usage-stats", "--head", f"--port={self.port}",
-            f"--node-ip-address={LOCALHOST}", f"--ray-client-server-port={_free_port()}",
+            f"--node-ip-address={LOCALHOST}", f"--ray-client-server-port={free_port()}",
             f"--num-cpus={self.head_cpus}", f"--object-store-memory={OBJECT_STORE_BYTES}",
-            "--include-dashboard=false", f"--temp-dir={self.folder / 'tmp'}"])
+            "--include-dashboard=false", f"--temp-dir={self.folder / 'tmp'}",
+            *(f"--{CLI_FLAG.get(name, name.replace('_', '-'))}={port}" for name, port in _node_ports().items())])
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
@@ -178,7 +184,7 @@ def run_worker_node(address: str, cpus: int, temp_dir: str) -> None:
     from ray._private.parameter import RayParams
 
     params = RayParams(gcs_address=address, node_ip_address=LOCALHOST, num_cpus=cpus, num_gpus=0,
-                       object_store_memory=OBJECT_STORE_BYTES, temp_dir=temp_dir)
+                       object_store_memory=OBJECT_STORE_BYTES, temp_dir=temp_dir, **_node_ports())
     Node(params, head=False, shutdown_at_exit=True, spawn_reaper=True)
     print(STARTED, flush=True)
     while True:

@@ -5,7 +5,6 @@ Includes the failures peers' runs have hung on: a server that dies mid-run and o
 
 from __future__ import annotations
 
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -15,15 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from evolve.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 SERVER = ROOT / "tests" / "openai_server.py"
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class Server:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,18 +17,13 @@ import pytest
 
 from evolve.policies.base import PolicyUnavailable
 from evolve.policies.openai_api import OpenAIPolicy
+from evolve.ports import free_port
 from evolve.search.prompts import Prompt
 from evolve.store.program_store import ProgramStore
 
 ROOT = Path(__file__).resolve().parents[1]
 REPLICA = ROOT / "tests" / "fake_replica.py"
 PROMPT = Prompt(messages=[{"role": "user", "content": "write f"}], prefill="", stop=(), max_new_tokens=16)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass

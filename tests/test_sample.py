@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ import pytest
 from evolve.cli.main import main
 from evolve.config import ConfigError, RunConfig, SelectionConfig, load_config
 from evolve.engine.sampling import SampleError, answer_outcomes, plan_samples, sample_config
+from evolve.ports import free_port
 from evolve.records import Program
 from evolve.search.selection import Selector
 from evolve.seeds import sample_seed
@@ -238,12 +238,6 @@ def zero_problem(tmp_path: Path) -> Path:
         'NAMES = tomllib.loads(Path(__file__).with_name("problem.toml").read_text())["objectives"]\n\n\n'
         'def evaluate(program_path: str) -> dict[str, float]:\n    return {name: 0.0 for name in NAMES}\n')
     return folder
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.mark.slow

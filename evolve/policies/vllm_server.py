@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -15,15 +14,10 @@ from pathlib import Path
 
 from evolve.policies.base import PolicyError
 from evolve.policies.vllm_engine import vllm_environment
+from evolve.ports import free_port
 
 _POLL_S = 1.0
 _STOP_GRACE_S = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class VLLMServer:
