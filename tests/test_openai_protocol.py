@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -15,6 +14,7 @@ import pytest
 
 from evolve.policies.base import PolicyError, PolicyUnavailable
 from evolve.policies.openai_api import OpenAIPolicy
+from evolve.ports import free_port
 from evolve.search.prompts import Prompt
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -210,9 +210,7 @@ def test_a_stalled_server_is_abandoned_at_the_deadline(serve) -> None:
 
 
 def test_a_dead_server_fails_fast_once_declared_unavailable() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        url = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"  # nothing listens here once the probe closes
+    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens here
     p = policy(url, retries=2)
 
     async def many() -> list[BaseException]:

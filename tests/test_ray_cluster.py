@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -28,6 +27,7 @@ from evolve.cluster.placement import (
     refuse_unplaceable,
 )
 from evolve.engine.experiment_spec import load_experiment
+from evolve.ports import free_port
 from evolve.store.program_store import ProgramStore
 from evolve.store.records import StoreError
 
@@ -110,9 +110,7 @@ def test_a_cluster_address_where_nothing_listens_is_one_line_not_minutes_of_retr
     pytest.importorskip("ray")
     from evolve.cli.main import main
 
-    with socket.socket() as probe:  # a port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        closed = probe.getsockname()[1]
+    closed = free_port()  # a port nothing listens on
     monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{closed}")
     path = experiment_file(tmp_path, "http://127.0.0.1:9/v1", str(tmp_path / "s.db"), seeds=(0,), iterations=1)
     started = time.monotonic()
