@@ -193,6 +193,23 @@ def test_a_run_sampled_on_the_seed_itself_before_seeds_were_derived_per_problem_
         plan_samples(store, base_config(db, "run.seed=5"), ["fizzbuzz"], 2)
 
 
+def test_a_run_another_process_samples_is_refused_to_a_sampler_but_read_by_a_status(tmp_path: Path) -> None:
+    from evolve.store.read_view import status_view
+
+    db = tmp_path / "s.db"
+    base = base_config(db)
+    empty: list[AttemptRecord | ChildRecord] = [CALL, AttemptRecord("edit_failed", "no answer in the completion")]
+    run_id = stored_sampling_run(ProgramStore(str(db)), sample_config(base, "fizzbuzz", "fizzbuzz", 3), [empty],
+                                 status="running")
+    sampler = ProgramStore(str(db))  # another process's store: a holder of its own
+    sampler.take_lease(run_id, lease_s=600)
+    with pytest.raises(SampleError, match=rf"run {run_id} \(sample/fizzbuzz/.*\) is being sampled by"):
+        plan_samples(ProgramStore(str(db)), base, ["fizzbuzz"], 3)
+    (plan,) = plan_samples(status_view(str(db)), base, ["fizzbuzz"], 3)  # `evolve study --status` mid-sampling
+    assert (plan.run_id, plan.finished) == (run_id, False)
+    assert sampler.lease(run_id) is not None  # the reader took nothing from the sampler
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["-n", "4", "-k", "1,10"], "k = 10 is more than the n = 4 answers"),
     (["-k", "x"], "write comma-separated whole numbers"),

@@ -17,13 +17,18 @@ IN_MEMORY = "sqlite://"  # an empty store that lives in this process only
 
 class StatusView:
     """A read-only store whose budget raise (what planning a resumed sampling run asks for) does nothing: the run
-    that samples raises it. Every other attribute is the store's own; a write there fails on the read-only open."""
+    that samples raises it; and whose runs read as held by no one, since a reader takes no lease and so contends
+    with none (a sampling run under way is the study's usual state while its status is read). Every other attribute
+    is the store's own; a write there fails on the read-only open."""
 
     def __init__(self, store: ProgramStore) -> None:
         self.store = store
 
     def set_run_budget(self, run_id: int, iterations: int, config_json: str) -> None:
         """Nothing: reading a status raises no budget."""
+
+    def lease(self, run_id: int) -> None:
+        """None: whoever drives the run, a status read does not conflict with it."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
