@@ -18,6 +18,7 @@ from rich.console import Console
 from evolve.cli.experiments import experiment_header
 from evolve.cli.main import main
 from evolve.config import ConfigError
+from evolve.engine.events import CellEnded, CellStarted
 from evolve.engine.experiment import ExperimentRunner
 from evolve.engine.experiment_spec import load_experiment
 from evolve.problems.problem import list_problems
@@ -25,7 +26,14 @@ from evolve.report.results import collect
 from evolve.report.terminal import render_report
 from evolve.seeds import cell_seed
 from evolve.store.program_store import ProgramStore
-from tests.scripted_policy_server import Refusal, ScriptedPolicyServer, answer, number_problem
+from tests.scripted_policy_server import (
+    EVALUATOR,
+    Refusal,
+    ScriptedPolicyServer,
+    answer,
+    number_problem,
+    write_problem,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,6 +79,19 @@ def test_an_arm_given_some_of_the_seeds_has_cells_for_those_only(tmp_path: Path)
     assert [seed for problem, arm, seed in cells if arm == "b"] == [0, 0, 2, 2]
     assert len(cells) == 2 * 3 + 2 * 2
     assert "2 policies x 2 problems x 3 seeds (some arms on some of them) = 10 cells" in experiment_header(spec)
+
+
+def test_order_seeds_runs_every_arms_cells_of_a_seed_before_the_next_seed(tmp_path: Path) -> None:
+    text = SMALL.replace("seeds = [0, 1]", "seeds = [0, 1, 2]").replace("[run]", "arm_seeds = { b = [1, 2] }\n[run]")
+    text += '[[policies]]\nname = "b"\nbackend = "llamacpp"\n'
+    by_arms = load_experiment(write(tmp_path, text))
+    by_seeds = load_experiment(write(tmp_path, text.replace("[run]", 'order = "seeds"\n[run]')))
+    batches = [[(arm, seed) for _problem, arm, seed in by_arms.cells()][i] for i in range(0, 10, 2)]
+    assert batches == [("smollm2", 0), ("smollm2", 1), ("smollm2", 2), ("b", 1), ("b", 2)]
+    assert [[(arm, seed) for _problem, arm, seed in by_seeds.cells()][i] for i in range(0, 10, 2)] == [
+        ("smollm2", 0), ("smollm2", 1), ("b", 1), ("smollm2", 2), ("b", 2)]
+    assert sorted(by_seeds.cells()) == sorted(by_arms.cells())
+    assert [problem for problem, _arm, _seed in by_seeds.cells()][:2] == ["run_length", "symbolic_regression"]
 
 
 @pytest.mark.parametrize(
@@ -256,3 +277,47 @@ def test_ctrl_c_with_requests_in_flight_ends_the_experiment_in_its_one_message_a
                                env={**os.environ, "COLUMNS": "300"})
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
     assert "3/3 cells finished" in again.stdout and "never retrieved" not in again.stderr
+
+
+SEED_ROUNDS = """\
+problems = ["number", "other_number"]
+seeds = [0, 1]
+iterations = 2
+parallel_cells = 2
+order = "seeds"
+[run]
+programs_dir = "{programs}"
+concurrency = 1
+[[policies]]
+name = "a"
+backend = "openai"
+url = "{url}"
+prefill = false
+[[policies]]
+name = "b"
+backend = "openai"
+url = "{url}"
+prefill = false
+"""
+
+
+def test_order_seeds_finishes_a_seeds_cells_of_every_arm_before_any_cell_of_the_next_seed(tmp_path: Path) -> None:
+    number_problem(tmp_path / "programs")
+    write_problem(tmp_path / "programs", "other_number", "Set x to a number too.", EVALUATOR)
+    events: list[tuple[str, str, int]] = []
+
+    def record(event: object) -> None:
+        if isinstance(event, CellStarted | CellEnded):
+            _problem, arm, seed = event.cell.key
+            events.append(("start" if isinstance(event, CellStarted) else "end", arm, seed))
+
+    with ScriptedPolicyServer("climber") as server:
+        path = write(tmp_path, SEED_ROUNDS.replace("{programs}", str(tmp_path / "programs")).replace(
+            "{url}", server.url))
+        outcome = ExperimentRunner(load_experiment(path), on_event=record).run()
+    assert outcome.finished and len(outcome.cells) == 8, outcome
+    rounds = [("a", 0), ("b", 0), ("a", 1), ("b", 1)]
+    for earlier, later in zip(rounds, rounds[1:], strict=False):
+        last_end = max(i for i, (what, *batch) in enumerate(events) if what == "end" and tuple(batch) == earlier)
+        first_start = min(i for i, (what, *batch) in enumerate(events) if what == "start" and tuple(batch) == later)
+        assert last_end < first_start, events

@@ -109,6 +109,17 @@ def test_split_checkpoint_seeds_give_each_algorithms_seeds_to_its_checkpoints_in
                                StudyPaths.of(spec, tmp_path / "all")).cells()) == (1 + 6) * 5
 
 
+def test_a_studys_cells_run_seed_by_seed_so_a_study_cut_short_has_paired_every_arm(tmp_path: Path) -> None:
+    from evolve.study.plan import StudyPaths, experiment_spec
+
+    text = STUDY.replace("seeds = [0]", "seeds = [0, 1, 2]\ncheckpoint_seeds = \"split\"")
+    spec = load_study(write(tmp_path, text))
+    cells = experiment_spec(spec, StudyPaths.of(spec, tmp_path / "study")).cells()
+    first_seed = cells[:cells.index(next(cell for cell in cells if cell[2] == 1))]
+    assert {arm for _problem, arm, _seed in first_seed} == {"base", "vpo-t0", "grpo-t0", "multi-rlvr-t0"}
+    assert [seed for _problem, _arm, seed in cells] == sorted(seed for _problem, _arm, seed in cells)
+
+
 @pytest.mark.parametrize(("change", "expected"), [
     (("seeds = [0]", "seeds = [0]\ncheckpoint_seeds = \"split\""),
      "evolution.checkpoint_seeds = \"split\" shares 1 evolution seed among 2 training seeds: some checkpoint would "

@@ -5,10 +5,11 @@ An experiment file (`experiments/NAME.toml`) names the problems, the seeds, the 
 arm that runs several of those policies in each cell, chosen per iteration by weights or a bandit (evolve.toml's
 `[ensemble]` keys plus `name` and `members`). `evolve experiment FILE` runs every
 cell that is not finished: a cell already in the store continues from its last committed iteration with its
-stored config, so running the same command again after a kill resumes the whole experiment. Policies are taken
-one at a time: a policy's model is loaded (or its server started) once and shared by all its cells, which run
-`parallel_cells` at a time and share `eval_workers` evaluation slots; an ensemble arm loads its members' models
-again, together, after the policies' arms.
+stored config, so running the same command again after a kill resumes the whole experiment. Arms are taken one at
+a time, in the batches `order` makes (an arm's every cell, or its cells of one seed): a policy's model is loaded
+(or its server started) once a batch and shared by the batch's cells, which run `parallel_cells` at a time and
+share `eval_workers` evaluation slots; an ensemble arm loads its members' models again, together, after the
+policies' arms (of its seed, with order = "seeds").
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from functools import cached_property
+from itertools import groupby
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -149,8 +151,8 @@ class ExperimentRunner:
         if self.executor is not None:
             self.executor.run_cells(self, [cell for cell in self.cells.values() if cell.status != "finished"], outcome)
             return
-        for arm in self.spec.arm_names():
-            todo = [cell for key, cell in self.cells.items() if key[1] == arm and cell.status != "finished"]
+        for arm, batch in groupby(self.cells.values(), key=lambda cell: cell.key[1]):  # spec.order's batches
+            todo = [cell for cell in batch if cell.status != "finished"]
             if todo and not self.run_policy_cells(self.spec.arm_policies(arm), todo, outcome):
                 break
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictInt, ValidationError, model_validator
 
@@ -26,6 +26,10 @@ from evolve.problems.problem import problem_key
 from evolve.seeds import cell_seed
 
 CellKey = tuple[str, str, int]  # (problem, policy, seed)
+CellOrder = Literal["arms", "seeds"]
+CELL_ORDER = ("the order the cells run in. 'arms': arm by arm, each arm's seeds one after another (one model load "
+              "per arm); 'seeds': seed by seed, every arm's cells of that seed in turn (a model load per arm and "
+              "seed), so an experiment stopped at any point has compared its arms on the same whole seeds")
 OVERRIDES_KEY = "overrides"  # ExperimentSpec's record of the --set flags, never read from a file
 
 
@@ -71,6 +75,7 @@ class ExperimentSpec(StrictModel):
                                        "policy (a policy with answers = a makes answers_per_iteration / a requests); "
                                        "0: the largest answers of the policies")
     parallel_cells: StrictInt = Field(2, ge=1, le=256, description="cells of one policy running at once")
+    order: CellOrder = Field("arms", description=CELL_ORDER)
     run: CellDefaults = CellDefaults()
     selection: SelectionConfig = SelectionConfig()
     policies: tuple[PolicySection, ...] = Field(min_length=1, description="[[policies]]: the arms, each a [policy] "
@@ -160,7 +165,12 @@ class ExperimentSpec(StrictModel):
         return self.seeds if chosen is None else tuple(seed for seed in self.seeds if seed in chosen)
 
     def cells(self) -> list[CellKey]:
-        """Every cell, arm by arm, then seed by seed, so an interrupted experiment has whole seeds."""
+        """Every cell in the order they run (`order`): arm by arm then seed by seed, or seed by seed then arm by
+        arm; either way the problems of one (arm, seed) run together, so an interrupted experiment has whole
+        seeds."""
+        if self.order == "seeds":
+            return [(problem, arm, seed) for seed in self.seeds for arm in self.arm_names()
+                    if seed in self.seeds_of(arm) for problem in self.problems]
         return [(problem, arm, seed) for arm in self.arm_names() for seed in self.seeds_of(arm)
                 for problem in self.problems]
 

@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, StrictInt, model_validator
 
 from evolve.config import MAX_SEED, SelectionConfig, StrictModel
-from evolve.engine.experiment_spec import CellDefaults
+from evolve.engine.experiment_spec import CELL_ORDER, CellDefaults, CellOrder
 from evolve.policy_config import POLICY_BACKENDS
 from evolve.problems.problem import problem_key
 
@@ -112,6 +112,7 @@ class EvolutionSection(StrictModel):
     answers_per_iteration: StrictInt = Field(0, ge=0, le=256, description="candidate answers per iteration for every "
                                        "policy; 0: the largest m")
     parallel_cells: StrictInt = Field(2, ge=1, le=256, description="cells of one policy running at once")
+    order: CellOrder = Field("seeds", description=CELL_ORDER + "; a study, run in pieces, takes 'seeds'")
     run: CellDefaults = CellDefaults()
     selection: SelectionConfig = SelectionConfig()
 

@@ -115,7 +115,8 @@ def experiment_spec(spec: StudySpec, paths: StudyPaths) -> ExperimentSpec:
                           train_problems=spec.training.problems, seeds=e.seeds, iterations=e.iterations,
                           arm_seeds=checkpoint_seeds(spec),
                           answers_per_iteration=spec.answers_per_iteration(), parallel_cells=e.parallel_cells,
-                          run=run, selection=e.selection, policies=tuple(policy_sections(spec, paths.folder)),
+                          order=e.order, run=run, selection=e.selection,
+                          policies=tuple(policy_sections(spec, paths.folder)),
                           allow_unverified_checkpoint=spec.allow_unverified_checkpoint)
 
 
