@@ -3,6 +3,7 @@
 # calibration pilot:
 #   bash scripts/study.sh start [FILE]    # unpack what was committed, then `evolve study FILE` in the background
 #   bash scripts/study.sh status [FILE]   # `evolve study FILE --status`: each stage, what is left and for how long
+#   bash scripts/study.sh report-so-far [FILE]  # an interim STUDY/report/: the evolution seeds every arm finished
 #   bash scripts/study.sh save [FILE]     # Ctrl-C the study (it stops resumable), then pack
 #   bash scripts/study.sh pack [FILE]     # pack while it goes on
 #   bash scripts/study.sh save-after-step [FILE]  # wait (<= 20 min) for the training step under way to end, then save
@@ -64,6 +65,9 @@ start)
 status)
     .venv/bin/evolve study "$FILE" --status
     ;;
+report-so-far)  # an interim report from the evolution seeds every arm has finished, beside the running study
+    nice .venv/bin/evolve study "$FILE" --report-so-far
+    ;;
 save|pack)
     if [ "$1" = save ] && pgrep -f "$PATTERN" >/dev/null; then
         pkill -INT -of "$PATTERN"
@@ -77,7 +81,7 @@ save|pack)
     echo "  git commit -m '...' -- $FOLDER"
     ;;
 *)
-    echo "usage: bash scripts/study.sh start|status|save|save-after-step|pack [STUDY.toml]" >&2
+    echo "usage: bash scripts/study.sh start|status|report-so-far|save|save-after-step|pack [STUDY.toml]" >&2
     exit 2
     ;;
 esac

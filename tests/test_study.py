@@ -191,6 +191,10 @@ def test_a_fresh_study_has_every_stage_to_do_and_keeps_to_its_store(tmp_path: Pa
     (folder / "study_state.json").write_text(json.dumps({"db": str(folder / "study.db"), "seconds": {}}))  # as a run
     assert main(["study", str(path), "--out", str(folder), "--db", str(tmp_path / "other.db"), "--status"]) == 1
     assert f"this study's store is {folder / 'study.db'}" in capsys.readouterr().out
+    assert main(["study", str(path), "--out", str(folder), "--report-so-far"]) == 1
+    out = capsys.readouterr().out
+    assert "no interim report before its training and sampling are done" in out and len(out.splitlines()) == 1
+    assert not (folder / "report").exists()
 
 
 def test_a_study_moved_from_where_it_started_says_where_to_put_it_back(tmp_path: Path,
@@ -430,3 +434,16 @@ def test_long_training_curves_are_drawn_as_moving_means_with_their_range() -> No
     assert smoothing_window(10) == 1 and smoothing_window(300) == 15
     mean, low, high = moving((0.0, 1.0, float("nan"), 0.5), 2)
     assert mean == [0.0, 0.5, 1.0, 0.5] and low == [0.0, 0.0, 1.0, 0.5] and high == [0.0, 1.0, 1.0, 0.5]
+
+
+def test_an_interim_report_never_passes_for_the_report_stage_done(tmp_path: Path) -> None:
+    from evolve.study.pipeline import _final_report
+
+    report = tmp_path / "study_report.json"
+    assert not _final_report(report)  # none yet
+    report.write_text(json.dumps({"study": "s", "interim": {"seeds": [0], "cells_counted": 90, "cells": 450}}))
+    assert not _final_report(report)  # --report-so-far wrote it: the report stage still has its turn
+    report.write_text(json.dumps({"study": "s", "interim": None}))
+    assert _final_report(report)
+    report.write_text("{")
+    assert not _final_report(report)

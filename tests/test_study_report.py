@@ -289,6 +289,43 @@ def test_checkpoints_sharing_their_algorithms_seeds_give_every_arm_one_cell_per_
     assert len([curve for curve in results.curves if curve.policy == "vpo-t1"]) > 0  # its one seed is complete
 
 
+def test_an_interim_report_counts_only_the_seeds_every_arm_has_finished(tmp_path: Path) -> None:
+    """Seeds 0 and 1 whole; of seed 2 the base's cells and vpo-t0's p0 have finished (vpo-t0 cracked it: a quick
+    crack, the kind that finishes first), grpo-t0's p0 is under way and the rest have not started."""
+    from evolve.report.results import whole_seeds
+
+    programs = tmp_path / "programs"
+    for name in ("p0", "p1"):
+        new_problem(name, programs)
+    split = {"vpo-t0": [0, 2], "vpo-t1": [1], "grpo-t0": [0, 2], "grpo-t1": [1]}
+    spec = ExperimentSpec.model_validate({
+        "name": "study", "db": str(tmp_path / "study.db"), "problems": ["p0", "p1"], "seeds": [0, 1, 2],
+        "iterations": ITERATIONS, "run": {"programs_dir": str(programs)}, "arm_seeds": split, "order": "seeds",
+        "policies": [{"name": name} for name in POLICIES]})
+    store = ProgramStore(spec.db)
+    store.save_experiment(spec.name, spec.model_dump_json())
+    for problem, policy, seed in spec.cells():
+        if seed < 2 or policy == "base" or (problem, policy) in {("p0", "vpo-t0"), ("p0", "grpo-t0")}:
+            _write_cell(store, spec, problem, policy, seed, cracks=policy.startswith("vpo") and problem == "p0")
+    under_way = next(c.run_id for c in store.experiment_cells(spec.name) if (c.problem, c.policy, c.seed) == (
+        "p0", "grpo-t0", 2))
+    store.set_run_status(under_way, "interrupted")
+    assert whole_seeds(store, spec) == (0, 1)
+    interim, everything = collect(store, spec, whole_seeds_only=True), collect(store, spec)
+    assert (interim.row("p0", "vpo-t0").seeds_run, interim.row("p0", "vpo-t0").cracked) == (1, 1)
+    assert (everything.row("p0", "vpo-t0").seeds_run, everything.row("p0", "vpo-t0").cracked) == (2, 2)
+    assert interim.row("p1", "base").seeds_run == 2 and everything.row("p1", "base").seeds_run == 3
+    assert interim.row("p0", "grpo-t0").seeds_run == 1
+    assert any(note.startswith("Interim: evolution seeds 0, 1 finished for every arm (12 of 18 cells)")
+               for note in interim.notes)
+    document = study_json("study", {**FACTS, "interim": {"seeds": [0, 1], "cells_counted": 12, "cells": 18}},
+                          [], [], {}, interim, {})
+    assert results_markdown(document).startswith("**Interim results, the study under way: evolution seeds 0, 1 "
+                                                 "finished for every arm (12 of 18 cells).**")
+    assert "Interim" not in results_markdown(json.loads(json.dumps(study_json("study", FACTS, [], [], {},
+                                                                                everything, {}))))
+
+
 # ---- scripts/readme_results.py: the results between README's markers
 
 README_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "readme_results.py"

@@ -21,6 +21,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     study.add_argument("--until", choices=STAGE_NAMES, default="report",
                        help="stop after this stage (default: report, the whole study)")
     study.add_argument("--status", action="store_true", help="only print where each stage stands")
+    study.add_argument("--report-so-far", action="store_true",
+                       help="only write STUDY/report/ from the evolution seeds finished so far for every arm "
+                       "(the study may be running): an interim report, which the report stage replaces")
     study.add_argument("--cluster", choices=("ray",), help="evolve stage: each cell a Ray task on the cluster at "
                        "RAY_ADDRESS, or on a local one (needs: pip install -e '.[ray]')")
     study.set_defaults(handler=cmd_study)
@@ -35,6 +38,11 @@ def cmd_study(args: argparse.Namespace, console: Console) -> int:
     if args.status:  # reads only: creates no folder, state file or store
         reader = Study(spec, paths, console, source=args.file, read_only=True)
         reader.print_statuses(reader.statuses())
+        return 0
+    if args.report_so_far:  # reads the store only; writes STUDY/report/
+        reporter = Study(spec, paths, console, source=args.file, read_only=True)
+        path = reporter.write_interim_report()
+        console.print(f"interim report: {path.parent / 'report.html'}", highlight=False, soft_wrap=True)
         return 0
     from evolve.cli.progress import ExperimentDrawing
 

@@ -157,12 +157,33 @@ def answers_asked(spec: ExperimentSpec, arm: str, costs: Iterable[IterationCost]
     return spec.answers_per_iteration_of_cells() * sum(1 for c in costs if c.policy_calls + c.policy_errors)
 
 
+def whole_seeds(store: ProgramStore, spec: ExperimentSpec) -> tuple[int, ...]:
+    """The seeds whose every cell (every arm that runs the seed, every problem) has finished, in `spec.seeds`
+    order."""
+    runs = {(c.problem, c.policy, c.seed): c.run_id for c in store.experiment_cells(spec.name)}
+    finished = {info.id for info in store.list_runs() if info.status == "finished"}
+    planned = spec.cells()
+    return tuple(seed for seed in spec.seeds
+                 if all(runs.get(key) in finished for key in planned if key[2] == seed))
+
+
 def collect(store: ProgramStore, spec: ExperimentSpec, samples: int = 100_000, confidence: float = 0.95,
-            score_range: tuple[float, float] = (0.0, 1.0), pairs: Pairs = "all") -> ExperimentResults:
+            score_range: tuple[float, float] = (0.0, 1.0), pairs: Pairs = "all",
+            whole_seeds_only: bool = False) -> ExperimentResults:
     """Every number of the report. `samples`: Monte Carlo sign patterns for a permutation test over more than 20
-    problems (exact enumeration below); `pairs`: compare every pair of policies, or the first with each other."""
+    problems (exact enumeration below); `pairs`: compare every pair of policies, or the first with each other;
+    `whole_seeds_only`: an interim report of an experiment under way, in which only the seeds every cell of which
+    has finished count (`whole_seeds`), the other cells as not run: the cells finished first are the quick cracks, so
+    counting every finished cell would flatter, and an unfinished one read as a failure would not."""
     runs = {(c.problem, c.policy, c.seed): c.run_id for c in store.experiment_cells(spec.name)}
     notes: list[str] = []
+    if whole_seeds_only:
+        whole = whole_seeds(store, spec)
+        runs = {key: run_id for key, run_id in runs.items() if key[2] in whole}
+        counted = sum(key[2] in whole for key in spec.cells())
+        notes.append(f"Interim: evolution seed{'s' * (len(whole) != 1)} {', '.join(map(str, whole)) or 'none'} "
+                     f"finished for every arm ({counted} of {len(spec.cells())} cells); the cells of the other seeds "
+                     "count as not run, so the arms are compared on the same whole seeds.")
     judges = _judges(spec, store, runs, notes)  # streams the runs' vectors, as cell_result does again
     cells = tuple(cell_result(store, spec, runs.get(key), key, judges[key[0]]) for key in spec.cells())
     by_key = {(c.problem, c.policy, c.seed): c for c in cells}

@@ -24,7 +24,7 @@ def results_markdown(document: Mapping[str, Any], figures: str = "figures",
     """The Markdown of a study_report.json `document`; `figures` is the figures/ folder as the reader's page links
     it; `present`: the figure file names that exist (a figure not among them is left out; None: all)."""
     shown = set(present) if present is not None else None
-    parts = [_arms(document), _differences(document), _per_problem(document), _sampling(document),
+    parts = [_interim(document), _arms(document), _differences(document), _per_problem(document), _sampling(document),
              _tokens(document), _reward_change(document), _seconds(document)]
     pictures = [f"![{caption}]({figures.rstrip('/')}/{name})" for name, caption in FIGURES
                 if shown is None or name in shown]
@@ -34,6 +34,17 @@ def results_markdown(document: Mapping[str, Any], figures: str = "figures",
     if notes:
         parts.append("### Notes\n\n" + "\n".join(f"- {note}" for note in notes))
     return "\n\n".join(part for part in parts if part) + "\n"
+
+
+def _interim(document: Mapping[str, Any]) -> str:
+    interim = document.get("interim")
+    if not interim:
+        return ""
+    seeds = interim["seeds"]
+    return (f"**Interim results, the study under way: evolution seed{'s' * (len(seeds) != 1)} "
+            f"{', '.join(map(str, seeds))} finished for every arm ({interim['cells_counted']} of {interim['cells']} "
+            "cells).** Every evolution number below compares the arms on those whole seeds only; the final report "
+            "replaces these.")
 
 
 def _num(value: float | None, digits: int = 3) -> str:

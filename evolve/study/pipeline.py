@@ -19,6 +19,7 @@ The time spent in each stage is summed over invocations in STUDY/study_state.jso
 from __future__ import annotations
 
 import gc
+import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -223,8 +224,8 @@ class Study:
         evolve_state: State = "done" if finished == planned else "partial" if started else "to do"
         report = self.paths.report / "study_report.json"
         answers = self.spec.sampling.answers
-        report_state: State = "done" if report.is_file() and sample_state == evolve_state == train_state == "done" \
-            else "to do"
+        stages_done = sample_state == evolve_state == train_state == "done"
+        report_state: State = "done" if stages_done and _final_report(report) else "to do"
         pace = training_seconds_left(list(self.train_configs.values())) if train_state != "done" else None
         timing: dict[str, Any] = {} if pace is None else \
             {"seconds_left": pace[0], "pace": f"the median of the latest {pace[1]} step{'s' * (pace[1] != 1)}"}
@@ -255,6 +256,26 @@ class Study:
         parts += [f"no pace yet for {', '.join(waiting)}"] if waiting else []
         if parts:
             self.console.print(f"  left: {'; '.join(parts)}", highlight=False, soft_wrap=True)
+
+    def write_interim_report(self) -> Path:
+        """STUDY/report/ from what has run so far, the study perhaps running in another process: the evolution
+        seeds finished for every arm (an interim report, which the report stage replaces); the path of
+        study_report.json. StudyError before training and sampling are done, before a seed is whole, or after
+        evolution is done (the report stage's turn)."""
+        from evolve.report.results import whole_seeds
+        from evolve.study.report_stage import write_study_report
+
+        train, sample, evolve, _report = self.statuses()
+        if train.state != "done" or sample.state != "done":
+            raise StudyError(f"study {self.spec.name}: no interim report before its training and sampling are done "
+                             f"(train: {train.detail}; sample: {sample.detail})")
+        if evolve.state == "done":
+            raise StudyError(f"study {self.spec.name}: its evolution is done; run `evolve study` for the final report")
+        if not whole_seeds(self.store, experiment_spec(self.spec, self.paths)):
+            raise StudyError(f"study {self.spec.name}: no evolution seed has finished for every arm yet ("
+                             f"{evolve.detail}); an interim report compares the arms on whole seeds only")
+        return write_study_report(self.spec, self.paths, self.store, self.train_configs, self.state.seconds_now(),
+                                  self.console, interim=True)
 
     def refuse_a_base_trained_on_tests(self) -> None:
         """The base model, when it is itself a trained checkpoint, is held to the held-out rule before anything is
@@ -356,6 +377,14 @@ class Study:
 
         outcome.report = write_study_report(self.spec, self.paths, self.store, self.train_configs,
                                             self.state.seconds, self.console)
+
+
+def _final_report(path: Path) -> bool:
+    """Whether `path` is a study_report.json of a finished study, not an interim one."""
+    try:
+        return not json.loads(path.read_text()).get("interim")
+    except (OSError, ValueError):
+        return False
 
 
 def _combined(states: list[State]) -> State:

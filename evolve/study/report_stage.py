@@ -16,10 +16,10 @@ from evolve.study.plan import StudyPaths, experiment_spec, sampling_plans
 
 
 def write_study_report(spec: StudySpec, paths: StudyPaths, store: Any, train_configs: dict[str, Any],
-                       seconds: dict[str, float], console: Console) -> Path:
+                       seconds: dict[str, float], console: Console, interim: bool = False) -> Path:
     """Write STUDY/report/ from the study's store (a ProgramStore), its training logs (train_configs: TrainConfig
     by policy name) and the seconds spent per stage; print the report on `console`; the path of
-    study_report.json."""
+    study_report.json. `interim`: the study is under way; only its finished evolution cells count."""
     from evolve.problems.problem import load_problem
     from evolve.report.figures import FIGURES_DIR
     from evolve.report.html import report_html
@@ -38,7 +38,7 @@ def write_study_report(spec: StudySpec, paths: StudyPaths, store: Any, train_con
     from evolve.report.terminal import render_report
     from evolve.store.program_store import ProgramStore
 
-    results = collect(ProgramStore(paths.db, mode="read"), experiment_spec(spec, paths))
+    results = collect(ProgramStore(paths.db, mode="read"), experiment_spec(spec, paths), whole_seeds_only=interim)
     render_report(results, console)
     problems = [load_problem(name, Path(spec.programs_dir)) for name in spec.training.problems]
     objectives = {problem.name: problem.objectives for problem in problems}
@@ -53,7 +53,8 @@ def write_study_report(spec: StudySpec, paths: StudyPaths, store: Any, train_con
              "training_seeds": list(spec.training.seeds),
              "training_runs": [{"policy": run.name, "algo": run.algo, "training_seed": run.seed}
                                for run in spec.training_runs()],
-             "spec": spec.model_dump(mode="json")}
+             "spec": spec.model_dump(mode="json"),
+             "interim": _interim(results) if interim else None}
     arms = arm_report(results, facts["training_runs"], spec.claim, spec.training.seeds)
     render_arms(arms, console)
     page = with_training_section(report_html(results, kind="Study"),
@@ -69,6 +70,12 @@ def write_study_report(spec: StudySpec, paths: StudyPaths, store: Any, train_con
     console.print("wrote " + ", ".join(str(file) for file in (*files[:-1], path, markdown))
                   + f" and {len(figures)} charts in {files[-1]}", highlight=False)
     return path
+
+
+def _interim(results: Any) -> dict[str, Any]:  # results: ExperimentResults of whole seeds only
+    counted = [cell for cell in results.cells if cell.status == "finished"]
+    return {"seeds": sorted({cell.seed for cell in counted}), "cells_counted": len(counted),
+            "cells": len(results.cells)}
 
 
 def sampled_results(spec: StudySpec, paths: StudyPaths, store: Any) -> dict[str, list[Any]]:
