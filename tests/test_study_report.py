@@ -257,20 +257,27 @@ def test_results_markdown_budget_shows_the_programs_evaluated_beside_the_answers
     assert rows["`old`"][2] == "–"
 
 
-def test_checkpoints_sharing_their_algorithms_seeds_give_every_arm_one_cell_per_problem_and_seed(
-        tmp_path) -> None:
-    """[evolution] checkpoint_seeds = "split": vpo-t0 and grpo-t0 evolve seeds 0 and 2, vpo-t1 and grpo-t1 seed 1;
-    the base every seed. vpo cracks p0 in all three of its cells, grpo nothing, the base p1 once."""
+def _split_study(tmp_path: Path) -> tuple[ExperimentSpec, ProgramStore]:
+    """A study-like experiment on p0 and p1, seeds 0-2 run seed by seed, an algorithm's checkpoints splitting its
+    seeds (vpo-t0 and grpo-t0: 0 and 2; vpo-t1 and grpo-t1: 1; the base every seed), and its empty store."""
     programs = tmp_path / "programs"
     for name in ("p0", "p1"):
         new_problem(name, programs)
     split = {"vpo-t0": [0, 2], "vpo-t1": [1], "grpo-t0": [0, 2], "grpo-t1": [1]}
     spec = ExperimentSpec.model_validate({
         "name": "study", "db": str(tmp_path / "study.db"), "problems": ["p0", "p1"], "seeds": [0, 1, 2],
-        "iterations": ITERATIONS, "run": {"programs_dir": str(programs)}, "arm_seeds": split,
+        "iterations": ITERATIONS, "run": {"programs_dir": str(programs)}, "arm_seeds": split, "order": "seeds",
         "policies": [{"name": name} for name in POLICIES]})
     store = ProgramStore(spec.db)
     store.save_experiment(spec.name, spec.model_dump_json())
+    return spec, store
+
+
+def test_checkpoints_sharing_their_algorithms_seeds_give_every_arm_one_cell_per_problem_and_seed(
+        tmp_path) -> None:
+    """[evolution] checkpoint_seeds = "split": vpo-t0 and grpo-t0 evolve seeds 0 and 2, vpo-t1 and grpo-t1 seed 1;
+    the base every seed. vpo cracks p0 in all three of its cells, grpo nothing, the base p1 once."""
+    spec, store = _split_study(tmp_path)
     for problem, policy, seed in spec.cells():
         cracked = (policy.startswith("vpo") and problem == "p0") or (policy, problem, seed) == ("base", "p1", 1)
         _write_cell(store, spec, problem, policy, seed, cracks=cracked)
@@ -294,16 +301,7 @@ def test_an_interim_report_counts_only_the_seeds_every_arm_has_finished(tmp_path
     crack, the kind that finishes first), grpo-t0's p0 is under way and the rest have not started."""
     from evolve.report.results import whole_seeds
 
-    programs = tmp_path / "programs"
-    for name in ("p0", "p1"):
-        new_problem(name, programs)
-    split = {"vpo-t0": [0, 2], "vpo-t1": [1], "grpo-t0": [0, 2], "grpo-t1": [1]}
-    spec = ExperimentSpec.model_validate({
-        "name": "study", "db": str(tmp_path / "study.db"), "problems": ["p0", "p1"], "seeds": [0, 1, 2],
-        "iterations": ITERATIONS, "run": {"programs_dir": str(programs)}, "arm_seeds": split, "order": "seeds",
-        "policies": [{"name": name} for name in POLICIES]})
-    store = ProgramStore(spec.db)
-    store.save_experiment(spec.name, spec.model_dump_json())
+    spec, store = _split_study(tmp_path)
     for problem, policy, seed in spec.cells():
         if seed < 2 or policy == "base" or (problem, policy) in {("p0", "vpo-t0"), ("p0", "grpo-t0")}:
             _write_cell(store, spec, problem, policy, seed, cracks=policy.startswith("vpo") and problem == "p0")
