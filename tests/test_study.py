@@ -447,3 +447,26 @@ def test_an_interim_report_never_passes_for_the_report_stage_done(tmp_path: Path
     assert _final_report(report)
     report.write_text("{")
     assert not _final_report(report)
+
+
+def test_status_says_which_evolution_seeds_every_arm_has_finished(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from evolve.cli.main import main
+    from evolve.store.program_store import ProgramStore
+    from evolve.study.plan import StudyPaths, experiment_spec
+
+    path = write(tmp_path, STUDY.replace("seeds = [0]", "seeds = [0, 1]"))
+    folder = tmp_path / "study"
+    spec = load_study(path)
+    experiment = experiment_spec(spec, StudyPaths.of(spec, folder))
+    folder.mkdir()
+    store = ProgramStore(experiment.db)
+    store.save_experiment(experiment.name, experiment.model_dump_json())
+    for problem, arm, seed in experiment.cells()[:8]:  # seed 0 of all 7 arms, then the base's seed 1, under way
+        config = experiment.cell_config(problem, arm, seed)
+        run_id = store.create_run(config.run.name, problem, arm, seed, config.model_dump_json(), 1, experiment.name)
+        if seed == 0:
+            store.set_run_status(run_id, "finished")
+    assert main(["study", str(path), "--out", str(folder), "--status"]) == 0
+    assert ("3. evolve  partial  7/14 cells finished (8 started); every arm has finished seed 0 (1 of 2 seeds)"
+            in capsys.readouterr().out)

@@ -28,6 +28,7 @@ from typing import Any, Literal
 from rich.console import Console
 
 from evolve.engine.events import Observer
+from evolve.report.results import whole_seeds
 from evolve.study.config import StudySpec
 from evolve.study.plan import StudyPaths, experiment_spec, sampling_plans, train_configs
 from evolve.study.state import StudyError, StudyState
@@ -222,6 +223,12 @@ class Study:
         sample_runs = sum(map(len, plans.values()))
         finished, started, planned = evolution_counts(self.spec, self.paths, self.store)
         evolve_state: State = "done" if finished == planned else "partial" if started else "to do"
+        evolve_detail = f"{finished}/{planned} cells finished ({started} started)"
+        if evolve_state == "partial":
+            whole = whole_seeds(self.store, experiment_spec(self.spec, self.paths))
+            evolve_detail += (f"; every arm has finished seed{'s' * (len(whole) != 1)} {', '.join(map(str, whole))} "
+                              f"({len(whole)} of {len(self.spec.evolution.seeds)} seeds)" if whole
+                              else "; no seed finished by every arm yet")
         report = self.paths.report / "study_report.json"
         answers = self.spec.sampling.answers
         stages_done = sample_state == evolve_state == train_state == "done"
@@ -232,8 +239,7 @@ class Study:
         return [StageStatus("train", train_state, train_detail, train_fraction, **timing),
                 StageStatus("sample", sample_state, f"{sampled}/{sample_runs} (policy, problem) "
                             f"runs of {answers} answer{'s' * (answers != 1)}", sampled / max(1, sample_runs)),
-                StageStatus("evolve", evolve_state, f"{finished}/{planned} cells finished ({started} started)",
-                            finished / max(1, planned)),
+                StageStatus("evolve", evolve_state, evolve_detail, finished / max(1, planned)),
                 StageStatus("report", report_state, str(report))]
 
     def print_statuses(self, statuses: list[StageStatus]) -> None:
@@ -262,7 +268,6 @@ class Study:
         seeds finished for every arm (an interim report, which the report stage replaces); the path of
         study_report.json. StudyError before training and sampling are done, before a seed is whole, or after
         evolution is done (the report stage's turn)."""
-        from evolve.report.results import whole_seeds
         from evolve.study.report_stage import write_study_report
 
         train, sample, evolve, _report = self.statuses()
@@ -272,8 +277,9 @@ class Study:
         if evolve.state == "done":
             raise StudyError(f"study {self.spec.name}: its evolution is done; run `evolve study` for the final report")
         if not whole_seeds(self.store, experiment_spec(self.spec, self.paths)):
-            raise StudyError(f"study {self.spec.name}: no evolution seed has finished for every arm yet ("
-                             f"{evolve.detail}); an interim report compares the arms on whole seeds only")
+            raise StudyError(f"study {self.spec.name}: an interim report compares the arms on whole seeds, and no "
+                             f"evolution seed has finished for every arm yet ({evolve.fraction:.0%} of the cells "
+                             "have)")
         return write_study_report(self.spec, self.paths, self.store, self.train_configs, self.state.seconds_now(),
                                   self.console, interim=True)
 
