@@ -19,7 +19,7 @@ def write_study_report(spec: StudySpec, paths: StudyPaths, store: Any, train_con
                        seconds: dict[str, float], console: Console, interim: bool = False) -> Path:
     """Write STUDY/report/ from the study's store (a ProgramStore), its training logs (train_configs: TrainConfig
     by policy name) and the seconds spent per stage; print the report on `console`; the path of
-    study_report.json. `interim`: the study is under way; only its finished evolution cells count."""
+    study_report.json. `interim`: the study is under way; only the evolution seeds every arm has finished count."""
     from evolve.problems.problem import load_problem
     from evolve.report.figures import FIGURES_DIR
     from evolve.report.html import report_html
