@@ -299,7 +299,7 @@ def test_checkpoints_sharing_their_algorithms_seeds_give_every_arm_one_cell_per_
 def test_an_interim_report_counts_only_the_seeds_every_arm_has_finished(tmp_path: Path) -> None:
     """Seeds 0 and 1 whole; of seed 2 the base's cells and vpo-t0's p0 have finished (vpo-t0 cracked it: a quick
     crack, the kind that finishes first), grpo-t0's p0 is under way and the rest have not started."""
-    from evolve.report.results import whole_seeds
+    from evolve.report.results import cell_statuses, whole_seeds
 
     spec, store = _split_study(tmp_path)
     for problem, policy, seed in spec.cells():
@@ -308,7 +308,7 @@ def test_an_interim_report_counts_only_the_seeds_every_arm_has_finished(tmp_path
     under_way = next(c.run_id for c in store.experiment_cells(spec.name) if (c.problem, c.policy, c.seed) == (
         "p0", "grpo-t0", 2))
     store.set_run_status(under_way, "interrupted")
-    assert whole_seeds(store, spec) == (0, 1)
+    assert whole_seeds(spec, cell_statuses(store, spec)) == (0, 1)
     interim, everything = collect(store, spec, whole_seeds_only=True), collect(store, spec)
     assert (interim.row("p0", "vpo-t0").seeds_run, interim.row("p0", "vpo-t0").cracked) == (1, 1)
     assert (everything.row("p0", "vpo-t0").seeds_run, everything.row("p0", "vpo-t0").cracked) == (2, 2)

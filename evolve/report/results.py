@@ -24,7 +24,7 @@ from typing import Literal
 
 import numpy as np
 
-from evolve.engine.experiment_spec import ExperimentSpec
+from evolve.engine.experiment_spec import CellKey, ExperimentSpec
 from evolve.problems.problem import Problem, ProblemError, load_problem
 from evolve.report.by_choice import instructions_by_arm
 from evolve.report.result_types import (
@@ -157,14 +157,20 @@ def answers_asked(spec: ExperimentSpec, arm: str, costs: Iterable[IterationCost]
     return spec.answers_per_iteration_of_cells() * sum(1 for c in costs if c.policy_calls + c.policy_errors)
 
 
-def whole_seeds(store: ProgramStore, spec: ExperimentSpec) -> tuple[int, ...]:
-    """The seeds whose every cell (every arm that runs the seed, every problem) has finished, in `spec.seeds`
-    order."""
-    runs = {(c.problem, c.policy, c.seed): c.run_id for c in store.experiment_cells(spec.name)}
-    finished = {info.id for info in store.list_runs() if info.status == "finished"}
+def cell_statuses(store: ProgramStore, spec: ExperimentSpec) -> dict[CellKey, str]:
+    """The run status of each of the experiment's cells that has a run in the store, by (problem, policy, seed)."""
+    status = {info.id: info.status for info in store.list_runs()}
+    planned = set(spec.cells())
+    return {key: status[cell.run_id] for cell in store.experiment_cells(spec.name)
+            if (key := (cell.problem, cell.policy, cell.seed)) in planned and cell.run_id in status}
+
+
+def whole_seeds(spec: ExperimentSpec, statuses: Mapping[CellKey, str]) -> tuple[int, ...]:
+    """The seeds whose every cell (every arm that runs the seed, every problem) has finished (`statuses`: from
+    cell_statuses), in `spec.seeds` order."""
     planned = spec.cells()
     return tuple(seed for seed in spec.seeds
-                 if all(runs.get(key) in finished for key in planned if key[2] == seed))
+                 if all(statuses.get(key) == "finished" for key in planned if key[2] == seed))
 
 
 def collect(store: ProgramStore, spec: ExperimentSpec, samples: int = 100_000, confidence: float = 0.95,
@@ -178,7 +184,7 @@ def collect(store: ProgramStore, spec: ExperimentSpec, samples: int = 100_000, c
     runs = {(c.problem, c.policy, c.seed): c.run_id for c in store.experiment_cells(spec.name)}
     notes: list[str] = []
     if whole_seeds_only:
-        whole = whole_seeds(store, spec)
+        whole = whole_seeds(spec, cell_statuses(store, spec))
         runs = {key: run_id for key, run_id in runs.items() if key[2] in whole}
         counted = sum(key[2] in whole for key in spec.cells())
         notes.append(f"Interim: evolution seed{'s' * (len(whole) != 1)} {', '.join(map(str, whole)) or 'none'} "

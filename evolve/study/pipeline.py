@@ -28,7 +28,7 @@ from typing import Any, Literal
 from rich.console import Console
 
 from evolve.engine.events import Observer
-from evolve.report.results import whole_seeds
+from evolve.report.results import cell_statuses, whole_seeds
 from evolve.study.config import StudySpec
 from evolve.study.plan import StudyPaths, experiment_spec, sampling_plans, train_configs
 from evolve.study.state import StudyError, StudyState
@@ -160,17 +160,13 @@ def _plans_state(plans: list[Any]) -> State:
 
 # ---- stage 3: evolution ---------------------------------------------------------------------------------------
 
-def evolution_counts(spec: StudySpec, paths: StudyPaths, store: Any) -> tuple[int, int, int]:
-    """(cells finished, cells started, cells planned) of the study's experiment in its store."""
+def evolution_counts(spec: StudySpec, paths: StudyPaths, store: Any) -> tuple[int, int, int, tuple[int, ...]]:
+    """(cells finished, cells started, cells planned, the seeds every arm has finished) of the study's experiment
+    in its store."""
     experiment = experiment_spec(spec, paths)
-    wanted = set(experiment.cells())
-    runs = {cell.run_id: (cell.problem, cell.policy, cell.seed) for cell in store.experiment_cells(experiment.name)}
-    started = finished = 0
-    for info in store.list_runs():
-        if runs.get(info.id) in wanted:
-            started += 1
-            finished += info.status == "finished"
-    return finished, started, len(wanted)
+    statuses = cell_statuses(store, experiment)
+    finished = sum(status == "finished" for status in statuses.values())
+    return finished, len(statuses), len(experiment.cells()), whole_seeds(experiment, statuses)
 
 
 # ---- the whole study ------------------------------------------------------------------------------------------
@@ -221,11 +217,10 @@ class Study:
         sample_state = _combined([_plans_state(p) for p in plans.values()])
         sampled = sum(plan.finished for p in plans.values() for plan in p)
         sample_runs = sum(map(len, plans.values()))
-        finished, started, planned = evolution_counts(self.spec, self.paths, self.store)
+        finished, started, planned, whole = evolution_counts(self.spec, self.paths, self.store)
         evolve_state: State = "done" if finished == planned else "partial" if started else "to do"
         evolve_detail = f"{finished}/{planned} cells finished ({started} started)"
         if evolve_state == "partial":
-            whole = whole_seeds(self.store, experiment_spec(self.spec, self.paths))
             evolve_detail += (f"; every arm has finished seed{'s' * (len(whole) != 1)} {', '.join(map(str, whole))} "
                               f"({len(whole)} of {len(self.spec.evolution.seeds)} seeds)" if whole
                               else "; no seed finished by every arm yet")
@@ -276,7 +271,7 @@ class Study:
                              f"(train: {train.detail}; sample: {sample.detail})")
         if evolve.state == "done":
             raise StudyError(f"study {self.spec.name}: its evolution is done; run `evolve study` for the final report")
-        if not whole_seeds(self.store, experiment_spec(self.spec, self.paths)):
+        if not evolution_counts(self.spec, self.paths, self.store)[3]:
             raise StudyError(f"study {self.spec.name}: an interim report compares the arms on whole seeds, and no "
                              f"evolution seed has finished for every arm yet ({evolve.fraction:.0%} of the cells "
                              "have)")
