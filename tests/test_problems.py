@@ -7,8 +7,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from unhurried import unhurried
 
-from evolve.problems.evaluation import evaluate_in_this_process, evaluate_program
+from evolve.problems.evaluation import evaluate_in_this_process, evaluate_program, evaluation_timeout
 from evolve.problems.problem import Problem, list_problems, load_problem
 from evolve.records import Evaluation
 
@@ -95,9 +96,16 @@ def test_fizzbuzz_initial_program_misses_every_multiple_of_five() -> None:
     assert "fizzbuzz(5) should be 'Buzz' but got '5'" in result.artifacts["feedback"]
 
 
+def test_limits_time_scale_stretches_the_sandbox_limits_and_the_evaluation_deadline(tmp_path: Path) -> None:
+    nominal, scaled = shipped("meeting_rooms"), unhurried("meeting_rooms", tmp_path, time_scale=4)
+    assert (nominal.limits.time_scale, scaled.limits.time_scale) == (1.0, 4.0)
+    assert scaled.limits.wall_time_s == nominal.limits.wall_time_s  # the sandbox multiplies them when it starts
+    assert evaluation_timeout(scaled) == pytest.approx(evaluation_timeout(nominal) + 3 * 2 * nominal.limits.wall_time_s)
+
+
 @pytest.mark.parametrize("name", SHIPPED)
-def test_known_good_solution_solves_the_problem(name: str) -> None:
-    problem = shipped(name)
+def test_known_good_solution_solves_the_problem(name: str, tmp_path: Path) -> None:
+    problem = unhurried(name, tmp_path)  # answers, not speed: a loaded machine must not fail it
     result = evaluate(problem, (SOLUTIONS / f"{name}.py").read_text())
     assert result.ok, result
     assert problem.is_solved(result.scores), result.scores

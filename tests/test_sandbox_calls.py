@@ -71,6 +71,17 @@ def test_the_run_wall_limit_bounds_all_calls_together(tmp_path: Path) -> None:
     assert time.monotonic() - started < 30.0
 
 
+def test_time_scale_multiplies_each_calls_limit_and_the_runs_wall_and_cpu_limits(tmp_path: Path) -> None:
+    program = tmp_path / "sleeper.py"
+    program.write_text("import time\n\ndef f(x):\n    time.sleep(x)\n    return x\n")
+    calls, limits = [[0.5]], [0.2]  # half a second asleep: over its 0.2 s limit, under 20 times it
+    assert Sandbox(SandboxLimits()).call_each(program, "f", calls, limits)[0].status == "timeout"
+    scaled = Sandbox(SandboxLimits(wall_time_s=4.0, cpu_time_s=2.0, time_scale=20.0))
+    assert (scaled.limits.wall_time_s, scaled.limits.cpu_time_s) == (80.0, 40.0)
+    assert [(result.status, result.value) for result in scaled.call_each(program, "f", calls, limits)] == [("ok", 0.5)]
+    assert Sandbox(scaled.limits).limits == scaled.limits  # the limits in force are not scaled twice
+
+
 def test_a_session_keeps_the_candidates_state_between_interactive_calls(sandbox: Sandbox, tmp_path: Path) -> None:
     program = tmp_path / "guesser.py"
     program.write_text("seen = []\n\ndef guess(last_answer):\n    seen.append(last_answer)\n    return len(seen)\n")

@@ -52,6 +52,8 @@ class LimitsSection(StrictModel):
     max_output_bytes: StrictInt = Field(SandboxLimits.max_output_bytes, ge=1024)
     max_written_mb: StrictInt = Field(SandboxLimits.max_written_mb, ge=1, description="all files the candidate writes")
     preload: tuple[str, ...] = Field((), description="modules the sandbox's fork server imports once, e.g. numpy")
+    time_scale: float = Field(SandboxLimits.time_scale, gt=0, description=(
+        "multiplies every time limit, the evaluator's per-call limits included: for a slow or loaded machine"))
 
     @field_validator("preload")
     @classmethod

@@ -59,6 +59,7 @@ import threading
 import time
 import weakref
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +100,10 @@ class Sandbox:
     or garbage collection) stops it. A Sandbox used for one call thus never starts a server."""
 
     def __init__(self, limits: SandboxLimits | None = None) -> None:
-        self.limits = limits or SandboxLimits()
+        limits = limits or SandboxLimits()
+        self.time_scale = limits.time_scale  # each timed call's limit_s is multiplied by it too
+        self.limits = replace(limits, wall_time_s=limits.wall_time_s * limits.time_scale,  # the limits in force
+                              cpu_time_s=limits.cpu_time_s * limits.time_scale, time_scale=1.0)
         self._site_dirs = tuple(path for path in site.getsitepackages() if os.path.isdir(path))
         prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *self._site_dirs}
         roots = sorted(root for root in prefixes | set(_SYSTEM_READ_ROOTS) if os.path.exists(root))
@@ -330,7 +334,7 @@ class SandboxSession:
                         continue
                     self._failed_to_load = failure  # the candidate does not load: no call of it can succeed
                     return failure
-            result = self._child.serve(payload, limit_s, self._deadline)
+            result = self._child.serve(payload, limit_s * self._sandbox.time_scale, self._deadline)
             if result.status == "ok" or not self._child.dead or not self._close_child():
                 return result
         return result

@@ -41,6 +41,7 @@ class SandboxLimits:
     preload: tuple[str, ...] = ()  # modules the fork server imports once, before forking each child
     fork_server: bool = True  # fork each child from a warm server (evolve/sandbox/forkserver.py), not a new python
     fresh_children_first: int = 1  # children a Sandbox starts fresh before its server: one call never starts one
+    time_scale: float = 1.0  # multiplies every time limit (wall, CPU and each timed call's): a slow or loaded machine
 
 
 @dataclass(frozen=True)
