@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 FILE=${2:-experiments/study_cpu.toml}
 LOG=${EVOLVE_STUDY_LOG:-/tmp/evolve-study.log}
-PATTERN="evolve study $FILE"
+PATTERN="evolve study $FILE\$"  # the study itself, not a --status or --report-so-far beside it
 
 [ -x .venv/bin/evolve ] || bash scripts/install.sh
 if grep -q "programs/humaneval/" "$FILE" && [ ! -d programs/humaneval ]; then .venv/bin/evolve import humaneval; fi
