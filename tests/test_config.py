@@ -216,6 +216,17 @@ def test_a_sampling_run_stored_with_another_backend_names_the_backend_and_the_co
     assert settings_changed(stored, wanted) == ["policy.backend 'hf' -> 'openai'", "policy.temperature 0.8 -> 1.0"]
 
 
+def test_a_sampling_run_resumes_under_other_slots_context_or_threads_but_not_another_token_cap() -> None:
+    from evolve.engine.sampling import settings_changed
+
+    stored = load_config(None, {"policy.backend": "llamacpp"})
+    roomier = load_config(None, {"policy.backend": "llamacpp", "policy.slots": 4, "policy.context": 4096,
+                                 "policy.threads": 1})
+    assert settings_changed(stored, roomier) == []  # they change what runs at once, not what is written
+    longer = load_config(None, {"policy.backend": "llamacpp", "policy.max_new_tokens": 999})
+    assert settings_changed(stored, longer) == [f"policy.max_new_tokens {stored.policy.max_new_tokens} -> 999"]
+
+
 def one_error_line(capsys: pytest.CaptureFixture[str], code: int) -> str:
     out = capsys.readouterr()
     text = " ".join((out.out + out.err).split())

@@ -470,3 +470,80 @@ def test_status_says_which_evolution_seeds_every_arm_has_finished(tmp_path: Path
     assert main(["study", str(path), "--out", str(folder), "--status"]) == 0
     assert ("3. evolve  partial  7/14 cells finished (8 started); every arm has finished seed 0 (1 of 2 seeds)"
             in capsys.readouterr().out)
+
+
+def started_study(tmp_path: Path) -> tuple[Path, Path, list[int]]:
+    """A study file, its folder, and its store with seed 0 of every arm finished by hand (no model): the run ids."""
+    from evolve.store.program_store import ProgramStore
+    from evolve.study.plan import StudyPaths, experiment_spec
+
+    path = write(tmp_path, STUDY.replace("seeds = [0]", "seeds = [0, 1]"))
+    folder = tmp_path / "study"
+    spec = load_study(path)
+    experiment = experiment_spec(spec, StudyPaths.of(spec, folder))
+    folder.mkdir()
+    store = ProgramStore(experiment.db)
+    store.save_experiment(experiment.name, experiment.model_dump_json())
+    run_ids = []
+    for problem, arm, seed in experiment.cells()[:7]:  # seed 0 of all 7 arms
+        config = experiment.cell_config(problem, arm, seed)
+        run_ids.append(store.create_run(config.run.name, problem, arm, seed, config.model_dump_json(), 1,
+                                        experiment.name))
+        store.set_run_status(run_ids[-1], "finished")
+    return path, folder, run_ids
+
+
+def test_redone_cells_leave_the_study_keep_their_runs_and_are_named_with_their_reason(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from evolve.cli.main import main
+    from evolve.engine.experiment import ExperimentRunner
+    from evolve.report.study_markdown import results_markdown
+    from evolve.store.program_store import ProgramStore
+    from evolve.study.plan import StudyPaths, experiment_spec
+    from evolve.study.report_stage import redone_cells
+    from evolve.study.state import StudyState
+
+    path, folder, run_ids = started_study(tmp_path)
+    redo = run_ids[1]
+    assert main(["study", str(path), "--out", str(folder), "--redo", str(redo), "--reason", "refused requests"]) == 0
+    assert "1 cell to run again" in capsys.readouterr().out
+    assert main(["study", str(path), "--out", str(folder), "--status"]) == 0
+    assert "3. evolve  partial  6/14 cells finished (6 started); no seed finished by every arm yet" in \
+        capsys.readouterr().out
+    spec = load_study(path)
+    experiment = experiment_spec(spec, StudyPaths.of(spec, folder))
+    store = ProgramStore(experiment.db)
+    kept = store.get_run(redo)
+    assert kept.status == "finished" and kept.name.endswith("~redone-1")  # the first run stays, renamed
+    runner = ExperimentRunner(experiment)
+    runner.load_stored_cells()
+    again = [cell for cell in runner.cells.values() if cell.key[2] == 0 and cell.run_id is None]
+    assert [(cell.key, cell.status) for cell in again] == [((kept.problem, kept.policy, 0), "waiting")]
+    records = redone_cells(StudyPaths.of(spec, folder))
+    assert [(r["run_id"], r["policy"], r["status"], r["reason"]) for r in records] == [
+        (redo, kept.policy, "finished", "refused requests")]
+    assert f"1 cell ({kept.policy} seed 0): refused requests" in results_markdown({"redone": records})
+    StudyState(StudyPaths.of(spec, folder)).save()  # a study run later keeps the record in its state file
+    assert redone_cells(StudyPaths.of(spec, folder)) == records
+
+
+@pytest.mark.parametrize(("arguments", "refusal"), [
+    (["--redo", "999", "--reason", "x"], "run 999: not a cell of study tiny's evolution"),
+    (["--redo", "FIRST"], "say why the cells are redone (--reason)"),
+    (["--redo", "FIRST", "--reason", "x"], "stop it before redoing cells")])
+def test_redo_is_refused_in_one_line_for_another_run_without_a_reason_or_while_the_study_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], arguments: list[str], refusal: str) -> None:
+    from evolve.cli.main import main
+    from evolve.store.program_store import ProgramStore
+    from evolve.study.state import this_process
+
+    path, folder, run_ids = started_study(tmp_path)
+    arguments = [str(run_ids[0]) if a == "FIRST" else a for a in arguments]
+    if arguments[-1] == "x" and arguments[1] != "999":  # the study runs: this (live) process holds its state file
+        (folder / "study_state.json").write_text(json.dumps(
+            {"db": str(folder / "study.db"), "seconds": {}, "running": {"owner": this_process(), "since": {}}}))
+    assert main(["study", str(path), "--out", str(folder), *arguments]) == 1
+    error = capsys.readouterr().out
+    assert len(error.strip().splitlines()) == 1 and error.startswith("error: ")
+    assert refusal in error
+    assert len(ProgramStore(str(folder / "study.db")).experiment_cells("tiny")) == 7  # nothing was taken out

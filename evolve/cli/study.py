@@ -4,6 +4,7 @@ the base on held-out problems, and report; one resumable command."""
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from rich.console import Console
 
@@ -24,6 +25,11 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     study.add_argument("--report-so-far", action="store_true",
                        help="only write STUDY/report/ from the evolution seeds finished so far for every arm "
                        "(the study may be running): an interim report, which the report stage replaces")
+    study.add_argument("--redo", nargs="+", type=int, metavar="RUN_ID",
+                       help="only take these evolution cells' runs out of the study (kept in the store, renamed), so "
+                       "the next `evolve study` runs those cells again; needs --reason, refused while the study runs")
+    study.add_argument("--reason", default="", help="why the --redo cells are run again (kept in study_state.json "
+                       "and named by the report)")
     study.add_argument("--cluster", choices=("ray",), help="evolve stage: each cell a Ray task on the cluster at "
                        "RAY_ADDRESS, or on a local one (needs: pip install -e '.[ray]')")
     study.set_defaults(handler=cmd_study)
@@ -44,6 +50,8 @@ def cmd_study(args: argparse.Namespace, console: Console) -> int:
         path = reporter.write_interim_report()
         console.print(f"interim report: {path.parent / 'report.html'}", highlight=False, soft_wrap=True)
         return 0
+    if args.redo:
+        return redo(spec, paths, args, console)
     from evolve.cli.progress import ExperimentDrawing
 
     drawing = ExperimentDrawing(console)  # the evolve stage's cells, drawn as `evolve experiment` draws them
@@ -68,4 +76,18 @@ def cmd_study(args: argparse.Namespace, console: Console) -> int:
                   + (f" (time per stage, all runs together: {timings})" if timings else "")
                   + (f"; report: {outcome.report.parent / 'report.html'}" if outcome.report else ""),
                   highlight=False, soft_wrap=True)
+    return 0
+
+
+def redo(spec: Any, paths: Any, args: argparse.Namespace, console: Console) -> int:
+    from evolve.store.program_store import ProgramStore
+    from evolve.study.redo import redo_cells
+
+    records = redo_cells(spec, paths, ProgramStore(paths.db), args.redo, args.reason)
+    for record in records:
+        console.print(f"run {record['run_id']} ({record['problem']} x {record['policy']} seed {record['seed']}, "
+                      f"{record['status']}): taken out of the study, kept in the store", highlight=False,
+                      soft_wrap=True)
+    console.print(f"{len(records)} cell{'s' * (len(records) != 1)} to run again: `evolve study {args.file}`",
+                  highlight=False)
     return 0

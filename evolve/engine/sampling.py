@@ -125,6 +125,12 @@ def sample_config(base: RunConfig, problem: str, problem_name: str, answers: int
     return RunConfig(run=base.run.model_copy(update=run_updates), policy=base.policy, selection=selection)
 
 
+# how many requests run at once, on how many threads, and how long a prompt and its answer may be: a run sampled
+# under other values of these resumes under the new ones (no answer it wrote would have been written differently;
+# a request a smaller context refused stays recorded as refused)
+CAPACITY_KEYS = frozenset({"slots", "context", "threads"})
+
+
 def settings_changed(stored: RunConfig, wanted: RunConfig, seed: int | None = None,
                      recorded_seed: int | None = None) -> list[str]:
     """'policy.KEY a -> b' for each sampling setting that differs between a stored run and this request.
@@ -134,7 +140,7 @@ def settings_changed(stored: RunConfig, wanted: RunConfig, seed: int | None = No
     changed seed is named by `recorded_seed` (the stored run's runs row) -> `seed`."""
     before, after = stored.policy.model_dump(), wanted.policy.model_dump()  # another backend: its settings differ
     changes = [f"policy.{key} {value!r} -> {after[key]!r}" for key, value in before.items()
-               if key in after and after[key] != value]
+               if key in after and after[key] != value and key not in CAPACITY_KEYS]
     if stored.run.seed not in (wanted.run.seed, seed):
         shown = stored.run.seed if recorded_seed is None else recorded_seed
         changes.append(f"run.seed {shown} -> {wanted.run.seed if seed is None else seed}")

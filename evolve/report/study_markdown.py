@@ -24,8 +24,8 @@ def results_markdown(document: Mapping[str, Any], figures: str = "figures",
     """The Markdown of a study_report.json `document`; `figures` is the figures/ folder as the reader's page links
     it; `present`: the figure file names that exist (a figure not among them is left out; None: all)."""
     shown = set(present) if present is not None else None
-    parts = [_interim(document), _arms(document), _differences(document), _per_problem(document), _sampling(document),
-             _tokens(document), _reward_change(document), _seconds(document)]
+    parts = [_interim(document), _redone(document), _arms(document), _differences(document), _per_problem(document),
+             _sampling(document), _tokens(document), _reward_change(document), _seconds(document)]
     pictures = [f"![{caption}]({figures.rstrip('/')}/{name})" for name, caption in FIGURES
                 if shown is None or name in shown]
     if pictures:
@@ -45,6 +45,20 @@ def _interim(document: Mapping[str, Any]) -> str:
             f"{', '.join(map(str, seeds))} finished for every arm ({interim['cells_counted']} of {interim['cells']} "
             "cells).** Every evolution number below compares the arms on those whole seeds only; the final report "
             "replaces these.")
+
+
+def _redone(document: Mapping[str, Any]) -> str:
+    """One line per reason the study ran some evolution cells again (`evolve study --redo`)."""
+    by_reason: dict[str, list[Mapping[str, Any]]] = {}
+    for record in document.get("redone") or []:
+        by_reason.setdefault(str(record.get("reason", "")), []).append(record)
+    lines = [f"- {len(records)} cell{'s' * (len(records) != 1)} "
+             f"({', '.join(sorted({str(r.get('policy')) + ' seed ' + str(r.get('seed')) for r in records}))}): "
+             f"{reason}" for reason, records in by_reason.items()]
+    if not lines:
+        return ""
+    return ("**Cells run again.** These evolution cells were taken out of the study and run again; their first "
+            "runs stay in the store, renamed NAME~redone-K:\n\n" + "\n".join(lines))
 
 
 def _num(value: float | None, digits: int = 3) -> str:

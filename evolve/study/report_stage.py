@@ -54,7 +54,8 @@ def write_study_report(spec: StudySpec, paths: StudyPaths, store: Any, train_con
              "training_runs": [{"policy": run.name, "algo": run.algo, "training_seed": run.seed}
                                for run in spec.training_runs()],
              "spec": spec.model_dump(mode="json"),
-             "interim": _interim(results) if interim else None}
+             "interim": _interim(results) if interim else None,
+             "redone": redone_cells(paths)}
     arms = arm_report(results, facts["training_runs"], spec.claim, spec.training.seeds)
     render_arms(arms, console)
     page = with_training_section(report_html(results, kind="Study"),
@@ -76,6 +77,15 @@ def _interim(results: Any) -> dict[str, Any]:  # results: ExperimentResults of w
     counted = [cell for cell in results.cells if cell.status == "finished"]
     return {"seeds": sorted({cell.seed for cell in counted}), "cells_counted": len(counted),
             "cells": len(results.cells)}
+
+
+def redone_cells(paths: StudyPaths) -> list[dict[str, Any]]:
+    """The evolution cells run again (`evolve study --redo`), as the study's state file records them."""
+    try:
+        redone = json.loads(paths.state.read_text()).get("redone", [])
+    except (OSError, ValueError):
+        return []
+    return redone if isinstance(redone, list) else []
 
 
 def sampled_results(spec: StudySpec, paths: StudyPaths, store: Any) -> dict[str, list[Any]]:

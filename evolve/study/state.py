@@ -65,6 +65,8 @@ class StudyState:
             raise StudyError(f"{paths.folder}: this study's store is {stored_db}; run it with --db {stored_db} "
                              "(or another --out for a new study)")
         self.data: dict[str, Any] = {"db": paths.db, "seconds": data.get("seconds", {})}
+        if "redone" in data:  # the evolution cells run again, and why (evolve/study/redo.py)
+            self.data["redone"] = data["redone"]
         if read_only:  # a reader counts what the file says is under way; a writer drops what a dead process left
             if "running" in data:
                 self.data["running"] = data["running"]
@@ -94,6 +96,12 @@ class StudyState:
             if not running["since"]:
                 self.data.pop("running", None)
             self.save()
+
+    def runs_elsewhere(self) -> int | None:
+        """The pid of a live process running a stage of this study, as the file says; None when none does."""
+        data = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        running = data.get("running")
+        return running["owner"]["pid"] if isinstance(running, dict) and is_alive(running.get("owner")) else None
 
     @property
     def seconds(self) -> dict[str, float]:
