@@ -522,7 +522,8 @@ def test_redone_cells_leave_the_study_keep_their_runs_and_are_named_with_their_r
     records = redone_cells(StudyPaths.of(spec, folder))
     assert [(r["run_id"], r["policy"], r["status"], r["reason"]) for r in records] == [
         (redo, kept.policy, "finished", "refused requests")]
-    assert f"1 cell ({kept.policy} seed 0): refused requests" in results_markdown({"redone": records})
+    assert f"1 evolution cell run again ({kept.policy} seed 0; the first runs kept in the store as NAME~redone-K): " \
+        "refused requests" in results_markdown({"redone": records})
     StudyState(StudyPaths.of(spec, folder)).save()  # a study run later keeps the record in its state file
     assert redone_cells(StudyPaths.of(spec, folder)) == records
 
@@ -547,3 +548,24 @@ def test_redo_is_refused_in_one_line_for_another_run_without_a_reason_or_while_t
     assert len(error.strip().splitlines()) == 1 and error.startswith("error: ")
     assert refusal in error
     assert len(ProgramStore(str(folder / "study.db")).experiment_cells("tiny")) == 7  # nothing was taken out
+
+
+def test_the_report_of_a_study_names_its_redone_cells_with_their_reason(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from evolve.cli.main import main
+    from evolve.study.pipeline import Study
+    from evolve.study.plan import StudyPaths
+    from evolve.study.report_stage import write_study_report
+
+    path, folder, run_ids = started_study(tmp_path)
+    assert main(["study", str(path), "--out", str(folder), "--redo", str(run_ids[1]), "--reason", "slot too small"]) == 0
+    spec = load_study(path)
+    study = Study(spec, StudyPaths.of(spec, folder), Console(), source=str(path), read_only=True)
+    written = write_study_report(spec, study.paths, study.store, study.train_configs, {}, Console(quiet=True),
+                                 interim=True)
+    assert [(r["run_id"], r["reason"]) for r in json.loads(written.read_text())["redone"]] == [
+        (run_ids[1], "slot too small")]
+    line = "1 evolution cell run again (vpo-t0 seed 0; the first runs kept in the store as NAME~redone-K): slot too small"
+    assert line in (study.paths.report / "report.html").read_text()
+    assert line in (study.paths.report / "results.md").read_text()

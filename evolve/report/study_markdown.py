@@ -47,18 +47,19 @@ def _interim(document: Mapping[str, Any]) -> str:
             "replaces these.")
 
 
-def _redone(document: Mapping[str, Any]) -> str:
-    """One line per reason the study ran some evolution cells again (`evolve study --redo`)."""
+def redone_lines(records: Iterable[Mapping[str, Any]]) -> list[str]:
+    """One line per reason the study ran some evolution cells again (`evolve study --redo`): how many, whose, why."""
     by_reason: dict[str, list[Mapping[str, Any]]] = {}
-    for record in document.get("redone") or []:
+    for record in records:
         by_reason.setdefault(str(record.get("reason", "")), []).append(record)
-    lines = [f"- {len(records)} cell{'s' * (len(records) != 1)} "
-             f"({', '.join(sorted({str(r.get('policy')) + ' seed ' + str(r.get('seed')) for r in records}))}): "
-             f"{reason}" for reason, records in by_reason.items()]
-    if not lines:
-        return ""
-    return ("**Cells run again.** These evolution cells were taken out of the study and run again; their first "
-            "runs stay in the store, renamed NAME~redone-K:\n\n" + "\n".join(lines))
+    return [f"{len(cells)} evolution cell{'s' * (len(cells) != 1)} run again "
+            f"({', '.join(sorted({str(r.get('policy')) + ' seed ' + str(r.get('seed')) for r in cells}))}; the first "
+            f"runs kept in the store as NAME~redone-K): {reason}" for reason, cells in by_reason.items()]
+
+
+def _redone(document: Mapping[str, Any]) -> str:
+    lines = redone_lines(document.get("redone") or [])
+    return "**Cells run again.**\n\n" + "\n".join(f"- {line}" for line in lines) if lines else ""
 
 
 def _num(value: float | None, digits: int = 3) -> str:

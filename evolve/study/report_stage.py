@@ -5,7 +5,7 @@ study_report.json, results.md, the CSVs and figures/, every chart as a standalon
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ def write_study_report(spec: StudySpec, paths: StudyPaths, store: Any, train_con
     from evolve.report.results import collect
     from evolve.report.reward_change import reward_change
     from evolve.report.study_arms import arm_report, arms_section_html, render_arms
-    from evolve.report.study_markdown import results_markdown
+    from evolve.report.study_markdown import redone_lines, results_markdown
     from evolve.report.study_report import (
         read_training_log,
         study_json,
@@ -39,6 +39,8 @@ def write_study_report(spec: StudySpec, paths: StudyPaths, store: Any, train_con
     from evolve.store.program_store import ProgramStore
 
     results = collect(ProgramStore(paths.db, mode="read"), experiment_spec(spec, paths), whole_seeds_only=interim)
+    redone = redone_cells(paths)
+    results = replace(results, notes=(*results.notes, *redone_lines(redone)))  # the page's notes name them too
     render_report(results, console)
     problems = [load_problem(name, Path(spec.programs_dir)) for name in spec.training.problems]
     objectives = {problem.name: problem.objectives for problem in problems}
@@ -55,7 +57,7 @@ def write_study_report(spec: StudySpec, paths: StudyPaths, store: Any, train_con
                                for run in spec.training_runs()],
              "spec": spec.model_dump(mode="json"),
              "interim": _interim(results) if interim else None,
-             "redone": redone_cells(paths)}
+             "redone": redone}
     arms = arm_report(results, facts["training_runs"], spec.claim, spec.training.seeds)
     render_arms(arms, console)
     page = with_training_section(report_html(results, kind="Study"),
