@@ -452,28 +452,16 @@ def test_an_interim_report_never_passes_for_the_report_stage_done(tmp_path: Path
 def test_status_says_which_evolution_seeds_every_arm_has_finished(tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     from evolve.cli.main import main
-    from evolve.store.program_store import ProgramStore
-    from evolve.study.plan import StudyPaths, experiment_spec
 
-    path = write(tmp_path, STUDY.replace("seeds = [0]", "seeds = [0, 1]"))
-    folder = tmp_path / "study"
-    spec = load_study(path)
-    experiment = experiment_spec(spec, StudyPaths.of(spec, folder))
-    folder.mkdir()
-    store = ProgramStore(experiment.db)
-    store.save_experiment(experiment.name, experiment.model_dump_json())
-    for problem, arm, seed in experiment.cells()[:8]:  # seed 0 of all 7 arms, then the base's seed 1, under way
-        config = experiment.cell_config(problem, arm, seed)
-        run_id = store.create_run(config.run.name, problem, arm, seed, config.model_dump_json(), 1, experiment.name)
-        if seed == 0:
-            store.set_run_status(run_id, "finished")
+    path, folder, _ = started_study(tmp_path, cells=8)  # seed 0 of all 7 arms, then the base's seed 1, under way
     assert main(["study", str(path), "--out", str(folder), "--status"]) == 0
     assert ("3. evolve  partial  7/14 cells finished (8 started); every arm has finished seed 0 (1 of 2 seeds)"
             in capsys.readouterr().out)
 
 
-def started_study(tmp_path: Path) -> tuple[Path, Path, list[int]]:
-    """A study file, its folder, and its store with seed 0 of every arm finished by hand (no model): the run ids."""
+def started_study(tmp_path: Path, cells: int = 7) -> tuple[Path, Path, list[int]]:
+    """A study file (7 arms, seeds 0 and 1), its folder, and its store with the first `cells` cells made by hand (no
+    model), those of seed 0 finished: the run ids."""
     from evolve.store.program_store import ProgramStore
     from evolve.study.plan import StudyPaths, experiment_spec
 
@@ -485,11 +473,12 @@ def started_study(tmp_path: Path) -> tuple[Path, Path, list[int]]:
     store = ProgramStore(experiment.db)
     store.save_experiment(experiment.name, experiment.model_dump_json())
     run_ids = []
-    for problem, arm, seed in experiment.cells()[:7]:  # seed 0 of all 7 arms
+    for problem, arm, seed in experiment.cells()[:cells]:
         config = experiment.cell_config(problem, arm, seed)
         run_ids.append(store.create_run(config.run.name, problem, arm, seed, config.model_dump_json(), 1,
                                         experiment.name))
-        store.set_run_status(run_ids[-1], "finished")
+        if seed == 0:
+            store.set_run_status(run_ids[-1], "finished")
     return path, folder, run_ids
 
 
