@@ -4,11 +4,15 @@ the base on held-out problems, and report; one resumable command."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from evolve.cli.conventions import add_out_flag
+
+if TYPE_CHECKING:
+    from evolve.study.config import StudySpec
+    from evolve.study.plan import StudyPaths
 
 STAGE_NAMES = ("train", "sample", "evolve", "report")
 
@@ -79,7 +83,7 @@ def cmd_study(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def redo(spec: Any, paths: Any, args: argparse.Namespace, console: Console) -> int:
+def redo(spec: StudySpec, paths: StudyPaths, args: argparse.Namespace, console: Console) -> int:
     from evolve.store.program_store import ProgramStore
     from evolve.study.redo import redo_cells
 

@@ -116,7 +116,7 @@ def check_problem(name_or_path: str, programs_dir: Path) -> CheckReport:
             report.add("warning", f"{evaluator}: every objective of initial.py is 0; selection has no signal "
                                   "to start from (give partial credit, or a better seed program; a stub seed meant "
                                   "to fail every test says so in problem.toml: stub_seed = true)")
-    limit = problem.limits.wall_time_s * problem.limits.time_scale
+    limit = problem.limits.in_force().wall_time_s
     if first.wall_s > 0.5 * limit:
         report.add("warning", f"{problem.path / 'problem.toml'}: initial.py took {first.wall_s:.1f} s of the "
                               f"{limit:g} s wall limit; raise [limits] wall_time_s or make the tests cheaper")

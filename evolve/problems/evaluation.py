@@ -66,7 +66,7 @@ FOLDER_PREFIX = "evolve-eval-"
 def evaluation_timeout(problem: Problem) -> float:
     """The default hard deadline for one evaluation: room for two sandbox runs (and one more per cascade stage)
     plus a margin."""
-    return (2 + len(problem.cascade)) * problem.limits.wall_time_s * problem.limits.time_scale + _MARGIN_S
+    return (2 + len(problem.cascade)) * problem.limits.in_force().wall_time_s + _MARGIN_S
 
 
 # ---------------------------------------------------------------- engine side

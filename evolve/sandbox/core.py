@@ -59,7 +59,6 @@ import threading
 import time
 import weakref
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -102,8 +101,7 @@ class Sandbox:
     def __init__(self, limits: SandboxLimits | None = None) -> None:
         limits = limits or SandboxLimits()
         self.time_scale = limits.time_scale  # each timed call's limit_s is multiplied by it too
-        self.limits = replace(limits, wall_time_s=limits.wall_time_s * limits.time_scale,  # the limits in force
-                              cpu_time_s=limits.cpu_time_s * limits.time_scale, time_scale=1.0)
+        self.limits = limits.in_force()
         self._site_dirs = tuple(path for path in site.getsitepackages() if os.path.isdir(path))
         prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *self._site_dirs}
         roots = sorted(root for root in prefixes | set(_SYSTEM_READ_ROOTS) if os.path.exists(root))

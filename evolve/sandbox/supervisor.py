@@ -17,7 +17,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -42,6 +42,12 @@ class SandboxLimits:
     fork_server: bool = True  # fork each child from a warm server (evolve/sandbox/forkserver.py), not a new python
     fresh_children_first: int = 1  # children a Sandbox starts fresh before its server: one call never starts one
     time_scale: float = 1.0  # multiplies every time limit (wall, CPU and each timed call's): a slow or loaded machine
+
+    def in_force(self) -> SandboxLimits:
+        """These limits with time_scale applied to the wall and CPU limits (and then 1: never applied twice); a
+        Sandbox keeps the scale itself for each timed call's limit."""
+        return replace(self, wall_time_s=self.wall_time_s * self.time_scale,
+                       cpu_time_s=self.cpu_time_s * self.time_scale, time_scale=1.0)
 
 
 @dataclass(frozen=True)

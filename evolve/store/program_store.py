@@ -176,17 +176,15 @@ class ProgramStore(LeasedRuns, StreamedReads):
             rows = session.scalars(select(CellRow).where(CellRow.experiment == name).order_by(CellRow.run_id))
             return [frozen(CellInfo, row) for row in rows]
 
-    def detach_cell(self, run_id: int, suffix: str) -> CellInfo:
+    def detach_cell(self, run_id: int, suffix: str) -> None:
         """Take run `run_id` out of its experiment cell, so the experiment runs that cell again; the run, its
         programs and attempts stay in the store, renamed NAME~suffix. StoreError when it is no experiment's cell."""
         with self._write(f"run {run_id} out of its experiment cell") as session:
             cell, run = session.get(CellRow, run_id), session.get(RunRow, run_id)
             if cell is None or run is None:
                 raise StoreError(f"run {run_id} is no experiment's cell in {self._where}")
-            info = frozen(CellInfo, cell)
             session.delete(cell)
             run.name = f"{run.name}~{suffix}"
-            return info
 
     def score_timeline(self, run_id: int) -> list[tuple[int, float, bool]]:
         """(iteration, scalar, solved) of every program of the run, by iteration: enough for best@k and pass@k."""

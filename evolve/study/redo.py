@@ -12,8 +12,6 @@ from evolve.report.results import cell_statuses
 from evolve.study.plan import StudyPaths, StudySpec, experiment_spec
 from evolve.study.state import StudyError, StudyState
 
-REDONE_KEY = "redone"
-
 
 def redo_cells(spec: StudySpec, paths: StudyPaths, store: Any, run_ids: Sequence[int],
                reason: str) -> list[dict[str, Any]]:
@@ -38,7 +36,7 @@ def redo_cells(spec: StudySpec, paths: StudyPaths, store: Any, run_ids: Sequence
     statuses = cell_statuses(store, experiment)
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     state = StudyState(paths)
-    redone: list[dict[str, Any]] = state.data.setdefault(REDONE_KEY, [])
+    redone = state.redone
     records = []
     for run_id in dict.fromkeys(run_ids):
         cell = cells[run_id]

@@ -83,11 +83,9 @@ def _interim(results: Any) -> dict[str, Any]:  # results: ExperimentResults of w
 
 def redone_cells(paths: StudyPaths) -> list[dict[str, Any]]:
     """The evolution cells run again (`evolve study --redo`), as the study's state file records them."""
-    try:
-        redone = json.loads(paths.state.read_text()).get("redone", [])
-    except (OSError, ValueError):
-        return []
-    return redone if isinstance(redone, list) else []
+    from evolve.study.state import StudyState
+
+    return StudyState(paths, read_only=True).redone
 
 
 def sampled_results(spec: StudySpec, paths: StudyPaths, store: Any) -> dict[str, list[Any]]:

@@ -98,10 +98,15 @@ class StudyState:
             self.save()
 
     def runs_elsewhere(self) -> int | None:
-        """The pid of a live process running a stage of this study, as the file says; None when none does."""
-        data = json.loads(self.path.read_text()) if self.path.is_file() else {}
-        running = data.get("running")
+        """For a reader (read_only): the pid of the live process the file names as running a stage of this study;
+        None when none does."""
+        running = self.data.get("running")
         return running["owner"]["pid"] if isinstance(running, dict) and is_alive(running.get("owner")) else None
+
+    @property
+    def redone(self) -> list[dict[str, Any]]:
+        """The evolution cells run again (`evolve study --redo`), in order: run, cell, status, reason and time."""
+        return self.data.setdefault("redone", [])  # type: ignore[no-any-return]
 
     @property
     def seconds(self) -> dict[str, float]:
