@@ -257,6 +257,22 @@ def test_results_markdown_budget_shows_the_programs_evaluated_beside_the_answers
     assert rows["`old`"][2] == "–"
 
 
+def test_results_markdown_sampling_table_says_a_checkpoint_without_evolution_cells_has_none_yet() -> None:
+    """An interim report holds checkpoints whose seeds have not run: their problems are "not run", not "0 cracked"."""
+    sampled = {"p0": {"n": 30, "c": 1, "pass@1": 0.1}, "p1": {"n": 30, "c": 0, "pass@1": 0.0}}
+    cracked = {"vpo-t0": {"problems_cracked": 1, "problems": 2,
+                          "per_problem": {"p0": {"cracked_seeds": 1, "seeds_run": 1, "interval": {"low": 0.0, "high": 1.0}},
+                                          "p1": {"cracked_seeds": 0, "seeds_run": 1, "interval": {"low": 0.0, "high": 1.0}}}},
+               "vpo-t1": {"problems_cracked": 0, "problems": 2,
+                          "per_problem": {"p0": {"cracked_seeds": 0, "seeds_run": 0, "interval": None},
+                                          "p1": {"cracked_seeds": 0, "seeds_run": 0, "interval": None}}}}
+    document = {"sampling": {"vpo-t0": sampled, "vpo-t1": sampled}, "evolution": {"cracked": cracked}}
+    rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.strip("|").split("|")]
+            for line in results_markdown(document).splitlines() if line.startswith("| `")}
+    assert rows["`vpo-t0`"][1:] == ["30", "0.050", "1/2", "1/2"]
+    assert rows["`vpo-t1`"][4] == "– (no cell run yet)"
+
+
 def _split_study(tmp_path: Path) -> tuple[ExperimentSpec, ProgramStore]:
     """A study-like experiment on p0 and p1, seeds 0-2 run seed by seed, an algorithm's checkpoints splitting its
     seeds (vpo-t0 and grpo-t0: 0 and 2; vpo-t1 and grpo-t1: 1; the base every seed), and its empty store."""

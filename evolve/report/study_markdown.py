@@ -161,8 +161,9 @@ def _sampling(document: Mapping[str, Any]) -> str:
         solved = sum(row["c"] > 0 for row in problems.values())
         pass1 = sum(row["pass@1"] for row in problems.values()) / len(problems)
         evolved = cracked.get(policy)
+        ran = evolved and any(row["seeds_run"] for row in (evolved.get("per_problem") or {}).values())
         rows.append([f"`{policy}`", str(n), f"{pass1:.3f}", f"{solved}/{len(problems)}",
-                     f"{evolved['problems_cracked']}/{evolved['problems']}" if evolved else "–"])
+                     f"{evolved['problems_cracked']}/{evolved['problems']}" if ran else "– (no cell run yet)"])
     answers = (evolution.get("iterations") or 0) * (evolution.get("answers_per_iteration") or 0)
     return ("### Evolution against plain sampling\n\n"
             f"Plain sampling: n answers per test problem from the seed prompt, pass@1 averaged over problems, and "
