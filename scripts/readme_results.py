@@ -1,6 +1,7 @@
 """Put a finished study's results into README.md: the text between `<!-- results:start -->` and
 `<!-- results:end -->` becomes evolve.report.study_markdown's Markdown of STUDY/report/study_report.json, its figures
-linked from the README's folder (issue 28, item 6). The hardware and what can be concluded stay the README's own
+linked from the README's folder (issue 28, item 6): its shorter form, which links STUDY/report/results.md for each
+problem's cells, the wall time and every figure. The hardware and what can be concluded stay the README's own
 words, outside the markers.
 
     .venv/bin/python scripts/readme_results.py studies/study_cpu/report [--readme README.md]
@@ -35,8 +36,11 @@ def main() -> None:
     document = json.loads((args.report / "study_report.json").read_text())
     figures = args.report / FIGURES_DIR
     present = [path.name for path in figures.glob("*.svg")]
-    link = Path(os.path.relpath(figures.resolve(), args.readme.resolve().parent))
-    text = with_results(args.readme.read_text(), results_markdown(document, link.as_posix(), present))
+    readme_dir = args.readme.resolve().parent
+    link = Path(os.path.relpath(figures.resolve(), readme_dir))
+    whole = Path(os.path.relpath((args.report / "results.md").resolve(), readme_dir))
+    text = with_results(args.readme.read_text(), results_markdown(document, link.as_posix(), present,
+                                                                  whole=whole.as_posix()))
     args.readme.write_text(text)
     print(f"{args.readme}: results of {document.get('study', '?')} written between the markers "
           f"({len(present)} figures in {figures})")

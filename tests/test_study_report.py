@@ -363,6 +363,9 @@ def test_the_results_replace_only_the_text_between_the_markers_with_figures_link
     assert "### Arms" in inside and "| `vpo` | 0.625 |" in inside
     assert "(studies/s/report/figures/cracked_share-iterations.svg)" in inside
     assert "training-reward.svg" not in inside  # no such file: not linked
+    assert "### Cracked per problem" not in inside and "### Wall time" not in inside  # the README's shorter form
+    assert "[the whole results](studies/s/report/results.md)" in inside
+    assert "### Cracked per problem" in results_markdown(document)  # results.md keeps them
 
 
 def test_a_readme_without_the_markers_is_refused_and_left_as_it_was(tmp_path: Path, document: dict) -> None:

@@ -19,20 +19,30 @@ FIGURES = (
 )
 
 
+README_FIGURES = ("cracked_share-iterations.svg", "cracked_share-tokens.svg")
+
+
 def results_markdown(document: Mapping[str, Any], figures: str = "figures",
-                     present: Iterable[str] | None = None) -> str:
+                     present: Iterable[str] | None = None, whole: str | None = None) -> str:
     """The Markdown of a study_report.json `document`; `figures` is the figures/ folder as the reader's page links
-    it; `present`: the figure file names that exist (a figure not among them is left out; None: all)."""
+    it; `present`: the figure file names that exist (a figure not among them is left out; None: all).
+
+    `whole`: where the reader's page finds the whole results (results.md): then this is the README's shorter form,
+    the arms, their paired differences, sampling, budget and training reward with two curves, and a link to
+    `whole` for each problem's cells, the wall time and every figure."""
     shown = set(present) if present is not None else None
-    parts = [_interim(document), _redone(document), _arms(document), _differences(document), _per_problem(document),
-             _sampling(document), _tokens(document), _reward_change(document), _seconds(document)]
+    parts = [_interim(document), _redone(document), _arms(document), _differences(document),
+             "" if whole else _per_problem(document), _sampling(document), _tokens(document),
+             _reward_change(document), "" if whole else _seconds(document)]
     pictures = [f"![{caption}]({figures.rstrip('/')}/{name})" for name, caption in FIGURES
-                if shown is None or name in shown]
+                if (shown is None or name in shown) and (whole is None or name in README_FIGURES)]
     if pictures:
         parts.append("### Curves\n\n" + "\n\n".join(pictures))
     notes = document.get("arm_notes") or []
     if notes:
         parts.append("### Notes\n\n" + "\n".join(f"- {note}" for note in notes))
+    if whole:
+        parts.append(f"Each problem's cells, the wall time and every figure: [the whole results]({whole}).")
     return "\n\n".join(part for part in parts if part) + "\n"
 
 
