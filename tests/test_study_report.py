@@ -32,7 +32,13 @@ from evolve.report.results import ExperimentResults, collect
 from evolve.report.stats import clopper_pearson, holm, mean_interval, paired_difference
 from evolve.report.study_arms import arm_report, arms_section_html, render_arms
 from evolve.report.study_markdown import results_markdown
-from evolve.report.study_report import study_json, training_curves, training_section_html, with_training_section
+from evolve.report.study_report import (
+    cracked_by_policy,
+    study_json,
+    training_curves,
+    training_section_html,
+    with_training_section,
+)
 from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore
 
 TESTS = 14
@@ -338,6 +344,19 @@ def test_an_interim_report_counts_only_the_seeds_every_arm_has_finished(tmp_path
                                                  "finished for every arm (12 of 18 cells).**")
     assert "Interim" not in results_markdown(json.loads(json.dumps(study_json("study", FACTS, [], [], {},
                                                                                 everything, {}))))
+
+
+def test_a_checkpoint_whose_cells_have_not_started_counts_no_problems_in_the_cracked_summary(
+        tmp_path: Path) -> None:
+    """Seed 0 whole for every arm, nothing else run: vpo-t1 and grpo-t1 (seed 1 only) have 0 problems of 0, the
+    others their 2."""
+    spec, store = _split_study(tmp_path)
+    for problem, policy, seed in spec.cells():
+        if seed == 0:
+            _write_cell(store, spec, problem, policy, seed, cracks=policy.startswith("vpo") and problem == "p0")
+    summary = cracked_by_policy(collect(store, spec, whole_seeds_only=True))
+    assert {policy: (row["problems_cracked"], row["problems"]) for policy, row in summary.items()} == {
+        "base": (0, 2), "vpo-t0": (1, 2), "vpo-t1": (0, 0), "grpo-t0": (0, 2), "grpo-t1": (0, 0)}
 
 
 # ---- scripts/readme_results.py: the results between README's markers

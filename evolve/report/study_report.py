@@ -198,14 +198,15 @@ def with_training_section(page: str, section: str) -> str:
 
 
 def cracked_by_policy(results: ExperimentResults) -> dict[str, dict[str, Any]]:
-    """Per policy: problems cracked by at least one seed, and per problem the cracked seeds out of those run with
-    the exact interval."""
+    """Per policy: problems cracked by at least one seed out of the problems some seed of it has run (a checkpoint
+    whose cells have not started in an interim report has 0 of 0, not 0 of 30), and per problem the cracked seeds
+    out of those run with the exact interval."""
     summary: dict[str, dict[str, Any]] = {}
     for policy in results.policies:
         rows = [row for row in results.table if row.policy == policy]
         summary[policy] = {
             "problems_cracked": sum(row.cracked > 0 for row in rows),
-            "problems": len(rows),
+            "problems": sum(row.seeds_run > 0 for row in rows),
             "per_problem": {row.problem: {"cracked_seeds": row.cracked, "seeds_run": row.seeds_run,
                                           "interval": asdict(row.cracked_interval) if row.cracked_interval else None,
                                           "best_scalar": row.best_scalar} for row in rows},
