@@ -7,9 +7,9 @@ arm that runs several of those policies in each cell, chosen per iteration by we
 cell that is not finished: a cell already in the store continues from its last committed iteration with its
 stored config, so running the same command again after a kill resumes the whole experiment. Arms are taken one at
 a time, in the batches `order` makes (an arm's every cell, or its cells of one seed): a policy's model is loaded
-(or its server started) once a batch and shared by the batch's cells, which run `parallel_cells` at a time and
-share `eval_workers` evaluation slots; an ensemble arm loads its members' models again, together, after the
-policies' arms (of its seed, with order = "seeds").
+(or its server started) once a batch and shared by the batch's cells, which run `parallel_cells` at a time (those
+expected to run longest first: engine/cell_order.py) and share `eval_workers` evaluation slots; an ensemble arm
+loads its members' models again, together, after the policies' arms (of its seed, with order = "seeds").
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from evolve.config import ConfigError, RunConfig
+from evolve.engine.cell_order import iterations_by_problem, longest_first
 from evolve.engine.cells import CellProgress, ExperimentOutcome
 from evolve.engine.controller import Controller
 from evolve.engine.driving import end_tasks, resumed_config
@@ -153,6 +154,8 @@ class ExperimentRunner:
             return
         for arm, batch in groupby(self.cells.values(), key=lambda cell: cell.key[1]):  # spec.order's batches
             todo = [cell for cell in batch if cell.status != "finished"]
+            if todo:
+                todo = longest_first(todo, iterations_by_problem(self.store, self.spec.name))
             if todo and not self.run_policy_cells(self.spec.arm_policies(arm), todo, outcome):
                 break
 
