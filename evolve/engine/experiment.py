@@ -154,9 +154,10 @@ class ExperimentRunner:
             return
         for arm, batch in groupby(self.cells.values(), key=lambda cell: cell.key[1]):  # spec.order's batches
             todo = [cell for cell in batch if cell.status != "finished"]
-            if todo:
-                todo = longest_first(todo, iterations_by_problem(self.store, self.spec.name))
-            if todo and not self.run_policy_cells(self.spec.arm_policies(arm), todo, outcome):
+            if not todo:
+                continue
+            todo = longest_first(todo, iterations_by_problem(self.store, self.spec.name))
+            if not self.run_policy_cells(self.spec.arm_policies(arm), todo, outcome):
                 break
 
     def load_stored_cells(self) -> None:
