@@ -17,8 +17,10 @@ from evolve.sandbox._isolation import landlock_abi
 from evolve.sandbox.core import Sandbox, SandboxLimits, SandboxResult
 
 HOSTILE = Path(__file__).parent / "hostile"
-# fresh_children_first=0: every child of these tests is forked by the fork server (test_fork_server.py has more)
-LIMITS = SandboxLimits(wall_time_s=3.0, cpu_time_s=1.0, memory_mb=512, max_processes=32, max_output_bytes=200_000,
+# fresh_children_first=0: every child of these tests is forked by the fork server (test_fork_server.py has more).
+# The wall limit is far above what any of them needs (a call that should end "ok" must not time out on a loaded
+# machine); a test of a limit sets its own.
+LIMITS = SandboxLimits(wall_time_s=20.0, cpu_time_s=1.0, memory_mb=512, max_processes=32, max_output_bytes=200_000,
                        fresh_children_first=0)
 LANDLOCK_ABI = landlock_abi(ctypes.CDLL(None, use_errno=True))
 needs_landlock = pytest.mark.skipif(LANDLOCK_ABI == 0, reason="this kernel has no Landlock")

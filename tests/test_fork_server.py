@@ -26,7 +26,7 @@ from evolve.sandbox.core import Sandbox, SandboxLimits, SandboxResult
 from evolve.sandbox.forkserver import ForkServer, process_state
 
 ROOT = Path(__file__).resolve().parents[1]
-LIMITS = SandboxLimits(wall_time_s=3.0, cpu_time_s=1.0, memory_mb=512, max_processes=32, max_output_bytes=200_000,
+LIMITS = SandboxLimits(wall_time_s=20.0, cpu_time_s=1.0, memory_mb=512, max_processes=32, max_output_bytes=200_000,
                        preload=("numpy", "numpy.random"), fresh_children_first=0)
 ENVIRONMENT = {"PATH", "HOME", "TMPDIR", "LANG", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"}
 
@@ -218,7 +218,7 @@ def test_a_forked_child_keeps_the_memory_limit_with_numpy_preloaded(name: str) -
 
 
 def test_the_fresh_path_without_a_fork_server_still_confines(tmp_path: Path) -> None:
-    with Sandbox(SandboxLimits(wall_time_s=3.0, cpu_time_s=1.0, fork_server=False)) as fresh:
+    with Sandbox(SandboxLimits(wall_time_s=20.0, cpu_time_s=1.0, fork_server=False)) as fresh:
         assert fresh._fork_server is None
         result = fresh.call(HOSTILE / "read_secrets.py", "solve", 1)
         assert result.status == "ok" and set(result.value["environ"]) <= ENVIRONMENT, result

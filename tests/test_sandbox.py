@@ -172,11 +172,9 @@ def test_candidate_running_as_root_cannot_raise_its_limits(sandbox: Sandbox) -> 
 
 
 def test_flooding_stdout_is_cut_at_the_cap(sandbox: Sandbox) -> None:
-    started = time.monotonic()
     result = run(sandbox, "flood_stdout", 1)
-    assert result.status == "bad_output" and "cap" in result.detail
+    assert result.status == "bad_output" and "cap" in result.detail, result  # cut at the cap, not at the deadline
     assert len(result.stdout) + len(result.stderr) <= LIMITS.max_output_bytes
-    assert time.monotonic() - started < LIMITS.wall_time_s
 
 
 def test_printed_json_cannot_forge_the_result(sandbox: Sandbox) -> None:
