@@ -224,7 +224,7 @@ def test_training_time_left_is_the_steps_to_go_at_the_median_of_the_latest_steps
     import os
     from types import SimpleNamespace
 
-    from evolve.study.pipeline import training_seconds_left
+    from evolve.study.training_stage import training_seconds_left
 
     def run(name: str, seconds: list[float], steps: int = 10, written: float = 0.0) -> SimpleNamespace:
         out = tmp_path / name
@@ -402,8 +402,9 @@ def test_a_tiny_real_study_stopped_after_training_resumes_without_redoing_anythi
 def test_a_partly_trained_algorithm_is_partial_and_resumes_only_with_its_own_settings(tmp_path: Path) -> None:
     from evolve.policies.provenance import TRAIN_CONFIG_FILE
     from evolve.rl.checkpoints import STATE_FILE
-    from evolve.study.pipeline import StudyError, TrainingRunStatus, _refuse_changed_training, training_status
     from evolve.study.plan import train_configs
+    from evolve.study.state import StudyError
+    from evolve.study.training_stage import TrainingRunStatus, refuse_changed_training, training_status
 
     spec = load_study(write(tmp_path, STUDY.replace("steps = 1", "steps = 4")))
     config = train_configs(spec, tmp_path / "study")["vpo-t0"]
@@ -416,7 +417,7 @@ def test_a_partly_trained_algorithm_is_partial_and_resumes_only_with_its_own_set
         training_status(config)  # a state whose settings were lost is refused, not resumed blind
     (out / TRAIN_CONFIG_FILE).write_text(config.model_copy(update={"threads": 7}).model_dump_json())
     assert training_status(config) == TrainingRunStatus("partial", 2, 4)
-    _refuse_changed_training(config)  # threads may change between pieces
+    refuse_changed_training(config)  # threads may change between pieces
     (out / TRAIN_CONFIG_FILE).write_text(config.model_copy(update={"lr": 0.5}).model_dump_json())
     with pytest.raises(StudyError, match=r"other settings \(lr 0.5 -> 0.0001\); restore the study file"):
         training_status(config)
@@ -449,14 +450,14 @@ def test_an_interim_report_never_passes_for_the_report_stage_done(tmp_path: Path
     assert not _final_report(report)
 
 
-def test_status_says_which_evolution_seeds_every_arm_has_finished(tmp_path: Path,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_status_says_which_evolution_seeds_every_arm_has_finished_and_which_batch_is_under_way(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from evolve.cli.main import main
 
     path, folder, _ = started_study(tmp_path, cells=8)  # seed 0 of all 7 arms, then the base's seed 1, under way
     assert main(["study", str(path), "--out", str(folder), "--status"]) == 0
-    assert ("3. evolve  partial  7/14 cells finished (8 started); every arm has finished seed 0 (1 of 2 seeds)"
-            in capsys.readouterr().out)
+    assert ("3. evolve  partial  7/14 cells finished (8 started); every arm has finished seed 0 (1 of 2 seeds); "
+            "under way: base seed 1 (0/1 cells)" in capsys.readouterr().out)
 
 
 def started_study(tmp_path: Path, cells: int = 7) -> tuple[Path, Path, list[int]]:

@@ -18,9 +18,7 @@ The time spent in each stage is summed over invocations in STUDY/study_state.jso
 
 from __future__ import annotations
 
-import gc
 import json
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -31,11 +29,11 @@ from evolve.engine.events import Observer
 from evolve.report.results import cell_statuses, whole_seeds
 from evolve.study.config import StudySpec
 from evolve.study.plan import StudyPaths, experiment_spec, sampling_plans, train_configs
-from evolve.study.state import StudyError, StudyState
+from evolve.study.state import State, StudyError, StudyState
+from evolve.study.training_stage import run_training, training_seconds_left, training_status
 
 STAGES = ("train", "sample", "evolve", "report")
 Stage = Literal["train", "sample", "evolve", "report"]
-State = Literal["done", "partial", "to do"]
 
 
 @dataclass(frozen=True)
@@ -57,99 +55,6 @@ class StudyOutcome:
     report: Path | None = None
 
 
-# ---- stage 1: training ----------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class TrainingRunStatus:
-    """Where one training run stands: its state and its steps logged out of those planned."""
-
-    state: State
-    steps_done: int
-    steps_planned: int
-
-    @property
-    def detail(self) -> str:
-        return f"{self.steps_done}/{self.steps_planned} steps"
-
-
-def training_status(config: Any) -> TrainingRunStatus:  # config: TrainConfig
-    from evolve.policies.provenance import PROVENANCE_FILE, TRAIN_CONFIG_FILE, TrainingProvenance
-    from evolve.rl.checkpoints import STATE_FILE
-
-    out = Path(config.out)
-    if (out / TRAIN_CONFIG_FILE).is_file() or (out / STATE_FILE).is_file():
-        _refuse_changed_training(config)  # trained (or training) with the study file's settings, or refused
-    provenance = out / "final" / PROVENANCE_FILE
-    if provenance.is_file():
-        steps = TrainingProvenance.model_validate_json(provenance.read_text()).steps
-        if steps >= config.steps:
-            return TrainingRunStatus("done", steps, config.steps)
-    if (out / STATE_FILE).is_file():
-        log = out / "train_log.jsonl"
-        done = len(log.read_text().splitlines()) if log.is_file() else 0
-        return TrainingRunStatus("partial", done, config.steps)
-    return TrainingRunStatus("to do", 0, config.steps)
-
-
-PACE_STEPS = 5  # the training pace is the median of this many latest steps
-
-
-def training_seconds_left(configs: list[Any]) -> tuple[float, int] | None:  # configs: TrainConfig
-    """The training steps still to run times the median length of the latest PACE_STEPS steps logged (by any run,
-    the latest first), and how many steps that median is of: the first steps of a run, slower while its rollouts
-    and caches warm up, and the time spent loading models or interrupted no longer weigh on the estimate. None
-    before a step is logged."""
-    from evolve.report.study_report import read_training_log
-
-    logs = [(Path(config.out) / "train_log.jsonl", config.steps) for config in configs]
-    written = [(log.stat().st_mtime if log.is_file() else 0.0, read_training_log(log), steps) for log, steps in logs]
-    left = sum(max(0, steps - len(records)) for _, records, steps in written)
-    recent = [float(r["seconds"]) for _, records, _ in sorted(written, key=lambda run: run[0]) for r in records
-              if isinstance(r.get("seconds"), int | float)]  # the runs in the order their logs were last written
-    latest = recent[-PACE_STEPS:]
-    return (left * statistics.median(latest), len(latest)) if latest else None
-
-
-def _refuse_changed_training(config: Any) -> None:
-    """A training, partial or finished, counts for the study only with the settings it ran with (steps may rise,
-    threads may change)."""
-    from evolve.policies.provenance import TRAIN_CONFIG_FILE
-    from evolve.rl.train_config import TrainConfig
-
-    stored_path = Path(config.out) / TRAIN_CONFIG_FILE
-    if not stored_path.is_file():  # a resume state whose settings were lost (a copy, a partial sync)
-        raise StudyError(f"{config.out} holds a partial training but not its {TRAIN_CONFIG_FILE}, so its settings "
-                         f"cannot be checked against the study file; delete {config.out} to train it again")
-    stored = TrainConfig.model_validate_json(stored_path.read_text()).model_dump()
-    wanted = config.model_dump()
-    changed = [f"{key} {stored[key]!r} -> {wanted[key]!r}" for key in wanted
-               if key not in ("steps", "threads", "out") and stored.get(key) != wanted[key]]
-    if changed:
-        raise StudyError(f"{stored_path}: this training started with other settings ({'; '.join(changed)}); restore "
-                         f"the study file, or delete {config.out} to train it again")
-
-
-def run_training(config: Any, console: Console, held_out: tuple[str, ...] = ()) -> None:
-    """Train (or resume) one algorithm to its steps; each checkpoint folder it saves carries its provenance (the
-    training problems, `held_out` test problems, the hashes of its weights)."""
-    from evolve.rl.checkpoints import STATE_FILE
-    from evolve.rl.trainer import train
-
-    resume = (Path(config.out) / STATE_FILE).is_file()
-    if resume:
-        _refuse_changed_training(config)
-    train(config, console, resume=resume, held_out=held_out)
-    gc.collect()  # the trained model is unreachable now: give its memory back before the next one loads
-    _empty_gpu_cache()
-
-
-def _empty_gpu_cache() -> None:
-    import torch
-
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
 # ---- stage 2: plain sampling ----------------------------------------------------------------------------------
 
 def _plans_state(plans: list[Any]) -> State:
@@ -160,13 +65,45 @@ def _plans_state(plans: list[Any]) -> State:
 
 # ---- stage 3: evolution ---------------------------------------------------------------------------------------
 
-def evolution_counts(spec: StudySpec, paths: StudyPaths, store: Any) -> tuple[int, int, int, tuple[int, ...]]:
-    """(cells finished, cells started, cells planned, the seeds every arm has finished) of the study's experiment
-    in its store."""
+@dataclass(frozen=True)
+class EvolutionCounts:
+    """Where the study's experiment stands in its store."""
+
+    finished: int
+    started: int
+    planned: int
+    seeds: int  # evolution seeds planned
+    whole_seeds: tuple[int, ...]  # those every arm has finished
+    under_way: tuple[tuple[str, int, int, int], ...]  # (arm, seed, cells finished, cells planned) of each batch
+    # with a cell started and one unfinished, in the experiment's order
+
+    @property
+    def detail(self) -> str:
+        text = f"{self.finished}/{self.planned} cells finished ({self.started} started)"
+        if self.finished == self.planned or not self.started:
+            return text
+        whole = self.whole_seeds
+        text += (f"; every arm has finished seed{'s' * (len(whole) != 1)} {', '.join(map(str, whole))} "
+                 f"({len(whole)} of {self.seeds} seeds)" if whole
+                 else "; no seed finished by every arm yet")
+        if self.under_way:
+            text += "; under way: " + ", ".join(f"{arm} seed {seed} ({done}/{planned} cells)"
+                                                for arm, seed, done, planned in self.under_way)
+        return text
+
+
+def evolution_counts(spec: StudySpec, paths: StudyPaths, store: Any) -> EvolutionCounts:
+    """How many of the study's experiment's cells have finished and started, and which batches (an arm's cells of
+    one seed) are under way."""
     experiment = experiment_spec(spec, paths)
     statuses = cell_statuses(store, experiment)
-    finished = sum(status == "finished" for status in statuses.values())
-    return finished, len(statuses), len(experiment.cells()), whole_seeds(experiment, statuses)
+    batches: dict[tuple[str, int], list[str | None]] = {}
+    for problem, arm, seed in experiment.cells():
+        batches.setdefault((arm, seed), []).append(statuses.get((problem, arm, seed)))
+    under_way = tuple((arm, seed, cells.count("finished"), len(cells)) for (arm, seed), cells in batches.items()
+                      if any(status is not None for status in cells) and cells.count("finished") < len(cells))
+    return EvolutionCounts(sum(status == "finished" for status in statuses.values()), len(statuses),
+                           len(experiment.cells()), len(experiment.seeds), whole_seeds(experiment, statuses), under_way)
 
 
 # ---- the whole study ------------------------------------------------------------------------------------------
@@ -217,13 +154,9 @@ class Study:
         sample_state = _combined([_plans_state(p) for p in plans.values()])
         sampled = sum(plan.finished for p in plans.values() for plan in p)
         sample_runs = sum(map(len, plans.values()))
-        finished, started, planned, whole = evolution_counts(self.spec, self.paths, self.store)
-        evolve_state: State = "done" if finished == planned else "partial" if started else "to do"
-        evolve_detail = f"{finished}/{planned} cells finished ({started} started)"
-        if evolve_state == "partial":
-            evolve_detail += (f"; every arm has finished seed{'s' * (len(whole) != 1)} {', '.join(map(str, whole))} "
-                              f"({len(whole)} of {len(self.spec.evolution.seeds)} seeds)" if whole
-                              else "; no seed finished by every arm yet")
+        evolution = evolution_counts(self.spec, self.paths, self.store)
+        evolve_state: State = "done" if evolution.finished == evolution.planned else \
+            "partial" if evolution.started else "to do"
         report = self.paths.report / "study_report.json"
         answers = self.spec.sampling.answers
         stages_done = sample_state == evolve_state == train_state == "done"
@@ -234,7 +167,7 @@ class Study:
         return [StageStatus("train", train_state, train_detail, train_fraction, **timing),
                 StageStatus("sample", sample_state, f"{sampled}/{sample_runs} (policy, problem) "
                             f"runs of {answers} answer{'s' * (answers != 1)}", sampled / max(1, sample_runs)),
-                StageStatus("evolve", evolve_state, evolve_detail, finished / max(1, planned)),
+                StageStatus("evolve", evolve_state, evolution.detail, evolution.finished / max(1, evolution.planned)),
                 StageStatus("report", report_state, str(report))]
 
     def print_statuses(self, statuses: list[StageStatus]) -> None:
@@ -271,7 +204,7 @@ class Study:
                              f"(train: {train.detail}; sample: {sample.detail})")
         if evolve.state == "done":
             raise StudyError(f"study {self.spec.name}: its evolution is done; run `evolve study` for the final report")
-        if not evolution_counts(self.spec, self.paths, self.store)[3]:
+        if not evolution_counts(self.spec, self.paths, self.store).whole_seeds:
             raise StudyError(f"study {self.spec.name}: an interim report compares the arms on whole seeds, and no "
                              f"evolution seed has finished for every arm yet ({evolve.fraction:.0%} of the cells "
                              "have)")

@@ -15,10 +15,12 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from evolve.errors import UserError
 from evolve.study.plan import StudyPaths
+
+State = Literal["done", "partial", "to do"]  # where a stage, or one run of it, stands
 
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
