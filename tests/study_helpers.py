@@ -53,13 +53,15 @@ def write(tmp_path: Path, text: str, name: str = "tiny.toml") -> Path:
     return path
 
 
-def started_study(tmp_path: Path, cells: int = 7) -> tuple[Path, Path, list[int]]:
-    """A study file (7 arms, seeds 0 and 1), its folder, and its store with the first `cells` cells made by hand (no
-    model), those of seed 0 finished: the run ids."""
+def started_study(tmp_path: Path, cells: int = 7, test_problems: tuple[str, ...] = ("run_length",)
+                  ) -> tuple[Path, Path, list[int]]:
+    """A study file (7 policies, seeds 0 and 1, `test_problems`), its folder, and its store with the first `cells`
+    cells made by hand (no model), those of seed 0 finished: the run ids."""
     from evolve.store.program_store import ProgramStore
     from evolve.study.plan import StudyPaths, experiment_spec
 
-    path = write(tmp_path, STUDY.replace("seeds = [0]", "seeds = [0, 1]"))
+    text = STUDY.replace("seeds = [0]", "seeds = [0, 1]")
+    path = write(tmp_path, text.replace('test_problems = ["run_length"]', f"test_problems = {list(test_problems)!r}"))
     folder = tmp_path / "study"
     spec = load_study(path)
     experiment = experiment_spec(spec, StudyPaths.of(spec, folder))

@@ -169,6 +169,43 @@ def test_status_says_which_evolution_seeds_every_arm_has_finished_and_which_batc
             "under way: base seed 1 (0/1 cells)" in capsys.readouterr().out)
 
 
+def test_evolution_time_left_reckons_each_cell_at_its_arms_time_on_its_problem_less_what_it_has_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from evolve.cli.main import main
+    from evolve.store.program_store import ProgramStore
+    from evolve.store.records import ChildRecord
+
+    path, folder, run_ids = started_study(tmp_path, cells=28, test_problems=("run_length", "lis"))
+    store = ProgramStore(str(folder / "study.db"))
+    # active seconds of seed 0 (finished), per policy and problem; an algorithm's two checkpoints are one arm
+    ran = {"base": (100, 300), "vpo-t0": (400, 800), "vpo-t1": (600, 1200)}
+    for run_id in run_ids:
+        run = store.get_run(run_id)
+        problem = ("run_length", "lis").index(run.problem)
+        seconds = ran.get(run.policy, (10, 20))[problem] if run.seed == 0 else \
+            {("base", 0): 30, ("vpo-t0", 0): 900}.get((run.policy, problem))  # seed 1: what two cells have run
+        if seconds is not None:
+            store.record_iteration(run_id, 0, [ChildRecord(code="x = 1\n", parent_id=None, island=0, policy="",
+                                                           edit="", scores={"s": 0.0}, scalar=0.0, solved=False)],
+                                   run_elapsed_s=float(seconds))
+    # seed 1, 1 cell at a time: base 100 - 30 + 300; vpo-t0 0 (past its arm's 500) + 1000; vpo-t1 500 + 1000;
+    # grpo and multi-rlvr (10 + 20) each x 2 checkpoints
+    assert main(["study", str(path), "--out", str(folder), "--status"]) == 0
+    assert ("about 50 min left at each arm's cell times per problem, 1 cell at a time"  # 2,990 s
+            in capsys.readouterr().out)
+    from evolve.study.evolution_stage import evolution_seconds_left
+    from evolve.study.plan import StudyPaths, experiment_spec
+
+    spec = load_study(path)
+    experiment = experiment_spec(spec, StudyPaths.of(spec, folder))
+    statuses = {(r.problem, r.policy, r.seed): r.status for r in map(store.get_run, run_ids)}
+    assert evolution_seconds_left(spec, experiment, store, statuses) == pytest.approx(2990.0)
+    unrun = {key: status for key, status in statuses.items() if key[1] != "grpo-t0" or key[2] != 0}
+    assert evolution_seconds_left(spec, experiment, store, unrun) == pytest.approx(2990.0 + 10 + 20)  # grpo-t1's pace
+    unrun = {key: status for key, status in statuses.items() if not key[1].startswith("grpo") or key[2] != 0}
+    assert evolution_seconds_left(spec, experiment, store, unrun) is None  # no grpo cell finished: no pace yet
+
+
 def test_redone_cells_leave_the_study_keep_their_runs_and_are_named_with_their_reason(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from evolve.cli.main import main

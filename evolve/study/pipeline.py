@@ -28,6 +28,7 @@ from rich.console import Console
 from evolve.engine.events import Observer
 from evolve.report.results import cell_statuses, whole_seeds
 from evolve.study.config import StudySpec
+from evolve.study.evolution_stage import evolution_counts, evolution_seconds_left
 from evolve.study.plan import StudyPaths, experiment_spec, sampling_plans, train_configs
 from evolve.study.state import State, StudyError, StudyState
 from evolve.study.training_stage import run_training, training_seconds_left, training_status
@@ -61,49 +62,6 @@ def _plans_state(plans: list[Any]) -> State:
     if all(plan.finished for plan in plans):
         return "done"
     return "partial" if any(plan.run_id is not None for plan in plans) else "to do"
-
-
-# ---- stage 3: evolution ---------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class EvolutionCounts:
-    """Where the study's experiment stands in its store."""
-
-    finished: int
-    started: int
-    planned: int
-    seeds: int  # evolution seeds planned
-    whole_seeds: tuple[int, ...]  # those every arm has finished
-    under_way: tuple[tuple[str, int, int, int], ...]  # (arm, seed, cells finished, cells planned) of each batch
-    # with a cell started and one unfinished, in the experiment's order
-
-    @property
-    def detail(self) -> str:
-        text = f"{self.finished}/{self.planned} cells finished ({self.started} started)"
-        if self.finished == self.planned or not self.started:
-            return text
-        whole = self.whole_seeds
-        text += (f"; every arm has finished seed{'s' * (len(whole) != 1)} {', '.join(map(str, whole))} "
-                 f"({len(whole)} of {self.seeds} seeds)" if whole
-                 else "; no seed finished by every arm yet")
-        if self.under_way:
-            text += "; under way: " + ", ".join(f"{arm} seed {seed} ({done}/{planned} cells)"
-                                                for arm, seed, done, planned in self.under_way)
-        return text
-
-
-def evolution_counts(spec: StudySpec, paths: StudyPaths, store: Any) -> EvolutionCounts:
-    """How many of the study's experiment's cells have finished and started, and which batches (an arm's cells of
-    one seed) are under way."""
-    experiment = experiment_spec(spec, paths)
-    statuses = cell_statuses(store, experiment)
-    batches: dict[tuple[str, int], list[str | None]] = {}
-    for problem, arm, seed in experiment.cells():
-        batches.setdefault((arm, seed), []).append(statuses.get((problem, arm, seed)))
-    under_way = tuple((arm, seed, cells.count("finished"), len(cells)) for (arm, seed), cells in batches.items()
-                      if any(status is not None for status in cells) and cells.count("finished") < len(cells))
-    return EvolutionCounts(sum(status == "finished" for status in statuses.values()), len(statuses),
-                           len(experiment.cells()), len(experiment.seeds), whole_seeds(experiment, statuses), under_way)
 
 
 # ---- the whole study ------------------------------------------------------------------------------------------
@@ -154,9 +112,17 @@ class Study:
         sample_state = _combined([_plans_state(p) for p in plans.values()])
         sampled = sum(plan.finished for p in plans.values() for plan in p)
         sample_runs = sum(map(len, plans.values()))
-        evolution = evolution_counts(self.spec, self.paths, self.store)
+        experiment = experiment_spec(self.spec, self.paths)
+        cells = cell_statuses(self.store, experiment)
+        evolution = evolution_counts(experiment, cells)
         evolve_state: State = "done" if evolution.finished == evolution.planned else \
             "partial" if evolution.started else "to do"
+        evolve_left = evolution_seconds_left(self.spec, experiment, self.store, cells) \
+            if evolve_state == "partial" else None
+        evolve_timing: dict[str, Any] = {} if evolve_left is None else {
+            "seconds_left": evolve_left,
+            "pace": f"each arm's cell times per problem, {experiment.parallel_cells} "
+                    f"cell{'s' * (experiment.parallel_cells != 1)} at a time"}
         report = self.paths.report / "study_report.json"
         answers = self.spec.sampling.answers
         stages_done = sample_state == evolve_state == train_state == "done"
@@ -167,7 +133,8 @@ class Study:
         return [StageStatus("train", train_state, train_detail, train_fraction, **timing),
                 StageStatus("sample", sample_state, f"{sampled}/{sample_runs} (policy, problem) "
                             f"runs of {answers} answer{'s' * (answers != 1)}", sampled / max(1, sample_runs)),
-                StageStatus("evolve", evolve_state, evolution.detail, evolution.finished / max(1, evolution.planned)),
+                StageStatus("evolve", evolve_state, evolution.detail, evolution.finished / max(1, evolution.planned),
+                            **evolve_timing),
                 StageStatus("report", report_state, str(report))]
 
     def print_statuses(self, statuses: list[StageStatus]) -> None:
@@ -204,7 +171,8 @@ class Study:
                              f"(train: {train.detail}; sample: {sample.detail})")
         if evolve.state == "done":
             raise StudyError(f"study {self.spec.name}: its evolution is done; run `evolve study` for the final report")
-        if not evolution_counts(self.spec, self.paths, self.store).whole_seeds:
+        experiment = experiment_spec(self.spec, self.paths)
+        if not whole_seeds(experiment, cell_statuses(self.store, experiment)):
             raise StudyError(f"study {self.spec.name}: an interim report compares the arms on whole seeds, and no "
                              f"evolution seed has finished for every arm yet ({evolve.fraction:.0%} of the cells "
                              "have)")
