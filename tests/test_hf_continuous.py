@@ -88,3 +88,15 @@ def test_a_policy_file_asks_for_continuous_batching_and_the_factory_ends_its_thr
         assert asyncio.run(policy.generate(counting(1, stop_at=6), 0)).text == " 4, 5,"
         assert threading.active_count() > threads_before  # the decode loop runs
     assert threading.active_count() == threads_before
+
+
+def test_on_cpu_the_paged_cache_holds_max_batch_requests_not_a_share_of_the_hosts_memory(continuous) -> None:
+    """transformers sizes the cache by the host's free RAM on CPU (several GB here, and two policies in one process
+    once took 12.7 GB and were killed for memory beside a study); the policy asks for max_batch x 4,096 tokens."""
+    asyncio.run(continuous.generate(counting(1, stop_at=6), 0))
+    cache = continuous._manager.batch_processor.cache
+    config = continuous.model.config
+    head_dim = config.hidden_size // config.num_attention_heads
+    per_token = config.num_hidden_layers * 2 * config.num_key_value_heads * head_dim * continuous.model.dtype.itemsize
+    assert cache.max_batch_tokens == 1024
+    assert cache.cache_tensor.nbytes <= 1.1 * 8 * 4096 * per_token  # max_batch = 8 in the fixture

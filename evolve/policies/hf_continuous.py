@@ -26,6 +26,12 @@ if TYPE_CHECKING:
     from evolve.search.prompts import Prompt
 
 _CACHE_SHARE = 0.25  # of the free accelerator memory, for the paged cache: a study opens several policies at once
+# On CPU transformers reckons "free memory" as the host's whole RAM less this process, shared with everything else
+# on the machine (a study's other policies, its evaluators, other processes): there the cache is sized for what the
+# policy can hold, `max_batch` requests of this many tokens (a prompt and its answer), and a forward takes at most
+# _CPU_BATCH_TOKENS (longer prompts prefill in chunks), which bounds its attention masks.
+_CPU_TOKENS_PER_REQUEST = 4096
+_CPU_BATCH_TOKENS = 1024
 _STOP_TAIL_TOKENS = 24  # a stop string is looked for in the text of this many last tokens before a full decode
 
 
@@ -88,10 +94,15 @@ class HFContinuousPolicy(LocalHFModel):
             sampling = {"do_sample": True, "temperature": self.temperature, "top_p": self.top_p, "top_k": None}
         config = GenerationConfig(eos_token_id=sorted(self.eos_ids), pad_token_id=self.tokenizer.pad_token_id,
                                   **sampling)
+        sizing: dict[str, Any] = {}
+        if str(self.device).startswith("cpu"):
+            page = ContinuousBatchingConfig().page_size
+            sizing = {"num_blocks": -(-self.max_batch * _CPU_TOKENS_PER_REQUEST // page),
+                      "max_batch_tokens": _CPU_BATCH_TOKENS}
         self._manager = self.model.init_continuous_batching(
             generation_config=config,
             continuous_batching_config=ContinuousBatchingConfig(max_requests_per_batch=self.max_batch,
-                                                                max_memory_percent=_CACHE_SHARE),
+                                                                max_memory_percent=_CACHE_SHARE, **sizing),
         )
         self._manager.start()
         self._loop = loop
