@@ -99,7 +99,9 @@ class Study:
         self.train_configs = train_configs(spec, paths.folder, source)
         self.store = status_view(paths.db) if read_only else ProgramStore(paths.db)
 
-    def statuses(self) -> list[StageStatus]:
+    def statuses(self, pace: bool = True) -> list[StageStatus]:
+        """Where each stage stands; with `pace`, how long the stages under way have left (read from the training
+        logs and every evolution cell's clock: for --status, not for a caller that only needs the states)."""
         per_run = {name: training_status(config) for name, config in self.train_configs.items()}
         train_state = _combined([run.state for run in per_run.values()])
         t = self.spec.training
@@ -118,7 +120,7 @@ class Study:
         evolve_state: State = "done" if evolution.finished == evolution.planned else \
             "partial" if evolution.started else "to do"
         evolve_left = evolution_seconds_left(self.spec, experiment, self.store, cells) \
-            if evolve_state == "partial" else None
+            if pace and evolve_state == "partial" else None
         evolve_timing: dict[str, Any] = {} if evolve_left is None else {
             "seconds_left": evolve_left,
             "pace": f"each arm's cell times per problem, {experiment.parallel_cells} "
@@ -127,9 +129,9 @@ class Study:
         answers = self.spec.sampling.answers
         stages_done = sample_state == evolve_state == train_state == "done"
         report_state: State = "done" if stages_done and _final_report(report) else "to do"
-        pace = training_seconds_left(list(self.train_configs.values())) if train_state != "done" else None
-        timing: dict[str, Any] = {} if pace is None else \
-            {"seconds_left": pace[0], "pace": f"the median of the latest {pace[1]} step{'s' * (pace[1] != 1)}"}
+        steps = training_seconds_left(list(self.train_configs.values())) if pace and train_state != "done" else None
+        timing: dict[str, Any] = {} if steps is None else \
+            {"seconds_left": steps[0], "pace": f"the median of the latest {steps[1]} step{'s' * (steps[1] != 1)}"}
         return [StageStatus("train", train_state, train_detail, train_fraction, **timing),
                 StageStatus("sample", sample_state, f"{sampled}/{sample_runs} (policy, problem) "
                             f"runs of {answers} answer{'s' * (answers != 1)}", sampled / max(1, sample_runs)),
@@ -165,7 +167,7 @@ class Study:
         evolution is done (the report stage's turn)."""
         from evolve.study.report_stage import write_study_report
 
-        train, sample, evolve, _report = self.statuses()
+        train, sample, evolve, _report = self.statuses(pace=False)
         if train.state != "done" or sample.state != "done":
             raise StudyError(f"study {self.spec.name}: no interim report before its training and sampling are done "
                              f"(train: {train.detail}; sample: {sample.detail})")
