@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import event
 from store_backends import execute, fetch, is_sqlite
 
+from evolve.store import run_reads
 from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore, StoreError, database_url
 
 
@@ -132,6 +133,20 @@ def test_iteration_costs_count_calls_errors_evaluations_tokens_and_the_commit_cl
     assert store.run_elapsed_s(run) == 20.0
     assert store.run_elapsed_s(new_run(store, "empty")) == 0.0
     assert store.iteration_costs(new_run(store, "empty too")) == []
+
+
+def test_runs_elapsed_s_reads_many_runs_clocks_in_batches_as_run_elapsed_s_does_one(
+        store: ProgramStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(run_reads, "IN_BATCH", 2)
+    runs = [new_run(store, f"r{index}") for index in range(5)]
+    for index, run in enumerate(runs[:4]):
+        store.record_iteration(run, 0, [child("seed", 0.1)], run_elapsed_s=1.0 + index)
+        store.record_iteration(run, 1, [AttemptRecord("policy_error", "HTTP 500")], run_elapsed_s=10.0 * (index + 1))
+    store.record_iteration(runs[3], 2, [AttemptRecord("duplicate")])  # an iteration with no clock stored
+    elapsed = store.runs_elapsed_s([runs[4], *runs, runs[0]])
+    assert elapsed == {run: store.run_elapsed_s(run) for run in runs}
+    assert [elapsed[run] for run in runs] == [10.0, 20.0, 30.0, 40.0, 0.0]
+    assert store.runs_elapsed_s([]) == {}
 
 
 def test_record_child_and_record_attempt_write_linked_rows(store: ProgramStore) -> None:

@@ -21,18 +21,17 @@ One writer per run: a process that drives a run holds its lease (`driving`, leas
 of that run (iterations, status, budget) renew the lease in their own transaction and fail with LeaseLostError,
 writing nothing, if another process took the run after the lease lapsed.
 
-The records and errors are in records.py, row conversion in rows.py, opening the database in connection.py;
-this module re-exports the records so `from evolve.store.program_store import StoreError, ...` keeps working.
+The records and errors are in records.py, row conversion in rows.py, opening the database in connection.py, the
+reads of a run's scores and attempts in run_reads.py, the streamed reads in streamed.py; this module re-exports the
+records so `from evolve.store.program_store import StoreError, ...` keeps working.
 """
 
 from __future__ import annotations
 
-import json
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from sqlalchemy import case, create_engine, event, func, insert, make_url, select, update
+from sqlalchemy import create_engine, event, func, insert, make_url, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -80,7 +79,7 @@ from evolve.store.rows import (
     split_requests,
     with_scores,
 )
-from evolve.store.scans import STREAM_BATCH
+from evolve.store.run_reads import RunReads
 from evolve.store.streamed import StreamedReads
 from evolve.store.tables import (
     AttemptRow,
@@ -100,7 +99,7 @@ __all__ = [  # the records and errors live in store/records.py; importers may ke
 ]
 
 
-class ProgramStore(LeasedRuns, StreamedReads):
+class ProgramStore(LeasedRuns, RunReads, StreamedReads):
     """Synchronous store over any SQLAlchemy URL; SQLite gets WAL, synchronous=NORMAL and a busy timeout."""
 
     def __init__(self, url_or_path: str, mode: OpenMode = "create") -> None:
@@ -185,32 +184,6 @@ class ProgramStore(LeasedRuns, StreamedReads):
                 raise StoreError(f"run {run_id} is no experiment's cell in {self._where}")
             session.delete(cell)
             run.name = f"{run.name}~{suffix}"
-
-    def score_timeline(self, run_id: int) -> list[tuple[int, float, bool]]:
-        """(iteration, scalar, solved) of every program of the run, by iteration: enough for best@k and pass@k."""
-        with self._sessions() as session:
-            query = (select(ProgramRow.iteration, ScoreRow.scalar, ScoreRow.solved)
-                     .join(ScoreRow, ScoreRow.program_id == ProgramRow.id)
-                     .where(ProgramRow.run_id == run_id).order_by(ProgramRow.iteration, ProgramRow.id))
-            return [(iteration, float(scalar), bool(solved)) for iteration, scalar, solved in session.execute(query)]
-
-    def score_vectors(self, run_id: int) -> Iterator[tuple[int, dict[str, float], float, bool]]:
-        """(iteration, score vector, stored scalar, stored solved) of every program of the run, by iteration: what a
-        report needs to re-derive scalar and solved under a problem's current rule. Streamed: iterate it once."""
-        with self._sessions() as session:
-            query = (select(ProgramRow.iteration, ScoreRow.vector_json, ScoreRow.scalar, ScoreRow.solved)
-                     .join(ScoreRow, ScoreRow.program_id == ProgramRow.id)
-                     .where(ProgramRow.run_id == run_id).order_by(ProgramRow.iteration, ProgramRow.id)
-                     .execution_options(yield_per=STREAM_BATCH))
-            for iteration, vector, scalar, solved in session.execute(query):
-                yield (iteration, {name: float(value) for name, value in json.loads(vector).items()}, float(scalar),
-                       bool(solved))
-
-    def attempt_counts(self, run_id: int) -> dict[str, int]:
-        """Attempts rows of the run by kind ('policy_call', 'child', 'policy_error', ...)."""
-        with self._sessions() as session:
-            query = select(AttemptRow.kind, func.count()).where(AttemptRow.run_id == run_id).group_by(AttemptRow.kind)
-            return {kind: int(count) for kind, count in session.execute(query)}
 
     def get_run(self, run_id: int) -> RunInfo:
         with self._sessions() as session:
@@ -358,47 +331,4 @@ class ProgramStore(LeasedRuns, StreamedReads):
             raise UnknownIdError(f"no program {run_id}:{number} in {self._where}: run {run_id} has "
                                  + (f"programs 1..{count}" if count else "no programs"))
         return program_of(*found)
-
-    def completed_iterations(self, run_id: int) -> set[int]:
-        """Iterations with at least one terminal attempt (TERMINAL_KINDS)."""
-        with self._sessions() as session:
-            query = select(AttemptRow.iteration).distinct().where(
-                AttemptRow.run_id == run_id, AttemptRow.kind.in_(TERMINAL_KINDS))
-            return set(session.scalars(query))
-
-    def failure_counts(self, run_id: int) -> dict[str, int]:
-        """Failed answers by 'kind: reason head' (the reason up to its first ':'), or 'kind' alone, most first."""
-        with self._sessions() as session:
-            rows = session.execute(select(AttemptRow.kind, AttemptRow.reason).where(
-                AttemptRow.run_id == run_id, AttemptRow.kind.in_(FAILURE_KINDS)).order_by(AttemptRow.id))
-            counts = Counter(f"{kind}: {reason.split(':')[0].strip()}" if reason else kind for kind, reason in rows)
-            return dict(counts.most_common())
-
-    def attempts(self, run_id: int) -> list[AttemptInfo]:
-        """Every attempts row of the run, in write order."""
-        with self._sessions() as session:
-            rows = session.scalars(select(AttemptRow).where(AttemptRow.run_id == run_id).order_by(AttemptRow.id))
-            return [frozen(AttemptInfo, row) for row in rows]
-
-    def iteration_costs(self, run_id: int) -> list[IterationCost]:
-        """What each committed iteration >= 1 spent (calls, errors, evaluations, tokens, active wall clock)."""
-        calls = func.sum(case((AttemptRow.kind == "policy_call", 1), else_=0))
-        errors = func.sum(case((AttemptRow.kind == "policy_error", 1), else_=0))
-        evaluations = func.sum(case((AttemptRow.kind.in_(("child", "eval_failed")), 1), else_=0))
-        query = (select(AttemptRow.iteration, calls, errors, evaluations, func.sum(AttemptRow.completion_tokens),
-                        func.sum(AttemptRow.prompt_tokens), func.max(AttemptRow.run_elapsed_s))
-                 .where(AttemptRow.run_id == run_id, AttemptRow.iteration >= 1)
-                 .group_by(AttemptRow.iteration).order_by(AttemptRow.iteration))
-        with self._sessions() as session:
-            return [IterationCost(iteration=int(it), policy_calls=int(c or 0), policy_errors=int(e or 0),
-                                  evaluations=int(n or 0), completion_tokens=int(ct or 0), prompt_tokens=int(pt or 0),
-                                  elapsed_s=float(el) if el is not None else None)
-                    for it, c, e, n, ct, pt, el in session.execute(query)]
-
-    def run_elapsed_s(self, run_id: int) -> float:
-        """The largest active wall clock stored for the run (0 if none): where a resumed run's clock continues."""
-        with self._sessions() as session:
-            query = select(func.max(AttemptRow.run_elapsed_s)).where(AttemptRow.run_id == run_id)
-            return float(session.scalar(query) or 0.0)
-
 

@@ -66,7 +66,8 @@ def evolution_seconds_left(spec: StudySpec, experiment: ExperimentSpec, store: A
     seeds). None while an arm with cells to run has no finished cell."""
     arm_of = {name: arm for arm, policies in spec.arms().items() for _seed, name in policies}
     runs = {(cell.problem, cell.policy, cell.seed): cell.run_id for cell in store.experiment_cells(experiment.name)}
-    elapsed = {key: store.run_elapsed_s(runs[key]) for key, status in statuses.items() if key in runs}
+    seconds = store.runs_elapsed_s(runs[key] for key in statuses if key in runs)
+    elapsed = {key: seconds[runs[key]] for key in statuses if key in runs}
     by_problem: dict[tuple[str, str], list[float]] = defaultdict(list)
     by_arm: dict[str, list[float]] = defaultdict(list)
     for key, status in statuses.items():
