@@ -331,4 +331,3 @@ class ProgramStore(LeasedRuns, RunReads, StreamedReads):
             raise UnknownIdError(f"no program {run_id}:{number} in {self._where}: run {run_id} has "
                                  + (f"programs 1..{count}" if count else "no programs"))
         return program_of(*found)
-

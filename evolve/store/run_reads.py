@@ -87,9 +87,7 @@ class RunReads:
 
     def run_elapsed_s(self, run_id: int) -> float:
         """The largest active wall clock stored for the run (0 if none): where a resumed run's clock continues."""
-        with self._sessions() as session:
-            query = select(func.max(AttemptRow.run_elapsed_s)).where(AttemptRow.run_id == run_id)
-            return float(session.scalar(query) or 0.0)
+        return self.runs_elapsed_s([run_id])[run_id]
 
     def runs_elapsed_s(self, run_ids: Iterable[int]) -> dict[int, float]:
         """run_elapsed_s of many runs in one query: run id -> seconds (0 for a run with none stored)."""
