@@ -149,6 +149,21 @@ def test_runs_elapsed_s_reads_many_runs_clocks_in_batches_as_run_elapsed_s_does_
     assert store.runs_elapsed_s([]) == {}
 
 
+def test_runs_call_spans_are_each_requests_stored_time_less_its_latency(db: str, store: ProgramStore,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(run_reads, "IN_BATCH", 2)
+    runs = [new_run(store, f"r{index}") for index in range(3)]
+    store.record_iteration(runs[0], 0, [AttemptRecord("policy_call", latency_s=4.0), child("a", 0.1),
+                                        AttemptRecord("policy_error", "HTTP 500", latency_s=1.5)])
+    store.record_iteration(runs[2], 0, [AttemptRecord("policy_call", latency_s=2.0), child("b", 0.2)])
+    execute(db, "UPDATE attempts SET created_at = '2026-01-01 00:00:10.000000'")
+    at = 1767225610.0  # 2026-01-01 00:00:10 UTC
+    spans = store.runs_call_spans([runs[2], *runs])
+    assert {run: sorted(spans[run]) for run in runs} == {runs[0]: [(at - 4.0, at), (at - 1.5, at)], runs[1]: [],
+                                                        runs[2]: [(at - 2.0, at)]}  # children are no requests
+    assert store.runs_call_spans([]) == {}
+
+
 def test_record_child_and_record_attempt_write_linked_rows(store: ProgramStore) -> None:
     run = new_run(store)
     call = store.record_attempt(run, 3, "policy_call", policy="p", prompt="P", completion="C", prompt_tokens=40)

@@ -5,6 +5,7 @@ algorithm resumed only with its own settings, interim reports, and `--redo` of e
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -169,29 +170,41 @@ def test_status_says_which_evolution_seeds_every_arm_has_finished_and_which_batc
             "under way: base seed 1 (0/1 cells)" in capsys.readouterr().out)
 
 
-def test_evolution_time_left_reckons_each_cell_at_its_arms_time_on_its_problem_less_what_it_has_run(
+def test_evolution_time_left_reckons_each_cell_at_its_arms_machine_time_on_its_problem_less_what_it_has_had(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from store_backends import execute
+
     from evolve.cli.main import main
     from evolve.store.program_store import ProgramStore
-    from evolve.store.records import ChildRecord
 
     path, folder, run_ids = started_study(tmp_path, cells=28, test_problems=("run_length", "lis"))
-    store = ProgramStore(str(folder / "study.db"))
-    # active seconds of seed 0 (finished), per policy and problem; an algorithm's two checkpoints are one arm
+    db = str(folder / "study.db")
+    store = ProgramStore(db)
+
+    def generated(run_id: int, start: float, seconds: float) -> None:
+        """A policy request of the run in flight from `start` (POSIX seconds) for `seconds`."""
+        attempt = store.record_attempt(run_id, 0, "policy_call", latency_s=seconds)
+        end = datetime.fromtimestamp(start + seconds, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+        execute(db, "UPDATE attempts SET created_at = :end WHERE id = :id", end=end, id=attempt)
+
+    # machine seconds of seed 0 (finished, one cell at a time), per policy and problem; an algorithm's two
+    # checkpoints are one arm
     ran = {"base": (100, 300), "vpo-t0": (400, 800), "vpo-t1": (600, 1200)}
+    clock = 1.7e9
     for run_id in run_ids:
         run = store.get_run(run_id)
-        problem = ("run_length", "lis").index(run.problem)
-        seconds = ran.get(run.policy, (10, 20))[problem] if run.seed == 0 else \
-            {("base", 0): 30, ("vpo-t0", 0): 900}.get((run.policy, problem))  # seed 1: what two cells have run
-        if seconds is not None:
-            store.record_iteration(run_id, 0, [ChildRecord(code="x = 1\n", parent_id=None, island=0, policy="",
-                                                           edit="", scores={"s": 0.0}, scalar=0.0, solved=False)],
-                                   run_elapsed_s=float(seconds))
-    # seed 1, 1 cell at a time: base 100 - 30 + 300; vpo-t0 0 (past its arm's 500) + 1000; vpo-t1 500 + 1000;
-    # grpo and multi-rlvr (10 + 20) each x 2 checkpoints
+        if run.seed == 0:
+            generated(run_id, clock, ran.get(run.policy, (10, 20))[("run_length", "lis").index(run.problem)])
+            clock += 10_000
+    # seed 1: base on run_length has had 30 s of the machine and vpo-t0 on it 840 s: 60 s side by side, each
+    # credited half, then vpo-t0 alone
+    seed_1 = {(run.policy, run.problem): run.id for run in map(store.get_run, run_ids) if run.seed == 1}
+    generated(seed_1["base", "run_length"], clock, 60)
+    generated(seed_1["vpo-t0", "run_length"], clock, 870)
+    # left: base 100 - 30 + 300; vpo-t0 0 (past its arm's 500) + 1000; vpo-t1 500 + 1000; grpo and multi-rlvr
+    # (10 + 20) each x 2 checkpoints
     assert main(["study", str(path), "--out", str(folder), "--status"]) == 0
-    assert ("about 50 min left at each arm's cell times per problem, 1 cell at a time"  # 2,990 s
+    assert ("about 50 min left at each arm's machine time per cell and problem"  # 2,990 s
             in capsys.readouterr().out)
     from evolve.study.evolution_stage import evolution_seconds_left
     from evolve.study.plan import StudyPaths, experiment_spec
@@ -204,6 +217,16 @@ def test_evolution_time_left_reckons_each_cell_at_its_arms_time_on_its_problem_l
     assert evolution_seconds_left(spec, experiment, store, unrun) == pytest.approx(2990.0 + 10 + 20)  # grpo-t1's pace
     unrun = {key: status for key, status in statuses.items() if not key[1].startswith("grpo") or key[2] != 0}
     assert evolution_seconds_left(spec, experiment, store, unrun) is None  # no grpo cell finished: no pace yet
+
+
+def test_machine_shares_split_each_stretch_among_the_runs_generating_in_it() -> None:
+    from evolve.study.evolution_stage import machine_shares
+
+    shares = machine_shares({1: [(0.0, 100.0)], 2: [(50.0, 150.0)],  # side by side from 50 to 100
+                             3: [(200.0, 210.0), (205.0, 215.0)],  # its own requests overlap: counted once
+                             4: [(300.0, 300.0)], 5: []})
+    assert shares == pytest.approx({1: 75.0, 2: 75.0, 3: 15.0, 4: 0.0, 5: 0.0})
+    assert sum(shares.values()) == pytest.approx(165.0)  # the time in which any run was generating
 
 
 def test_redone_cells_leave_the_study_keep_their_runs_and_are_named_with_their_reason(

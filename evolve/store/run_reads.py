@@ -1,5 +1,6 @@
 """ProgramStore's reads of one run's scores and attempts: the score timeline and vectors the reports re-derive, the
-attempts by kind and failure, which iterations are complete, and each iteration's cost and the run's active clock."""
+attempts by kind and failure, which iterations are complete, each iteration's cost, the run's active clock and when
+its requests were in flight."""
 
 from __future__ import annotations
 
@@ -100,3 +101,18 @@ class RunReads:
                          .where(AttemptRow.run_id.in_(batch)).group_by(AttemptRow.run_id))
                 elapsed.update({run_id: float(seconds or 0.0) for run_id, seconds in session.execute(query)})
         return elapsed
+
+    def runs_call_spans(self, run_ids: Iterable[int]) -> dict[int, list[tuple[float, float]]]:
+        """When each of many runs had a policy request in flight: run id -> (start, end) in POSIX seconds of each
+        stored request, answered or failed (end: when its iteration was stored; start: that less its latency)."""
+        wanted = sorted(set(run_ids))
+        spans: dict[int, list[tuple[float, float]]] = {run_id: [] for run_id in wanted}
+        with self._sessions() as session:
+            for start in range(0, len(wanted), IN_BATCH):
+                query = (select(AttemptRow.run_id, AttemptRow.created_at, AttemptRow.latency_s)
+                         .where(AttemptRow.run_id.in_(wanted[start:start + IN_BATCH]),
+                                AttemptRow.kind.in_(("policy_call", "policy_error"))))
+                for run_id, created_at, latency_s in session.execute(query):
+                    end = created_at.timestamp()
+                    spans[run_id].append((end - latency_s, end))
+        return spans

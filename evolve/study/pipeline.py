@@ -123,8 +123,7 @@ class Study:
             if pace and evolve_state == "partial" else None
         evolve_timing: dict[str, Any] = {} if evolve_left is None else {
             "seconds_left": evolve_left,
-            "pace": f"each arm's cell times per problem, {experiment.parallel_cells} "
-                    f"cell{'s' * (experiment.parallel_cells != 1)} at a time"}
+            "pace": "each arm's machine time per cell and problem"}
         report = self.paths.report / "study_report.json"
         answers = self.spec.sampling.answers
         stages_done = sample_state == evolve_state == train_state == "done"
