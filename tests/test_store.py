@@ -135,18 +135,13 @@ def test_iteration_costs_count_calls_errors_evaluations_tokens_and_the_commit_cl
     assert store.iteration_costs(new_run(store, "empty too")) == []
 
 
-def test_runs_elapsed_s_reads_many_runs_clocks_in_batches_as_run_elapsed_s_does_one(
-        store: ProgramStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(run_reads, "IN_BATCH", 2)
+def test_run_elapsed_s_is_each_runs_latest_stored_clock_and_0_without_one(store: ProgramStore) -> None:
     runs = [new_run(store, f"r{index}") for index in range(5)]
     for index, run in enumerate(runs[:4]):
         store.record_iteration(run, 0, [child("seed", 0.1)], run_elapsed_s=1.0 + index)
         store.record_iteration(run, 1, [AttemptRecord("policy_error", "HTTP 500")], run_elapsed_s=10.0 * (index + 1))
     store.record_iteration(runs[3], 2, [AttemptRecord("duplicate")])  # an iteration with no clock stored
-    elapsed = store.runs_elapsed_s([runs[4], *runs, runs[0]])
-    assert elapsed == {run: store.run_elapsed_s(run) for run in runs}
-    assert [elapsed[run] for run in runs] == [10.0, 20.0, 30.0, 40.0, 0.0]
-    assert store.runs_elapsed_s([]) == {}
+    assert [store.run_elapsed_s(run) for run in runs] == [10.0, 20.0, 30.0, 40.0, 0.0]
 
 
 def test_runs_call_spans_are_each_requests_stored_time_less_its_latency(db: str, store: ProgramStore,

@@ -88,19 +88,9 @@ class RunReads:
 
     def run_elapsed_s(self, run_id: int) -> float:
         """The largest active wall clock stored for the run (0 if none): where a resumed run's clock continues."""
-        return self.runs_elapsed_s([run_id])[run_id]
-
-    def runs_elapsed_s(self, run_ids: Iterable[int]) -> dict[int, float]:
-        """run_elapsed_s of many runs in one query: run id -> seconds (0 for a run with none stored)."""
-        wanted = sorted(set(run_ids))
-        elapsed = dict.fromkeys(wanted, 0.0)
         with self._sessions() as session:
-            for start in range(0, len(wanted), IN_BATCH):
-                batch = wanted[start:start + IN_BATCH]
-                query = (select(AttemptRow.run_id, func.max(AttemptRow.run_elapsed_s))
-                         .where(AttemptRow.run_id.in_(batch)).group_by(AttemptRow.run_id))
-                elapsed.update({run_id: float(seconds or 0.0) for run_id, seconds in session.execute(query)})
-        return elapsed
+            query = select(func.max(AttemptRow.run_elapsed_s)).where(AttemptRow.run_id == run_id)
+            return float(session.scalar(query) or 0.0)
 
     def runs_call_spans(self, run_ids: Iterable[int]) -> dict[int, list[tuple[float, float]]]:
         """When each of many runs had a policy request in flight: run id -> (start, end) in POSIX seconds of each
