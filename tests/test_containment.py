@@ -21,7 +21,7 @@ from evolve.problems.evaluation import evaluate_program
 from evolve.problems.problem import load_problem
 from evolve.sandbox.core import Sandbox, SandboxLimits
 from evolve.sandbox.housekeeping import make_owned_folder, owner_tag
-from evolve.sandbox.supervisor import MAX_FOLDER_ENTRIES, folder_usage
+from evolve.sandbox.supervisor import MAX_FOLDER_ENTRIES, folder_usage, remove_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = Path(__file__).parent / "hostile"
@@ -260,6 +260,29 @@ Sandbox(SandboxLimits(wall_time_s=60, cpu_time_s=60)).call(program, "solve", 1)
     assert live.is_dir() and live.name.startswith(f"evolve-sandbox-{owner_tag()}-") and elsewhere.is_dir()
     live.rmdir()
     elsewhere.rmdir()
+
+
+def test_removing_a_folder_already_gone_leaves_its_parents_mode_alone(sandbox_parent: Path) -> None:
+    # two processes clearing the same stale folder: the later one once chmod'ed the parent 0700, which as root
+    # is /tmp, and every candidate's uid lost its way to its folder
+    sandbox_parent.chmod(0o1777)
+    remove_folder(sandbox_parent / "evolve-sandbox-1.1.1-gone")
+    assert sandbox_parent.stat().st_mode & 0o7777 == 0o1777
+
+
+def test_a_folder_the_candidate_locked_inside_and_itself_is_removed_and_its_parent_keeps_its_mode(
+        sandbox_parent: Path) -> None:
+    sandbox_parent.chmod(0o1777)
+    folder = sandbox_parent / "evolve-sandbox-1.1.1-locked"
+    (folder / "inner" / "deeper").mkdir(parents=True)
+    (folder / "inner" / "deeper" / "file").write_text("x")
+    (folder / "file").write_text("x")
+    (folder / "inner" / "deeper").chmod(0)
+    (folder / "inner").chmod(0o500)
+    folder.chmod(0)
+    remove_folder(folder)
+    assert not folder.exists()
+    assert sandbox_parent.stat().st_mode & 0o7777 == 0o1777
 
 
 def test_a_killed_engines_evaluation_folder_is_removed_at_the_next_evaluation(sandbox_parent: Path) -> None:

@@ -317,8 +317,15 @@ def folder_usage(folder: Path, max_entries: int) -> tuple[int, int]:
 
 
 def remove_folder(folder: Path) -> None:
-    """Remove a candidate's folder, including parts it made unreadable or unwritable to its owner."""
+    """Remove a candidate's folder, including parts it made unreadable or unwritable to its owner. Nothing
+    outside `folder` is touched: a folder already gone (another process cleaning stale folders got there first)
+    is left at that, and the folder's parent keeps its mode (as root, the parent is /tmp)."""
+    top = os.path.abspath(folder)
+
     def unlock_and_retry(function: Callable[..., object], path: str, _: object) -> None:
+        path = os.path.abspath(path)
+        if not path.startswith(top + os.sep) or not os.path.lexists(path):
+            return  # the folder itself (gone, or not empty after the retries below) or an entry already gone
         try:
             os.chmod(os.path.dirname(path), 0o700)
             if os.path.isdir(path) and not os.path.islink(path):
@@ -329,7 +336,14 @@ def remove_folder(folder: Path) -> None:
         except OSError:
             pass
 
-    shutil.rmtree(folder, onerror=unlock_and_retry)
+    for _ in range(2):  # a second pass where the candidate locked the folder itself
+        shutil.rmtree(top, onerror=unlock_and_retry)
+        if not os.path.isdir(top) or os.path.islink(top):
+            return
+        try:
+            os.chmod(top, 0o700)
+        except OSError:
+            return
 
 
 def parse_result(raw: bytes) -> dict[str, Any] | None:
