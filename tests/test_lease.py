@@ -219,7 +219,7 @@ def test_on_postgresql_racing_writers_get_one_lease_and_a_lapsed_one_is_taken_ov
 
     def take(store: ProgramStore) -> None:
         try:
-            store.take_lease(run_id, lease_s=0.6)
+            store.take_lease(run_id, lease_s=600)  # live however slow this machine is while the others ask
             winners.append(store)
         except LeaseHeldError:
             pass
@@ -233,7 +233,8 @@ def test_on_postgresql_racing_writers_get_one_lease_and_a_lapsed_one_is_taken_ov
     (holder,) = winners
     other = next(store for store in stores if store is not holder)
     seed(holder, run_id)
-    time.sleep(0.8)
+    holder.take_lease(run_id, lease_s=0.6)  # renewed short, then the holder stops renewing (as if killed)
+    time.sleep(0.8)  # longer than the lease, whatever the load: it lapses
     other.take_lease(run_id, lease_s=0.6)
     with pytest.raises(LeaseLostError):
         seed(holder, run_id, 1)
