@@ -336,14 +336,13 @@ def remove_folder(folder: Path) -> None:
         except OSError:
             pass
 
-    for _ in range(2):  # a second pass where the candidate locked the folder itself
-        shutil.rmtree(top, onerror=unlock_and_retry)
-        if not os.path.isdir(top) or os.path.islink(top):
-            return
+    shutil.rmtree(top, onerror=unlock_and_retry)
+    if os.path.isdir(top) and not os.path.islink(top):  # the candidate locked the folder itself: unlock, once more
         try:
             os.chmod(top, 0o700)
         except OSError:
             return
+        shutil.rmtree(top, onerror=unlock_and_retry)
 
 
 def parse_result(raw: bytes) -> dict[str, Any] | None:
