@@ -13,7 +13,7 @@ EVOLVE = Path(__file__).resolve().parents[1] / "evolve"
 # evolve/ or a top-level module; siblings in one layer stay independent of each other.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors",),
-    ("records", "seeds", "toml_files", "program_format", "stats", "instruction_texts", "stop_signals",
+    ("records", "seeds", "toml_files", "program_format", "stats", "instruction_texts", "stop_signals", "interpreters",
      "ports"),
     ("policy_config",),
     ("config",),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -67,6 +68,13 @@ def working_directory(folder: str) -> Iterator[None]:
         yield
     finally:
         os.chdir(before)
+
+
+def connect_ray(address: str | None) -> None:
+    """ray.init from an empty folder: Ray puts the driver's working directory on every worker's sys.path ahead of
+    site-packages, so a folder `evolve/` where the user runs from would be the package the cells import."""
+    with tempfile.TemporaryDirectory(prefix="evolve-ray-") as neutral, working_directory(neutral):
+        ray.init(address=address or "local", include_dashboard=False, log_to_driver=False, configure_logging=False)
 
 
 def wait_for_dead_holder(store: ProgramStore, run_id: int) -> None:
@@ -129,8 +137,7 @@ class RayCellExecutor:
         if self.address:
             refuse_unreachable(self.address)
         try:
-            ray.init(address=self.address or "local", include_dashboard=False, log_to_driver=False,
-                     configure_logging=False)
+            connect_ray(self.address)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             where = f"the Ray cluster at {self.address}" if self.address else "a local Ray cluster"
             raise ClusterError(f"cannot reach {where}: {str(exc).splitlines()[0] if str(exc) else exc!r}") from None

@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+from evolve.interpreters import module_command
 from evolve.policies.base import PolicyError
 from evolve.policies.vllm_engine import vllm_environment
 from evolve.ports import free_port
@@ -32,7 +32,7 @@ class VLLMServer:
         self.served_name = served_name
         self.startup_timeout_s = startup_timeout_s
         self.command = [
-            sys.executable, "-m", "evolve.policies.vllm_cli", "serve", str(model_path),
+            *module_command("evolve.policies.vllm_cli", "serve", str(model_path)),
             "--host", "127.0.0.1", "--port", str(self.port), "--dtype", dtype,
             "--max-model-len", str(max_model_len), "--tensor-parallel-size", str(tensor_parallel_size),
             "--gpu-memory-utilization", str(gpu_memory_utilization), "--disable-log-stats",

@@ -33,6 +33,7 @@ from types import ModuleType, TracebackType
 from typing import Any, get_args
 
 from evolve.evaluator_api import CandidateFailure
+from evolve.interpreters import module_command
 from evolve.problems.cascade import CASCADE_ARTIFACT, FINAL_FUNCTION, CascadeNote
 from evolve.problems.problem import Problem, ProblemError, load_problem
 from evolve.problems.returned import (
@@ -135,7 +136,7 @@ async def evaluate_program(problem: Problem, code: str, timeout_s: float | None 
         program_path.write_text(code)
         job = json.dumps({"problem_dir": str(problem.path), "program_path": str(program_path)}).encode()
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "evolve.problems.evaluation",
+            *module_command("evolve.problems.evaluation"),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             start_new_session=True, limit=REPLY_LIMIT,
         )

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from evolve.interpreters import module_command
 from evolve.problems.evaluation import (
     FOLDER_PREFIX,
     REPLY_LIMIT,
@@ -195,7 +196,7 @@ class EvaluatorPool:
 
     async def _start(self, problem_dir: str) -> _Worker:
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "evolve.problems.evaluator_pool",
+            *module_command("evolve.problems.evaluator_pool"),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             start_new_session=True, limit=REPLY_LIMIT,
         )

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from evolve.errors import UserError
+from evolve.interpreters import module_command
 from evolve.policies.base import cut_at_stop
 from evolve.policies.llama_engine import GenerationRequest, GenerationResult, LlamaEngine
 from evolve.seeds import ROLLOUT_SAMPLING, derive
@@ -143,7 +144,7 @@ class RolloutProcess:
         self._lock = threading.Lock()  # one call at a time; close() does not wait for it
         self._closed = False
         try:
-            self._process = subprocess.Popen([sys.executable, "-m", "evolve.rl.rollout_process", str(theirs.fileno())],
+            self._process = subprocess.Popen(module_command("evolve.rl.rollout_process", str(theirs.fileno())),
                                              pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
         finally:
             theirs.close()
