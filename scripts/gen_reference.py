@@ -5,6 +5,7 @@ the pages at build time; `python scripts/gen_reference.py --out DIR` writes them
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import math
 import tomllib
@@ -21,6 +22,7 @@ from pydantic_core import PydanticUndefined
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_PAGE = "reference/config.md"
 CLI_PAGE = "reference/cli.md"
+CONFIG_CLASS = "config-reference"  # the CSS class docs/stylesheets/reference.css styles the page's tables by
 REQUIRED = "required"
 
 
@@ -114,8 +116,11 @@ def bounds(info: FieldInfo) -> str:
 
 
 def cell(text: str) -> str:
-    """Text safe inside a Markdown table cell."""
-    return " ".join(text.split()).replace("|", "\\|")
+    """Text safe inside a Markdown table cell: one line, pipes escaped, and outside `code` spans < > & escaped, so a
+    description's "<tag_1>...</tag_1>" shows as written instead of becoming HTML."""
+    parts = " ".join(text.split()).split("`")
+    parts[::2] = [html.escape(part, quote=False) for part in parts[::2]]
+    return "`".join(parts).replace("|", "\\|")
 
 
 def lookup(data: dict[str, Any] | None, section: str, key: str) -> Any:
@@ -292,8 +297,18 @@ def on_files(files: Any, config: Any) -> Any:
     from mkdocs.structure.files import File
 
     for page, render in ((CONFIG_PAGE, config_reference), (CLI_PAGE, cli_reference)):
-        files.append(File.generated(config, page, content=render()))
+        # the configuration tables have six columns: that page gives the site navigation's room to them
+        front = "---\nhide:\n  - navigation\n---\n" if page == CONFIG_PAGE else ""
+        files.append(File.generated(config, page, content=front + render()))
     return files
+
+
+def on_page_content(content: str, page: Any, config: Any, files: Any) -> str:
+    """MkDocs hook: the configuration reference in div.config-reference, which docs/stylesheets/reference.css lays
+    out (its six columns fit the page and the meaning wraps)."""
+    if page.file.src_uri == CONFIG_PAGE:
+        return f'<div class="{CONFIG_CLASS}">\n{content}\n</div>'
+    return content
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ from evolve.toml_files import StrictModel, check_names
 class ObjectiveCount(StrictModel):
     """`objectives = {count = 100, name = "test_{i:02d}"}`: names made by formatting `name` with i = 0..count-1."""
 
-    count: StrictInt = Field(ge=1, le=1_000_000)
+    count: StrictInt = Field(ge=1, le=1_000_000, description="how many objectives, numbered 0 to count - 1")
     name: str = Field("test_{i}", description="each objective's name; {i} is its number, {i:03d} pads it")
 
     @field_validator("name")
@@ -35,7 +35,8 @@ class ObjectivePattern(StrictModel):
     """`objectives = {pattern = "test_*"}`: the names the evaluator returns, which must all match the pattern
     (shell-style: *, ?, [seq]); resolved from the first evaluation (the seed program's) and fixed after it."""
 
-    pattern: str = Field(min_length=1)
+    pattern: str = Field(min_length=1, description="a shell-style wildcard (*, ?, [seq]) that every objective "
+                         "name the evaluator returns must match")
 
     @field_validator("pattern")
     @classmethod
