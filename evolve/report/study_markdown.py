@@ -178,7 +178,9 @@ def _sampling(document: Mapping[str, Any]) -> str:
     return ("### Evolution against plain sampling\n\n"
             f"Plain sampling: n answers per test problem from the seed prompt, pass@1 averaged over problems, and "
             f"the problems some answer solved; evolution: problems some evolution seed cracked within "
-            f"{answers or 'its'} answers per cell.\n\n"
+            f"{answers or 'its'} answers per cell. The budgets differ: a problem's n sampled answers stand against "
+            f"up to {answers or 'its'} answers in each of its evolution cells, so this table is no comparison at "
+            f"equal answers.\n\n"
             + _table(["policy", "n", "pass@1", "solved by sampling", "cracked by evolution"], rows))
 
 
