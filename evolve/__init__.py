@@ -8,8 +8,8 @@ so `import evolve` is fast and imports neither torch nor transformers.
 
     problem = evolve.load_problem("symbolic_regression", Path("programs"))
     print(problem.objectives, problem.initial_code)
-    outcome = evolve.run("evolve.toml", overrides={"run.iterations": 20, "run.seed": 1})
-    store = evolve.ProgramStore("evolve.db", mode="read")
+    outcome = evolve.run("evolve.toml", overrides={"run.iterations": 20, "run.seed": 1}, progress=True)
+    store = evolve.ProgramStore(outcome.db, mode="read")  # the store the run wrote, wherever the config put it
     best = store.best_programs(outcome.run_id, 1)[0]
     print(outcome.status, best.scores, best.code)
     try:

@@ -12,7 +12,7 @@ from rich.console import Console
 
 if TYPE_CHECKING:
     from evolve.config import RunConfig
-    from evolve.engine.events import Observer
+    from evolve.engine.events import Event, Observer
     from evolve.engine.experiment import ExperimentOutcome
     from evolve.engine.experiment_spec import ExperimentSpec
     from evolve.engine.run_driver import RunOutcome
@@ -20,20 +20,22 @@ if TYPE_CHECKING:
 
 
 def run(config: RunConfig | str | Path | None = None, *, overrides: Mapping[str, Any] | None = None,
-        resume: int | None = None, on_event: Observer | None = None,
+        resume: int | None = None, on_event: Observer | None = None, progress: bool = False,
         blame: Mapping[str, str] | None = None) -> RunOutcome:
     """Run an evolution to its end (or resume run `resume` in the config's store) and return its outcome: run_id,
-    status ('finished', 'interrupted' or 'policy_unavailable'; a resumable run either way), stats and db.
+    status ('finished', 'interrupted' or 'policy_unavailable'; a resumable run either way), stats and db (the
+    store the run is in, wherever the config put it: open it with `evolve.ProgramStore(outcome.db, mode="read")`).
 
     config: a RunConfig, an evolve.toml path (its relative paths, programs_dir and the store, are read from the
     file's folder), or None for the defaults; overrides: {'section.key': value} applied on top of a path or the
     defaults. With `resume`, the config (and an override of run.db) only says where the store is: the other
     overrides apply to the run's stored config, checked against its own policy's backend (run.problem, run.seed,
     run.iterations and policy.name stay as stored). blame: {'section.key': how the user wrote it} for the error
-    lines. Nothing is printed: on_event, if given, is called with every event of the run (evolve.engine.events:
-    requests, evaluations, committed iterations). A mistake in the config, the problem or the store raises a
-    UserError."""
-    from evolve.config import ConfigError, RunConfig, load_config
+    lines. Nothing is printed unless progress=True, which draws the run on the terminal as `evolve run` does (the
+    live panel, or plain lines when stdout is no terminal, then the best program); on_event, if given, is called
+    with every event of the run (evolve.engine.events: requests, evaluations, committed iterations). A mistake in
+    the config, the problem or the store raises a UserError."""
+    from evolve.config import ConfigError, RunConfig
     from evolve.engine.run_driver import run_evolution
 
     given = {key: value for key, value in (overrides or {}).items() if value is not None}
@@ -45,9 +47,38 @@ def run(config: RunConfig | str | Path | None = None, *, overrides: Mapping[str,
         if "run.db" in located:
             config = config.model_copy(update={"run": config.run.model_copy(update={"db": located["run.db"]})})
     else:
-        config = _beside_file(load_config(config, located, dict(blame or {})), config, located)
-    return run_evolution(config, resume=resume, overrides=given if resume is not None else None, blame=blame,
-                         on_event=on_event)
+        config = load_run_config(config, located, blame)
+    settled: RunConfig = config  # narrowed, for the function below
+
+    def start(observe: Observer | None) -> RunOutcome:
+        return run_evolution(settled, resume=resume, overrides=given if resume is not None else None, blame=blame,
+                             on_event=observe)
+
+    if not progress:
+        return start(on_event)
+    from evolve.report.run_drawing import draw_run
+
+    return draw_run(lambda drawing: start(drawing if on_event is None else _both(drawing, on_event)))
+
+
+def _both(first: Observer, second: Observer) -> Observer:
+    """An observer that passes every event to `first`, then to `second`."""
+    def observe(event: Event) -> None:
+        first(event)
+        second(event)
+
+    return observe
+
+
+def load_run_config(path: str | Path | None, overrides: Mapping[str, Any] | None = None,
+                    blame: Mapping[str, str] | None = None) -> RunConfig:
+    """A config file (or the defaults when path is None) with `overrides` ({'section.key': value}; None values are
+    skipped) as load_config reads it, its relative paths then read from its own folder (see _beside_file): the
+    config every command that takes an evolve.toml reads, so that they all find the store `evolve run` wrote."""
+    from evolve.config import load_config
+
+    given = {key: value for key, value in (overrides or {}).items() if value is not None}
+    return _beside_file(load_config(path, given, dict(blame or {})), path, given)
 
 
 def _beside_file(config: RunConfig, path: str | Path | None, given: Mapping[str, Any]) -> RunConfig:

@@ -268,3 +268,15 @@ def test_load_problem_reads_the_programs_folder_by_default_and_dir_lists_the_pub
     assert evolve.load_problem("lis").name == "lis"
     assert dir(evolve) == sorted(evolve.__all__)
     assert not {"Any", "TYPE_CHECKING", "annotations", "importlib"} & set(dir(evolve))
+
+
+def test_progress_draws_the_run_as_the_command_does_and_on_event_still_gets_every_event(
+        tmp_path: Path, encoder_server: tuple[str, list[dict]], capsys: pytest.CaptureFixture[str]) -> None:
+    events: list[object] = []
+    outcome = evolve.run(overrides=scripted_overrides(encoder_server[0], tmp_path / "drawn.db"), progress=True,
+                         on_event=events.append)
+    out = capsys.readouterr().out
+    assert outcome.status == "finished" and "IterationCommitted" in {type(event).__name__ for event in events}
+    for line in ("loading scripted (openai: m) ...", "starting run 1: problem run_length", "[2/2] ",
+                 "run 1 finished", "best program 1:"):
+        assert line in out, out

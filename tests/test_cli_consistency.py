@@ -138,8 +138,8 @@ def test_piped_tables_are_not_cut_mid_word(tmp_path: Path, columns: str | None, 
 
 
 def test_eta_comes_from_this_process_iteration_rate_and_leaves_resumed_iterations_out() -> None:
-    from evolve.cli.pace import clock, pace
     from evolve.engine.run_stats import RunStats
+    from evolve.report.pace import clock, pace
 
     stats = RunStats(iterations_target=40, started_at=100.0, workers=1)
     stats.iterations_done = stats.iterations_at_start = 10  # a resumed run: 10 done by an earlier process
@@ -153,8 +153,8 @@ def test_eta_comes_from_this_process_iteration_rate_and_leaves_resumed_iteration
 
 
 def test_a_run_at_zero_says_what_it_waits_on() -> None:
-    from evolve.cli.pace import waiting_on
     from evolve.engine.run_stats import RunStats
+    from evolve.report.pace import waiting_on
 
     stats = RunStats(iterations_target=8)
     assert waiting_on(stats) == "starting"
@@ -172,8 +172,8 @@ def test_plain_progress_prints_the_panel_facts_and_a_heartbeat_while_quiet() -> 
 
     from rich.console import Console
 
-    from evolve.cli.progress import ProgressView
     from evolve.engine.run_stats import RunStats
+    from evolve.report.progress import ProgressView
 
     out = io.StringIO()
     stats = RunStats(iterations_target=8)
@@ -197,9 +197,9 @@ def test_the_live_panel_shows_elapsed_eta_in_flight_and_a_spinner_at_zero() -> N
 
     from rich.console import Console
 
-    from evolve.cli.progress import ExperimentView, ProgressView
     from evolve.engine.experiment import CellProgress
     from evolve.engine.run_stats import RunStats
+    from evolve.report.progress import ExperimentView, ProgressView
 
     console = Console(file=io.StringIO(), width=160)
     stats = RunStats(iterations_target=8, in_flight=3)
@@ -306,3 +306,42 @@ def test_the_python_api_takes_the_same_experiment_overrides() -> None:
     assert spec.iterations == 2
     with pytest.raises(ConfigError, match="pass the file"):
         load_experiment_file(spec, overrides={"iterations": 3})
+
+
+def test_show_code_prints_the_best_program_alone_and_out_writes_it_to_a_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    db, _, _ = interleaved_store(tmp_path / "two.db")
+    assert main(["show", "2", "--code", "--db", db]) == 0
+    assert capsys.readouterr().out == "x = 22\n"  # the best of run 2, as a file holds it
+    assert main(["show", "2:1", "--code", "--db", db]) == 0
+    assert capsys.readouterr().out == "x = 20\n"
+    monkeypatch.chdir(tmp_path)
+    assert main(["show", "2", "-o", "best.py", "--db", db]) == 0
+    assert (tmp_path / "best.py").read_text() == "x = 22\n"
+    assert capsys.readouterr().out.strip() == "wrote program 2:3 (scalar 1.0000, iteration 2, solved) to best.py"
+    assert main(["show", "2", "--code", "--json", "--db", db]) == 2
+
+
+def test_the_read_commands_find_the_store_beside_the_config_they_are_given(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    interleaved_store(project / "runs.db")
+    (project / "evolve.toml").write_text('[run]\ndb = "runs.db"\n')  # where `evolve run -c` writes it
+    monkeypatch.chdir(elsewhere)
+    assert main(["runs", "-c", "../project/evolve.toml"]) == 0
+    assert "r1" in capsys.readouterr().out
+    assert main(["show", "2", "--code", "-c", "../project/evolve.toml"]) == 0
+    assert capsys.readouterr().out == "x = 22\n"
+
+
+def test_check_prints_the_toml_tables_its_messages_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    shutil.copytree(ROOT / "programs" / "fizzbuzz", tmp_path / "fizzbuzz")
+    with (tmp_path / "fizzbuzz" / "problem.toml").open("a") as toml:
+        toml.write('\n[[cascade]]\nfunction = "quick"\nthreshold = 0.5\n')
+    assert main(["check", "fizzbuzz", "--programs-dir", str(tmp_path)]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert ": [[cascade]] names quick, which evaluator.py does not define (def quick(" in out

@@ -118,3 +118,20 @@ def test_a_background_command_started_with_sigint_ignored_stops_on_sigint_in_syn
         command.kill()
     assert command.returncode == 130, output
     assert output.strip().splitlines()[-1] == "interrupted" and "Traceback" not in output, output
+
+
+@pytest.mark.parametrize("argv", [["runs"], ["show", "1"], ["run", "--iterations", "1"]])
+def test_a_store_or_problem_missed_without_an_evolve_toml_here_suggests_the_config_flag(
+        argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)  # no evolve.toml, no programs/, no store: the defaults point at nothing
+    assert main(argv) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.startswith("error: ") and out.endswith(
+        "; no evolve.toml in this folder, so the defaults were read: name your config with -c/--config FILE"), out
+
+
+def test_with_the_store_named_no_config_hint_is_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["runs", "--db", "other.db"]) == 1
+    assert capsys.readouterr().out.strip() == "error: no store at other.db"

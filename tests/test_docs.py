@@ -200,3 +200,49 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
         if not name.startswith("_"):
             assert f'id="evolve.{name}"' in api, name
     assert "concurrency" in (tmp_path / "site" / "reference" / "config" / "index.html").read_text()
+
+
+RUN_LENGTH_ANSWER = '''def encode(s: str) -> str:
+    out, start, variant = [], 0, {number}
+    while start < len(s):
+        end = start
+        while end < len(s) and s[end] == s[start]:
+            end += 1
+        out.append(f"{{end - start}}{{s[start]}}")
+        start = end
+    return "".join(out)
+'''
+
+
+def python_example(page: Path, after: str) -> str:
+    """The first ```python block after `after` in a page, up to its first experiment line (those need a model)."""
+    text = page.read_text().split(after, 1)[1]
+    block = text.split("```python\n", 1)[1].split("```", 1)[0]
+    return block.split("evolve.run_experiment", 1)[0]
+
+
+@pytest.mark.parametrize(("page", "after"), [("README.md", "**From Python.**"),
+                                             ("docs/tutorial/first-run.md", "## From Python")])
+def test_the_python_example_runs_from_another_folder(page: str, after: str, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    from tests.scripted_policy_server import ScriptedPolicyServer
+
+    code = python_example(ROOT / page, after)
+    assert 'evolve.run("evolve.toml"' in code
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    shutil.copytree(ROOT / "programs" / "run_length", project / "programs" / "run_length")
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    with ScriptedPolicyServer(lambda number, body: RUN_LENGTH_ANSWER.format(number=number)) as server:
+        (project / "evolve.toml").write_text(
+            '[run]\nproblem = "run_length"\nconcurrency = 2\neval_workers = 2\n\n[policy]\nbackend = "openai"\n'
+            f'model = "m"\nprefill = false\nretries = 0\nurl = "{server.url}"\n')
+        exec(code.replace('"evolve.toml"', repr(str(project / "evolve.toml"))), {})  # noqa: S102 - the page's code
+    out = capsys.readouterr().out
+    assert (project / "evolve.db").is_file() and not (elsewhere / "evolve.db").exists()
+    assert "finished {" in out and "def encode" in out
+    if "progress=True" in code:  # the run drawn as `evolve run` draws it
+        assert "starting run 1: problem run_length" in out and "[20/20]" in out and "run 1 finished" in out

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from evolve.cli.pace import eta, pace, waiting_on
+from evolve.report.pace import eta, pace, waiting_on
 from evolve.engine.run_stats import RunStats
 
 TRACES = Path(__file__).parent / "traces"
@@ -90,7 +90,7 @@ def test_an_experiment_eta_counts_running_cells_and_whole_budgets_for_cells_not_
 
     from rich.console import Console
 
-    from evolve.cli.progress import ExperimentView
+    from evolve.report.progress import ExperimentView
     from evolve.engine.cells import CellProgress
 
     def cell_at(done: int) -> RunStats:

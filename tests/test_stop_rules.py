@@ -29,7 +29,7 @@ def overrides(url: str, db: Path, **run: Any) -> dict[str, Any]:
 def test_a_run_that_solves_its_problem_stops_early_and_a_resume_does_not_continue(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import evolve
-    from evolve.cli.runner import draw_run
+    from evolve.report.run_drawing import draw_run
 
     db = tmp_path / "stop.db"
     with FakePolicyServer(latency_s=0.01) as server:

@@ -7,7 +7,7 @@ import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evolve.config import ConfigError, RunConfig, load_config
+from evolve.config import ConfigError, RunConfig
 
 if TYPE_CHECKING:
     from evolve.store.program_store import ProgramStore
@@ -55,10 +55,14 @@ def toml_value(raw: str) -> Any:
 
 
 def run_config(args: argparse.Namespace, overrides: dict[str, Any] | None = None) -> RunConfig:
-    """The config file (see config_path), then `overrides` (flags; None values are skipped), then every --set.
-    A bad value names what set it: the --set, the flag (--iterations for run.iterations), or the file."""
+    """The config file (see config_path), then `overrides` (flags; None values are skipped), then every --set; the
+    file's relative paths read from its folder, as `evolve run -c FILE` reads them (so `evolve runs -c FILE` finds
+    the store that run wrote). A bad value names what set it: the --set, the flag (--iterations for
+    run.iterations), or the file."""
+    from evolve.api import load_run_config
+
     merged, blame = command_settings(args, overrides)
-    return load_config(config_path(getattr(args, "config", None)), merged, blame)
+    return load_run_config(config_path(getattr(args, "config", None)), merged, blame)
 
 
 def command_settings(args: argparse.Namespace, overrides: dict[str, Any] | None = None

@@ -1,9 +1,11 @@
 """Shell completion of `evolve` with argcomplete: `evolve completion bash|zsh|fish` prints the code a shell runs to
-complete commands, flags and choices, and `complete` answers the shell's requests from the one parser."""
+complete commands, flags, choices and problem names, and `complete` answers the shell's requests from the one
+parser."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -30,6 +32,31 @@ def add_command(commands: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     completion.add_argument("shell", choices=SHELLS, help="the shell to print the completion code for")
     completion.set_defaults(handler=cmd_completion)
+
+
+def complete_problems(action: argparse.Action) -> None:
+    """Tab-complete the argument of `action` with the problem names of the programs folder (see problem_names)."""
+    action.completer = problem_names  # type: ignore[attr-defined]  # argcomplete reads this attribute
+
+
+def problem_names(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:
+    """The problems of the command's --programs-dir, else of the config's run.programs_dir (-c, else ./evolve.toml),
+    else of programs/, that start with `prefix`; none when the config cannot be read (a completion never fails)."""
+    from evolve.problems.problem import list_problems
+
+    folder = getattr(parsed_args, "programs_dir", None)
+    if folder is None:
+        from evolve.cli.common import config_path
+        from evolve.config import load_config
+
+        path = config_path(getattr(parsed_args, "config", None))
+        try:
+            folder = load_config(path).run.programs_dir
+        except UserError:
+            return []
+        if path is not None and not Path(folder).is_absolute():  # read from the file's folder, as `evolve run` does
+            folder = str(Path(path).parent / folder)
+    return [name for name in list_problems(Path(folder)) if name.startswith(prefix)]
 
 
 def _argcomplete() -> Any:

@@ -1,10 +1,13 @@
 """What every `evolve` subcommand does the same way: the output flag (--out/-o, old spellings as deprecated
-aliases), the --set flag, and a console whose tables fit the width they have."""
+aliases), the --set flag, a console whose tables fit the width they have, and a quiet end when the reader of its
+output goes away (`evolve export 1 | head`)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import select
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -16,15 +19,47 @@ from rich.console import Console
 UNBOUNDED_WIDTH = 240
 
 
+# A command whose reader went away ends as a Unix tool killed by SIGPIPE reads to its shell: 128 + 13.
+EXIT_OUTPUT_CLOSED = 128 + signal.SIGPIPE
+
+
+class OutputClosed(BrokenPipeError):
+    """The reader of standard output went away: the command ends quietly with EXIT_OUTPUT_CLOSED."""
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        # rich's own answer is SystemExit(1) on the spot, past whatever the command had still to do
+        self.quiet = True
+        raise OutputClosed()
+
+
 def make_console(stream: Any = None) -> Console:
     """A console of the terminal's width on a terminal; elsewhere COLUMNS, else UNBOUNDED_WIDTH (rich's 80 would
-    cut table cells mid-word when the output is piped)."""
-    console = Console(file=stream)
+    cut table cells mid-word when the output is piped). A write to a closed pipe raises OutputClosed."""
+    console = _Console(file=stream)
     if console.is_terminal:
         return console
     columns = os.environ.get("COLUMNS", "")
     width = int(columns) if columns.isdigit() and int(columns) > 0 else UNBOUNDED_WIDTH
-    return Console(file=stream, width=width)
+    return _Console(file=stream, width=width)
+
+
+def output_closed(error: BrokenPipeError) -> bool:
+    """Whether `error` is standard output's reader gone (not a socket's peer): a pipe without a reader polls as an
+    error on Linux; once it is known, stdout is pointed at /dev/null so that the exit's flush is quiet too."""
+    closed = isinstance(error, OutputClosed)
+    try:
+        fd = sys.__stdout__.fileno() if sys.__stdout__ is not None else -1
+    except (OSError, ValueError):
+        fd = -1
+    if fd >= 0 and not closed:
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        closed = any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    if closed and fd >= 0:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+    return closed
 
 
 class DeprecatedAlias(argparse.Action):

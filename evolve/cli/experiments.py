@@ -39,7 +39,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
 def cmd_experiment(args: argparse.Namespace, console: Console) -> int:
     from evolve.api import run_experiment
-    from evolve.cli.progress import ExperimentDrawing
+    from evolve.report.progress import ExperimentDrawing
 
     spec = _spec(args)
     console.print(experiment_header(spec), highlight=False)

@@ -37,9 +37,10 @@ COMMAND_HELP: dict[str, CommandHelp] = {
     "show": CommandHelp(
         "One run at a glance (best programs, first solve, failures, throughput), or one of its programs. Programs "
         "are numbered 1..N within their run in the order they were stored (1 is the seed): RUN:N or --run RUN N "
-        "shows program N of run RUN; --id ID shows a program by its store-wide id.",
+        "shows program N of run RUN; --id ID shows a program by its store-wide id. --code prints a program's code "
+        "alone and -o FILE writes it to a file: with RUN alone, the run's best program.",
         ("evolve show 3", "evolve show 3:12", "evolve show --run 3 12", "evolve show --id 4711",
-         "evolve show 3 --json")),
+         "evolve show 3 --json", "evolve show 3 -o best.py", "evolve show 3:12 --code | less")),
     "lineage": CommandHelp(
         "Replay a program's ancestry from the seed: each step's diff and the objectives it gained or lost. The "
         "program is numbered within the run (as `evolve show` prints it); --id takes a store-wide id.",

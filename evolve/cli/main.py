@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from evolve.cli.common import DEFAULT_CONFIG, command_settings, config_path, run_config
-from evolve.cli.conventions import add_out_flag, add_set_flag, make_console
+from evolve.cli.conventions import EXIT_OUTPUT_CLOSED, add_out_flag, add_set_flag, make_console, output_closed
 from evolve.cli.help_texts import OneLineParser, apply_help, fill_flag_help
 from evolve.errors import UserError
 from evolve.stop_signals import take_back_interrupts
@@ -32,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run an evolution from a config file, or resume one")
     run.add_argument("--config", "-c", default=None, help=f"TOML config (default: ./{DEFAULT_CONFIG} if present)")
-    run.add_argument("--problem", help="problem name in programs/ or a problem folder")
+    problem_flag = run.add_argument("--problem", help="problem name in programs/ (at any depth) or a problem folder")
     run.add_argument("--iterations", type=int, help="iteration budget (policy calls)")
     run.add_argument("--seed", type=int, help="run seed")
     run.add_argument("--db", help="SQLite file or SQLAlchemy URL")
@@ -42,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
 
     problems = commands.add_parser("problems", help="list the problems: objectives, reduction, solved rule")
     check = commands.add_parser("check", help="validate a problem folder and score its initial program")
-    check.add_argument("problem", help="problem name in programs/ or a problem folder")
+    problem_arg = check.add_argument("problem", help="problem name in programs/ (at any depth) or a problem folder")
     check.add_argument("--solution", type=Path, metavar="FILE",
                        help="score this program instead of initial.py; exit code 1 unless it is solved")
     check.add_argument("--prompt", action="store_true",
@@ -80,6 +80,8 @@ def _parser() -> argparse.ArgumentParser:
     runs.add_argument("--config", "-c", default=None)
     add_set_flag(runs, "run.db=other.db")
     completion.add_command(commands)
+    completion.complete_problems(problem_flag)
+    completion.complete_problems(problem_arg)
     fill_flag_help(parser)
     apply_help(commands)
     return parser
@@ -92,7 +94,7 @@ def _flag_overrides(args: argparse.Namespace) -> dict[str, object]:
 
 def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     from evolve.api import run
-    from evolve.cli.runner import draw_run
+    from evolve.report.run_drawing import draw_run
 
     # a resume reads the file for the store only: the flags and --set apply to the run's stored config
     overrides, blame = command_settings(args, _flag_overrides(args))
@@ -161,25 +163,26 @@ def _cmd_problems(args: argparse.Namespace, console: Console) -> int:
     for name in list_problems(programs_dir):
         problem = load_problem(name, programs_dir)
         first = problem.description.split(". ")[0].rstrip(".") + "."
-        table.add_row(name, problem.declared_objectives(), reduction_rule(problem), solved_rule(problem),
+        table.add_row(name, problem.declared_objectives(), reduction_rule(problem), escape(solved_rule(problem)),
                       escape(first[:90]))  # a description may hold [brackets], which rich reads as markup
     console.print(table)
     return 0
 
 
 def _cmd_check(args: argparse.Namespace, console: Console) -> int:
+    from rich.markup import escape
+
     from evolve.problems.check import check_problem, check_solution
 
+    marks = {"ok": "[green]ok[/]", "warning": "[yellow]warning[/]", "error": "[red]error[/]"}
     if args.solution is not None:
         report = check_solution(args.problem, Path(args.programs_dir), args.solution)
         for finding in report.findings:
-            console.print(f"{'[green]ok[/]' if finding.severity == 'ok' else '[red]error[/]'}: {finding.message}",
-                          highlight=False)
+            console.print(f"{marks[finding.severity]}: {escape(finding.message)}", highlight=False)
         return 0 if report.ok else 1
     report = check_problem(args.problem, Path(args.programs_dir))
-    marks = {"ok": "[green]ok[/]", "warning": "[yellow]warning[/]", "error": "[red]error[/]"}
-    for finding in report.findings:
-        console.print(f"{marks[finding.severity]}: {finding.message}", highlight=False)
+    for finding in report.findings:  # a message names TOML tables ([limits]) that rich would read as markup
+        console.print(f"{marks[finding.severity]}: {escape(finding.message)}", highlight=False)
     if report.problem is not None and report.initial is not None and report.initial.ok:
         vector = ", ".join(f"{k}={v:.3g}" for k, v in report.initial.scores.items())
         console.print(f"initial vector: {vector}", highlight=False)
@@ -202,10 +205,10 @@ def _cmd_import(args: argparse.Namespace, console: Console) -> int:
     ids = parse_ids(args.ids, len(read_tasks())) if args.ids else None
     imported = import_humaneval(out, ids, force=args.force)
     total, median = objective_total(imported)
+    first = imported[0].name if args.out is None else out / imported[0].name  # programs/humaneval: found by name
     console.print(f"wrote {len(imported)} problems to {out}/ ({imported[0].name} .. {imported[-1].name}; "
                   f"{total} objectives, median {median:g} per problem) in {time.monotonic() - started:.1f} s\n"
-                  f"next: `evolve check {out / imported[0].name}`, then "
-                  f"`evolve run --problem {out / imported[0].name}`", highlight=False)
+                  f"next: `evolve check {first}`, then `evolve run --problem {first}`", highlight=False)
     return 0
 
 
@@ -219,19 +222,45 @@ def _cmd_new_problem(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def exit_code(command: Callable[[], int], console: Console) -> int:
+# commands whose --config is an evolve.toml: without one, a store or problem they miss may be the config's to name
+READS_EVOLVE_TOML = ("run", "runs", "show", "lineage", "export", "sample", "serve")
+
+
+def config_hint(args: argparse.Namespace) -> str:
+    """What to add to a missing store's or problem's error when the command read the defaults because the working
+    folder has no evolve.toml (and no --config or --db said otherwise); empty otherwise."""
+    if args.command not in READS_EVOLVE_TOML or getattr(args, "config", None) or getattr(args, "db", None) \
+            or Path(DEFAULT_CONFIG).exists():
+        return ""
+    return f"no {DEFAULT_CONFIG} in this folder, so the defaults were read: name your config with -c/--config FILE"
+
+
+def exit_code(command: Callable[[], int], console: Console, hint: str = "") -> int:
     """Run a command: its exit code, or a mistake the user can fix as one line (ConfigError: exit 2, any other
     UserError: 1), or an interruption outside a command's own handling (SIGINT during synchronous work): one line,
-    exit 130. Anything else is a bug and keeps its traceback."""
+    exit 130, or, when the reader of standard output went away (`| head`), nothing more and exit 141, as a Unix
+    tool that SIGPIPE ended. Anything else is a bug and keeps its traceback. `hint` (see config_hint) ends the line
+    of a store or problem that was not found."""
     from rich.markup import escape
 
     from evolve.config import ConfigError
 
     try:
-        return command()
+        code = command()
+        sys.stdout.flush()  # here, where a closed pipe can still be told apart: not at the interpreter's exit
+        return code
+    except BrokenPipeError as exc:
+        if not output_closed(exc):
+            raise
+        return EXIT_OUTPUT_CLOSED
     except UserError as exc:
         prefix, code = ("config error", 2) if isinstance(exc, ConfigError) else ("error", 1)
         line = " ".join(str(exc).splitlines())  # one line even where a subclass words its own str
+        if hint:
+            from evolve.problems.problem import ProblemError
+            from evolve.store.program_store import StoreError
+
+            line += f"; {hint}" if isinstance(exc, StoreError | ProblemError) else ""
         console.print(f"[red]{prefix}:[/] {escape(line)}", highlight=False, soft_wrap=True)
         return code
     except KeyboardInterrupt:
@@ -260,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
                 "study": lambda args, console: args.handler(args, console),
                 "serve": lambda args, console: args.handler(args, console),
                 "completion": lambda args, console: args.handler(args, console)}
-    return exit_code(lambda: handlers[args.command](args, console), console)
+    return exit_code(lambda: handlers[args.command](args, console), console, config_hint(args))
 
 
 if __name__ == "__main__":

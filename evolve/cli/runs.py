@@ -6,11 +6,15 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from evolve.cli.common import read_store
 from evolve.cli.conventions import add_out_flag, add_set_flag
+
+if TYPE_CHECKING:
+    from evolve.store.program_store import ProgramStore
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -23,6 +27,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     show.add_argument("--id", type=int, dest="program_id", metavar="ID",
                       help="a program by its store-wide id (as `evolve export` and the store spell it)")
     show.add_argument("--json", action="store_true", help="print the numbers as JSON instead")
+    show.add_argument("--code", action="store_true", help="print the program's code alone, as a file holds it: "
+                      "with RUN alone, the run's best program (evolve show 3 --code > best.py)")
+    add_out_flag(show, "write that code to FILE instead (implies --code)", metavar="FILE")
 
     lineage = commands.add_parser("lineage", help="replay a program's ancestry: diffs and objectives gained/lost")
     lineage.add_argument("run", type=int, help="run id")
@@ -72,6 +79,8 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
 
     run_id, number = show_target(args)
     store = read_store(args)
+    if args.code or args.out:
+        return _show_code(args, store, run_id, number, console)
     if run_id is not None and number is None:
         if args.json:
             print(json.dumps(run_summary_dict(store, run_id), indent=1))
@@ -88,6 +97,34 @@ def cmd_show(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _show_code(args: argparse.Namespace, store: ProgramStore, run_id: int | None, number: int | None,
+               console: Console) -> int:
+    """`show --code` / `show --out FILE`: the program's code alone (the run's best with RUN alone), on standard
+    output as it is, or written to FILE with one line saying which program it was."""
+    from evolve.config import ConfigError
+    from evolve.store.program_store import StoreError
+
+    if args.json:
+        raise ConfigError("show: give --json or --code/--out, not both")
+    if run_id is None:
+        program = store.get_program(args.program_id)
+    elif number is None:
+        best = store.best_programs(run_id, 1)
+        if not best:
+            raise StoreError(f"run {run_id} has no scored program yet")
+        program = best[0]
+    else:
+        program = store.program_by_number(run_id, number)
+    if not args.out:
+        sys.stdout.write(program.code)
+        return 0
+    Path(args.out).write_text(program.code, encoding="utf-8")
+    which = f"{program.run_id}:{store.program_number(program.run_id, program.id)}"
+    console.print(f"wrote program {which} (scalar {program.scalar:.4f}, iteration {program.iteration}"
+                  f"{', solved' if program.solved else ''}) to {args.out}", highlight=False)
+    return 0
+
+
 def cmd_lineage(args: argparse.Namespace, console: Console) -> int:
     from evolve.report.lineage import ancestry, lineage_html, render_lineage
 
@@ -98,9 +135,10 @@ def cmd_lineage(args: argparse.Namespace, console: Console) -> int:
         raise ConfigError("lineage: give program N of the run or --id ID, not both")
     program_id = args.program_id if args.program is None else store.program_by_number(args.run, args.program).id
     lineage = ancestry(store, args.run, program_id)
+    if args.out:  # first: the page is written whatever becomes of the console (`| head` closing it)
+        Path(args.out).write_text(lineage_html(lineage), encoding="utf-8")
     render_lineage(lineage, console)
     if args.out:
-        Path(args.out).write_text(lineage_html(lineage), encoding="utf-8")
         console.print(f"wrote {args.out}", highlight=False)
     return 0
 

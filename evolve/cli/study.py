@@ -56,7 +56,7 @@ def cmd_study(args: argparse.Namespace, console: Console) -> int:
         return 0
     if args.redo:
         return redo(spec, paths, args, console)
-    from evolve.cli.progress import ExperimentDrawing
+    from evolve.report.progress import ExperimentDrawing
 
     drawing = ExperimentDrawing(console)  # the evolve stage's cells, drawn as `evolve experiment` draws them
     study = Study(spec, paths, console, source=args.file, cluster=args.cluster, on_event=drawing)

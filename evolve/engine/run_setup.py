@@ -1,11 +1,13 @@
 """What a run's config resolves to against its problem before its loop starts: the selection settings with the
 features the problem declares (a feature it does not know is one ConfigError line, checked before a model loads),
-and the policy requests one iteration makes."""
+the policy requests one iteration makes, and a new run's name."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from evolve.config import ConfigError, RunConfig, SelectionConfig
-from evolve.problems.problem import Problem
+from evolve.problems.problem import Problem, problem_key
 from evolve.search.selection import BUILTIN_FEATURES
 
 
@@ -39,3 +41,14 @@ def selection_for(config: RunConfig, problem: Problem) -> SelectionConfig:
         return config.selection
     grid = config.selection.map_elites.model_copy(update={"features": tuple(problem.features)})
     return config.selection.model_copy(update={"map_elites": grid})
+
+
+def run_name(config: RunConfig, taken: Collection[str]) -> str:
+    """A new run's name: run.name, else PROBLEM-POLICY-sSEED with the problem's name (not the path it was given
+    by); '-2', '-3', ... added when a run in the store has that name already, so that every name tells one run."""
+    base = config.run.name or f"{problem_key(config.run.problem)}-{config.policy.name}-s{config.run.seed}"
+    name, count = base, 1
+    while name in taken:
+        count += 1
+        name = f"{base}-{count}"
+    return name

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import ast
+import difflib
 import fnmatch
 import importlib.util
 import math
+import os
 import textwrap
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -35,7 +38,8 @@ class ProblemError(UserError):
 
 
 class ScoreSection(StrictModel):
-    reduction: Literal["mean", "weighted"] = "mean"
+    reduction: Literal["mean", "weighted"] = Field("mean", description="how the score vector becomes the scalar: "
+                                                   "the mean of the objectives, or their weighted mean (`weights`)")
     weights: dict[str, float] = Field(default_factory=dict, description="objective -> weight, for 'weighted'")
 
 
@@ -45,11 +49,16 @@ class SolvedSection(StrictModel):
 
 
 class LimitsSection(StrictModel):
-    wall_time_s: float = Field(SandboxLimits.wall_time_s, gt=0)
-    cpu_time_s: float = Field(SandboxLimits.cpu_time_s, gt=0)
-    memory_mb: StrictInt = Field(SandboxLimits.memory_mb, ge=32)
-    max_processes: StrictInt = Field(SandboxLimits.max_processes, ge=1)
-    max_output_bytes: StrictInt = Field(SandboxLimits.max_output_bytes, ge=1024)
+    wall_time_s: float = Field(SandboxLimits.wall_time_s, gt=0, description="seconds of wall time a run of the "
+                               "candidate may take; past it the candidate is killed and fails as timeout")
+    cpu_time_s: float = Field(SandboxLimits.cpu_time_s, gt=0, description="seconds of CPU time of each of the "
+                              "candidate's processes, its threads included; past it: timeout")
+    memory_mb: StrictInt = Field(SandboxLimits.memory_mb, ge=32, description="address space of each of the "
+                                 "candidate's processes in MB; an allocation past it fails as memory")
+    max_processes: StrictInt = Field(SandboxLimits.max_processes, ge=1, description="processes and threads the "
+                                     "candidate may have at once; a fork bomb stops there")
+    max_output_bytes: StrictInt = Field(SandboxLimits.max_output_bytes, ge=1024, description="stdout, stderr and the "
+                                        "result together; past it the run fails as bad_output")
     max_written_mb: StrictInt = Field(SandboxLimits.max_written_mb, ge=1, description="all files the candidate writes")
     preload: tuple[str, ...] = Field((), description="modules the sandbox's fork server imports once, e.g. numpy")
     time_scale: float = Field(SandboxLimits.time_scale, gt=0, description=(
@@ -70,7 +79,8 @@ class LimitsSection(StrictModel):
 
 
 class MapElitesSection(StrictModel):
-    features: tuple[str, ...] = ()
+    features: tuple[str, ...] = Field((), description="the MAP-Elites grid's axes for this problem (code_length, "
+                                      "scalar or objective names), in place of selection.map_elites.features")
 
 
 class PromptSection(StrictModel):
@@ -99,7 +109,7 @@ class ProblemPrompt:
 class ProblemFile(StrictModel):
     """problem.toml as written; checks that need several keys at once are in load_problem."""
 
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, description="the folder's name, which it must equal")
     description: str = Field(min_length=1, description="shown to the policy, 1-4 sentences")
     provenance: str = Field(min_length=1, description="where the problem comes from")
     objectives: tuple[str, ...] | ObjectiveCount | ObjectivePattern = Field(
@@ -293,6 +303,10 @@ def _cascade(spec: ProblemFile, evaluator_path: Path, source: Path) -> tuple[Cas
     return stages
 
 
+PROBLEM_DEPTH = 3  # programs/SUITE/NAME, and one more level for a suite of suites
+KNOWN_LISTED = 20  # an unknown name's error lists the problems up to this many, else counts them
+
+
 def problem_key(name_or_path: str) -> str:
     """What problems are compared by (held-out checks): a name, or a folder path's last part
     ('programs/humaneval/he_001' -> 'he_001')."""
@@ -300,15 +314,27 @@ def problem_key(name_or_path: str) -> str:
 
 
 def problem_folder(name_or_path: str, programs_dir: Path) -> Path:
-    """The folder a problem name (looked up in programs_dir) or a folder path refers to."""
+    """The folder a problem name or a folder path refers to: programs_dir/NAME, a folder path, else the one problem
+    folder named NAME in a folder under programs_dir (he_016 is programs/humaneval/he_016). A name that several
+    folders hold is one ProblemError naming them; an unknown one names the close names there."""
     by_name = programs_dir / name_or_path
     if by_name.is_dir():
         return by_name.resolve()
     as_path = Path(name_or_path)
     if as_path.is_dir():
         return as_path.resolve()
-    known = ", ".join(list_problems(programs_dir)) if programs_dir.is_dir() else ""
-    raise ProblemError(f"{by_name}: no such problem folder (problems in {programs_dir}: {known or 'none'})")
+    found = [folder for folder in problem_folders(programs_dir) if folder.name == name_or_path]
+    if len(found) == 1:
+        return found[0].resolve()
+    if found:
+        raise ProblemError(f"problem {name_or_path!r} is in {len(found)} folders under {programs_dir} "
+                           f"({', '.join(str(folder) for folder in found)}): give the one you mean as its path")
+    names = list_problems(programs_dir)
+    close = difflib.get_close_matches(as_path.name, [Path(name).name for name in names], n=3)
+    known = ", ".join(names) if len(names) <= KNOWN_LISTED else f"{len(names)} of them, `evolve problems` lists them"
+    spelled = " or ".join([", ".join(close[:-1]), close[-1]] if len(close) > 1 else close)
+    raise ProblemError(f"{by_name}: no such problem folder" + (f"; did you mean {spelled}?" if close else "")
+                       + f" (problems in {programs_dir}: {known or 'none'})")
 
 
 def load_problem(name_or_path: str, programs_dir: Path | str = "programs") -> Problem:
@@ -354,7 +380,28 @@ def _description(spec: ProblemFile) -> str:
 
 
 def list_problems(programs_dir: Path) -> list[str]:
-    """Names of the folders in programs_dir that hold a problem.toml, sorted."""
+    """The problems under programs_dir, sorted: the name of each folder that holds a problem.toml (in programs_dir
+    or a folder of it, as `evolve import` writes them), or its path under programs_dir where several share a name;
+    each loads with load_problem(name, programs_dir)."""
+    folders = problem_folders(programs_dir)
+    shared = Counter(folder.name for folder in folders)
+    return sorted(folder.name if shared[folder.name] == 1 else folder.relative_to(programs_dir).as_posix()
+                  for folder in folders)
+
+
+def problem_folders(programs_dir: Path) -> list[Path]:
+    """Every folder under programs_dir (up to PROBLEM_DEPTH deep) that holds a problem.toml; a problem folder's own
+    subfolders, hidden folders and __pycache__ are not searched."""
+    found: list[Path] = []
     if not programs_dir.is_dir():
-        return []
-    return sorted(path.parent.name for path in programs_dir.glob("*/problem.toml"))
+        return found
+    for root, folders, files in os.walk(programs_dir, followlinks=True):  # the depth bounds a link's loop
+        here = Path(root)
+        depth = len(here.relative_to(programs_dir).parts)
+        if depth and "problem.toml" in files:
+            found.append(here)
+            folders.clear()
+        else:
+            folders[:] = [] if depth >= PROBLEM_DEPTH else sorted(
+                name for name in folders if not name.startswith((".", "__")))
+    return found

@@ -14,7 +14,6 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
-from evolve.cli.pace import Heartbeat, clock, eta, pace, pace_text
 from evolve.engine.events import (
     CellChanged,
     CellEnded,
@@ -27,6 +26,7 @@ from evolve.engine.events import (
 from evolve.engine.experiment import CellProgress
 from evolve.engine.experiment_spec import CellKey
 from evolve.engine.run_stats import RunStats
+from evolve.report.pace import Heartbeat, clock, eta, pace, pace_text
 
 
 def _rate(part: int, whole: int) -> str:

@@ -1,5 +1,6 @@
-"""`evolve run` drawn on the console: the engine's run events as the loading and starting lines, the live panel
-(or plain lines), and the end of the run (its summary, the best program against the seed, how to resume)."""
+"""A run drawn on the console, by `evolve run` and `evolve.run(progress=True)` alike: the engine's run events as the
+loading and starting lines, the live panel (or plain lines), and the end of the run (its summary, the best program
+against the seed, how to resume)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ from collections.abc import Callable
 from rich.console import Console
 from rich.syntax import Syntax
 
-from evolve.cli.progress import ProgressView
 from evolve.engine.events import Event, Observer, RunLoading, RunStarted
 from evolve.engine.run_driver import RunOutcome
 from evolve.records import Program
+from evolve.report.progress import ProgressView
 from evolve.report.run_summary import RunSummary, summarize
 from evolve.store.program_store import ProgramStore
 
