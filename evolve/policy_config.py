@@ -127,6 +127,11 @@ class OpenAIPolicySection(VLLMEngineSettings, BasePolicySection):
     api_key_env: str = Field("", description="environment variable holding the API key (never the key itself)")
     timeout_s: float = Field(300.0, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False,
                              description="hard limit on one request, retries not included")
+    stall_timeout_s: float = Field(0.0, ge=0, le=MAX_TIMEOUT_S, allow_inf_nan=False,
+                                   description="a request unanswered this long has its server checked: one that "
+                                   "answers no HTTP GET within 10 s is stalled and the run stops at once (resumable, "
+                                   "no retries); a live one keeps the request waiting up to timeout_s. 0: from the "
+                                   "request's size, 30 s + max_tokens / 8 tokens/s (384 tokens: 78 s)")
     retries: StrictInt = Field(3, ge=0, le=20, description="retries of a request that failed or timed out, "
                                "before the run stops as resumable")
     max_stops: StrictInt = Field(4, ge=0, le=256,

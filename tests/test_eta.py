@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from evolve.report.pace import eta, pace, waiting_on
 from evolve.engine.run_stats import RunStats
+from evolve.report.pace import eta, pace, waiting_on
 
 TRACES = Path(__file__).parent / "traces"
 
@@ -90,8 +90,8 @@ def test_an_experiment_eta_counts_running_cells_and_whole_budgets_for_cells_not_
 
     from rich.console import Console
 
-    from evolve.report.progress import ExperimentView
     from evolve.engine.cells import CellProgress
+    from evolve.report.progress import ExperimentView
 
     def cell_at(done: int) -> RunStats:
         stats = RunStats(iterations_target=10, workers=1)

@@ -205,8 +205,8 @@ def _iterations_done(db: str) -> int:
 def test_a_policy_failing_call_after_call_stops_the_run_resumably_instead_of_eating_its_budget(
         tmp_path: Path, refusing_server: str) -> None:
     from evolve.api import run as evolve_run
-    from evolve.report.run_drawing import draw_run
     from evolve.config import parse_config
+    from evolve.report.run_drawing import draw_run
 
     db = tmp_path / "refused.db"
     config = parse_config({

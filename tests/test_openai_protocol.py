@@ -250,3 +250,64 @@ def test_an_api_key_comes_from_the_named_environment_variable(monkeypatch: pytes
         OpenAIPolicy("p", "http://127.0.0.1:1/v1", api_key_env="EVOLVE_TEST_KEY")
     with pytest.raises(PolicyError, match="http:// or https://"):
         OpenAIPolicy("p", "127.0.0.1:8000")
+
+
+RESTATED = "```python\ndef f(x):\n    return 1\n```"  # a new turn: the prefilled line again, in a fence
+
+
+def completion_reply(text: str) -> Reply:
+    body = {"choices": [{"index": 0, "text": text, "finish_reason": "stop"}], "usage": {"prompt_tokens": 9,
+                                                                                       "completion_tokens": 4}}
+    return 200, {}, json.dumps(body).encode()
+
+
+def test_an_answer_that_restates_the_prefill_is_asked_again_as_a_raw_completion_and_so_are_later_ones(
+        serve, capsys: pytest.CaptureFixture[str]) -> None:
+    # a server that ignores continue_final_message: a new turn that writes the prefilled line again
+    server = serve(lambda n, body: chat_reply(RESTATED) if "messages" in body
+                   else completion_reply("\n    return 3 * x"))
+    p = policy(server.url)
+
+    async def two() -> list:
+        try:
+            return [await p.generate(PROMPT, 1), await p.generate(PROMPT, 2)]
+        finally:
+            await p.close()
+
+    first, second = asyncio.run(two())
+    assert first.text == second.text == "\n    return 3 * x"
+    assert ["messages" in body for body in server.bodies] == [True, False, False]
+    assert server.bodies[1]["prompt"].rstrip("\n").endswith("<|im_start|>assistant\ndef f(x):")  # completion.jinja
+    assert server.bodies[1]["seed"] == 1 and server.bodies[2]["seed"] == 2
+    assert (first.prompt_tokens, first.completion_tokens) == (11 + 9, 5 + 4)  # both answers were paid for
+    assert capsys.readouterr().err.count("does not continue a prefilled answer") == 1
+
+
+def test_a_server_without_completions_stays_on_chat_and_says_so_once(serve, capsys: pytest.CaptureFixture[str]) -> None:
+    server = serve(lambda n, body: chat_reply(RESTATED) if "messages" in body
+                   else (404, {}, b'{"error": {"message": "no route"}}'))
+    p = policy(server.url)
+
+    async def two() -> list:
+        try:
+            return [await p.generate(PROMPT, 1), await p.generate(PROMPT, 2)]
+        finally:
+            await p.close()
+
+    asyncio.run(two())
+    assert ["messages" in body for body in server.bodies] == [True, False, True]  # /completions asked once
+    assert capsys.readouterr().err.count("set policy.prefill = false") == 1
+
+
+def test_a_continued_prefill_or_its_echo_is_not_taken_for_a_restatement(serve) -> None:
+    server = serve(lambda n, body: chat_reply(["\n    return f(x - 1)", "def f(x):\n    return 2"][n % 2]))
+    p = policy(server.url)
+
+    async def two() -> list:
+        try:
+            return [await p.generate(PROMPT, 1), await p.generate(PROMPT, 2)]
+        finally:
+            await p.close()
+
+    assert [c.text for c in asyncio.run(two())] == ["\n    return 2", "\n    return f(x - 1)"]
+    assert all("messages" in body for body in server.bodies) and not p.prefill_fallback

@@ -90,7 +90,8 @@ def open_policy(section: PolicySection, seed: int = 0, concurrency: int = 8) -> 
                                temperature=section.temperature, top_p=section.top_p, timeout_s=section.timeout_s,
                                retries=section.retries, backoff_s=section.backoff_s,
                                api_key_env=section.api_key_env, max_connections=max(8, concurrency),
-                               max_stops=section.max_stops, replica_retry_s=section.replica_retry_s)
+                               max_stops=section.max_stops, replica_retry_s=section.replica_retry_s,
+                               stall_timeout_s=section.stall_timeout_s, template=section.template)
         finally:
             if server is not None:
                 server.stop()
