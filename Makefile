@@ -11,5 +11,5 @@ fast:
 lint:
 	.venv/bin/ruff check evolve tests scripts
 bench:
-	.venv/bin/python scripts/bench_engine.py
-	.venv/bin/python scripts/bench_sandbox.py
+	.venv/bin/python scripts/bench/bench_engine.py
+	.venv/bin/python scripts/bench/bench_sandbox.py

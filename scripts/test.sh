@@ -7,6 +7,6 @@
 # than cores; 0 runs them all in this process). Arguments go to pytest: `bash scripts/test.sh tests/test_store.py -x`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install_browser.sh
-bash scripts/install_postgres.sh
+bash scripts/install/install_browser.sh
+bash scripts/install/install_postgres.sh
 exec .venv/bin/python -m pytest -q -n "${EVOLVE_TEST_WORKERS:-4}" --dist loadfile --no-loadscope-reorder "$@"

@@ -70,7 +70,7 @@ def module_store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.Te
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The longest files first (tests/file_seconds.json, measured by scripts/test_file_seconds.py; a file not in it
+    """The longest files first (tests/file_seconds.json, measured by scripts/dev/test_file_seconds.py; a file not in it
     that holds a `slow` test counts as longest), each file's tests kept in their order: scripts/test.sh hands whole
     files to parallel workers in this order, so the long files start at once instead of ending the run alone."""
     slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}

@@ -48,7 +48,7 @@ def find_server_binaries() -> tuple[Path, Path]:
     if initdb and pg_ctl:
         return Path(initdb), Path(pg_ctl)
     raise PostgresUnavailable("no PostgreSQL server binaries (initdb, pg_ctl) under /usr/lib/postgresql/*/bin or on "
-                              "$PATH: install Debian's `postgresql` package (bash scripts/install_postgres.sh)")
+                              "$PATH: install Debian's `postgresql` package (bash scripts/install/install_postgres.sh)")
 
 
 @dataclass(frozen=True)

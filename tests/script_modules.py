@@ -23,5 +23,10 @@ def load_module(path: Path, name: str | None = None) -> ModuleType:
 
 
 def load_script(name: str) -> ModuleType:
-    """scripts/NAME.py as the module NAME."""
-    return load_module(SCRIPTS / f"{name}.py")
+    """scripts/KIND/NAME.py (bench, dev, install, study) as the module NAME, its folder on sys.path so that it
+    imports its siblings as it does when run."""
+    found = sorted(SCRIPTS.glob(f"*/{name}.py"))
+    assert len(found) == 1, f"scripts/*/{name}.py: {len(found)} found"
+    if str(found[0].parent) not in sys.path:
+        sys.path.insert(0, str(found[0].parent))
+    return load_module(found[0])

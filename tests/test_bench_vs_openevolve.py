@@ -1,4 +1,4 @@
-"""scripts/bench_vs_openevolve.py and its fake server without OpenEvolve: its problem folder loads and scores in evolve's sandbox, and the
+"""scripts/bench/bench_vs_openevolve.py and its fake server without OpenEvolve: its problem folder loads and scores in evolve's sandbox, and the
 fake server's replies, fetched over HTTP by evolve's own OpenAI backend, build children that change the constant."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""scripts/calibration_select.py: the pre-registered selection of docs/study_cpu.md, applied to real stores' rows."""
+"""scripts/study/calibration_select.py: the pre-registered selection of docs/study_cpu.md, applied to real stores' rows."""
 
 from __future__ import annotations
 

@@ -100,7 +100,7 @@ def test_the_completion_command_without_argcomplete_says_what_to_install(
 
 def test_a_background_command_started_with_sigint_ignored_stops_on_sigint_in_synchronous_work(
         tmp_path: Path) -> None:
-    # A script's `nohup evolve ... &` job starts with SIGINT ignored; `scripts/study.sh save` stops it with
+    # A script's `nohup evolve ... &` job starts with SIGINT ignored; `scripts/study/study.sh save` stops it with
     # SIGINT. Here the command is held in synchronous work by a study file that is a pipe with nobody writing yet.
     import signal
 

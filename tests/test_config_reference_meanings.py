@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def gen() -> SimpleNamespace:
-    return SimpleNamespace(**runpy.run_path(str(ROOT / "scripts" / "gen_reference.py")))
+    return SimpleNamespace(**runpy.run_path(str(ROOT / "scripts" / "dev" / "gen_reference.py")))
 
 
 def _rows(page: str) -> list[tuple[str, str, list[str]]]:

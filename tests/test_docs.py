@@ -20,13 +20,13 @@ from pydantic import BaseModel
 from evolve.engine.experiment_spec import OVERRIDES_KEY
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "gen_reference.py"
+SCRIPT = ROOT / "scripts" / "dev" / "gen_reference.py"
 README_COMMANDS = ("bash scripts/install.sh && .venv/bin/evolve run", "bash scripts/install.sh && bash scripts/test.sh")
 
 
 @pytest.fixture(scope="module")
 def gen() -> SimpleNamespace:
-    """scripts/gen_reference.py's functions."""
+    """scripts/dev/gen_reference.py's functions."""
     return SimpleNamespace(**runpy.run_path(str(SCRIPT)))
 
 

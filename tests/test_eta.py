@@ -1,4 +1,4 @@
-"""The run's ETA against what really happened: recorded traces of real runs (scripts/record_run_trace.py: when each
+"""The run's ETA against what really happened: recorded traces of real runs (scripts/bench/record_run_trace.py: when each
 iteration started and committed) replayed through RunStats, the ETA asked at every commit once 10% of the budget is
 done, and compared with the time the run really still took."""
 

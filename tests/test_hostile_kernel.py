@@ -2,7 +2,7 @@
 memory as the kernel counts it, and /dev/pts, /dev/shm, /sys and /proc out of reach. Each test checks the host
 side: a file's mode, times and extended attributes, another process's limits, priority and CPUs, no process left.
 
-Run as root by the suite, and again as an unprivileged user by the last test here (through scripts/as_user.py,
+Run as root by the suite, and again as an unprivileged user by the last test here (through scripts/dev/as_user.py,
 with the user `evolve-ci` that .ci/run creates): the same assertions hold for both.
 """
 
@@ -159,7 +159,7 @@ def test_the_hostile_cases_hold_as_an_unprivileged_user() -> None:
             pytest.fail(f"no user {CI_USER}: .ci/run creates it (useradd --system {CI_USER})")
         pytest.skip(f"no user {CI_USER} to run the hostile cases as")
     completed = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "as_user.py"), CI_USER, "--", sys.executable, "-m", "pytest", "-q",
+        [sys.executable, str(ROOT / "scripts" / "dev" / "as_user.py"), CI_USER, "--", sys.executable, "-m", "pytest", "-q",
          "-p", "no:cacheprovider", "--no-header", str(Path(__file__)), str(ROOT / "tests" / "test_containment.py")],
         cwd=ROOT, capture_output=True, text=True, timeout=900)
     summary = completed.stdout.strip().splitlines()[-1] if completed.stdout.strip() else completed.stderr[-2000:]

@@ -15,11 +15,11 @@ ROOT = Path(__file__).resolve().parents[1]
 MB = 1_000_000
 LIMIT = 10 * MB
 # committed on purpose, each with its own ceiling: a study's LoRA adapters (the trained result; 19.6 MB for the
-# 135M model) and its packed store (scripts/store_pack.py; 10.5 MB for the finished CPU study)
+# 135M model) and its packed store (scripts/study/store_pack.py; 10.5 MB for the finished CPU study)
 ALLOWED = {"studies/*/checkpoints/*/final/adapter/adapter_model.safetensors": 25 * MB,
            "studies/*/study.db.xz": 25 * MB}
 OPTIMIZER_STATES = ("*.pt", "*.pt.xz", "*.pth", "*optimizer*")
-# a study's unfinished training run, packed by scripts/study.sh for the next piece on a fresh machine
+# a study's unfinished training run, packed by scripts/study/study.sh for the next piece on a fresh machine
 UNFINISHED_RESUME_STATE = "studies/*/checkpoints/*/resume/state.pt.xz"
 # where evolve/rl/checkpoints.py writes a resume state, and a checkpoint folder's optimizer: never tracked
 WOULD_BE_WRITTEN = ("studies/study_cpu/checkpoints/vpo-t0/resume/state.pt", "checkpoints/run/resume/state.pt",

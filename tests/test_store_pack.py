@@ -1,4 +1,4 @@
-"""scripts/store_pack.py: a store packed while a run writes to it is one consistent state, and unpacking never
+"""scripts/study/store_pack.py: a store packed while a run writes to it is one consistent state, and unpacking never
 replaces a local store that holds as much (what pilot.sh and study.sh rely on between machines)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from types import ModuleType
 
 from evolve.store.program_store import AttemptRecord, ProgramStore
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "store_pack.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "study" / "store_pack.py"
 
 
 def script_module(name: str) -> ModuleType:

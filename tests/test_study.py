@@ -211,7 +211,7 @@ def test_a_tiny_real_study_stopped_after_training_resumes_without_redoing_anythi
     assert "1. train   done     4/4 training runs (2 algorithms x 2 training seeds): vpo-t0 1/1 steps" in out
     assert "2. sample  to do    0/5 (policy, problem) runs" in out
 
-    # a fresh machine gets the study as scripts/study.sh commits it: grpo-t1's merged weights left out
+    # a fresh machine gets the study as scripts/study/study.sh commits it: grpo-t1's merged weights left out
     merged = finals["grpo-t1"].read_bytes()
     finals["grpo-t1"].unlink()
     assert main(command) == 0

@@ -1,4 +1,4 @@
-"""scripts/study_gpu_lease.sh's `aside` and `back`: the tracked files over 1 MB leave the tree a device call carries
+"""scripts/study/study_gpu_lease.sh's `aside` and `back`: the tracked files over 1 MB leave the tree a device call carries
 and come back, a file written again meanwhile (the CPU study's resume state packed during the lease) kept."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ import shutil
 import subprocess
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "study_gpu_lease.sh"
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "study" / "study_gpu_lease.sh"
 
 
 def _repo(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
-    (repo / "scripts").mkdir(parents=True)
-    shutil.copy(SCRIPT, repo / "scripts" / SCRIPT.name)
+    (repo / "scripts" / "study").mkdir(parents=True)
+    shutil.copy(SCRIPT, repo / "scripts" / "study" / SCRIPT.name)
     (repo / "studies" / "s" / "resume").mkdir(parents=True)
     (repo / "studies" / "s" / "resume" / "state.pt.xz").write_bytes(os.urandom(1_500_000))
     (repo / "experiments").mkdir()
@@ -28,7 +28,7 @@ def _repo(tmp_path: Path) -> Path:
 
 
 def _lease(repo: Path, verb: str, aside: Path) -> str:
-    done = subprocess.run(["bash", "scripts/study_gpu_lease.sh", verb], cwd=repo, capture_output=True, text=True,
+    done = subprocess.run(["bash", "scripts/study/study_gpu_lease.sh", verb], cwd=repo, capture_output=True, text=True,
                           env=os.environ | {"ASIDE": str(aside)}, check=True)
     return done.stdout
 
@@ -39,7 +39,7 @@ def test_aside_moves_only_the_tracked_files_over_one_megabyte_and_back_restores_
     original = state.read_bytes()
     _lease(repo, "aside", aside)
     assert not state.exists() and not (repo / "experiments" / "pilot.db.xz").exists()
-    assert (repo / "small.txt").exists() and (repo / "scripts" / SCRIPT.name).exists()
+    assert (repo / "small.txt").exists() and (repo / "scripts" / "study" / SCRIPT.name).exists()
     assert (aside / "studies" / "s" / "resume" / "state.pt.xz").read_bytes() == original
     _lease(repo, "back", aside)
     assert state.read_bytes() == original and (repo / "experiments" / "pilot.db.xz").exists()

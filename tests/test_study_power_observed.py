@@ -1,4 +1,4 @@
-"""scripts/study_power_observed.py: the CPU study's power at its own observed crack rates (issue 58 item 16)."""
+"""scripts/study/study_power_observed.py: the CPU study's power at its own observed crack rates (issue 58 item 16)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The study report's arms: each algorithm's checkpoints (ALGO-tSEED, one per training seed) grouped under their arm,
 its crack share pooled and per training seed with their spread, and the paired differences between arms (training
 seeds pooled per test problem, Holm-adjusted over every pair of arms), in study_report.json, on the page and in the
-terminal; results.md from study_report.json, and scripts/readme_results.py putting it into a README.
+terminal; results.md from study_report.json, and scripts/study/readme_results.py putting it into a README.
 
 A study-like experiment written through the real store API and judged by real problem folders (`evolve
 new-problem`, 14 tests, solved when all pass): policies base, vpo-t0, vpo-t1, grpo-t0, grpo-t1 on six test problems
@@ -359,9 +359,9 @@ def test_a_checkpoint_whose_cells_have_not_started_counts_no_problems_in_the_cra
         "base": (0, 2), "vpo-t0": (1, 2), "vpo-t1": (0, 0), "grpo-t0": (0, 2), "grpo-t1": (0, 0)}
 
 
-# ---- scripts/readme_results.py: the results between README's markers
+# ---- scripts/study/readme_results.py: the results between README's markers
 
-README_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "readme_results.py"
+README_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "study" / "readme_results.py"
 
 
 def test_the_results_replace_only_the_text_between_the_markers_with_figures_linked_from_the_readme(

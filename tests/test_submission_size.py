@@ -1,4 +1,4 @@
-"""scripts/submission_size.py weighs the commits since the landed main as the workplace does: a replaced binary
+"""scripts/dev/submission_size.py weighs the commits since the landed main as the workplace does: a replaced binary
 counts its old bytes and its new ones, and a submission past the safe share of a limit exits 1."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "submission_size.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "dev" / "submission_size.py"
 MIB = 1 << 20
 
 

@@ -1,6 +1,6 @@
 """evolve on veRL: VPO / Multi-RLVR / Max@K in veRL's estimator registry, and the evolve reward function for veRL.
 
-The estimator tests need veRL and skip without it (bash scripts/install_verl.sh && bash scripts/check_verl.sh run
+The estimator tests need veRL and skip without it (bash scripts/install/install_verl.sh && bash scripts/dev/check_verl.sh run
 them in .venv-verl). The reward-function tests need only evolve and run everywhere.
 """
 

@@ -1,5 +1,5 @@
 """`evolve train --rollouts vllm`: vLLM samples from the adapter being trained. Needs vLLM (skips without it):
-bash scripts/install_vllm.sh && bash scripts/check_vllm.sh run it on vLLM's CPU build."""
+bash scripts/install/install_vllm.sh && bash scripts/dev/check_vllm.sh run it on vLLM's CPU build."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from evolve.search.prompts import Prompt
 
 NO_VLLM = ("the vllm backend needs vLLM in this environment: `pip install vllm` on a GPU machine, or "
-           "`bash scripts/install_vllm.sh` for the CPU build in .venv-vllm")
+           "`bash scripts/install/install_vllm.sh` for the CPU build in .venv-vllm")
 
 
 def vllm_environment() -> None:

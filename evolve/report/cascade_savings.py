@@ -6,7 +6,7 @@ stopped at and the wall seconds of each stage it ran, measured in the trusted ev
 stopped child did not spend are estimated as the mean seconds of the stages it skipped, over the run's programs
 that did run them (the seed included); with none the estimate is None. That sample can be small and unlike the
 stopped children (a slow seed that passed, wrong children that would have failed fast): `estimated_from` says how
-many programs it rests on, and scripts/replay_cascade.py measures the saving instead. Programs are read a batch
+many programs it rests on, and scripts/bench/replay_cascade.py measures the saving instead. Programs are read a batch
 at a time, and only when the run's seed program was scored through a cascade.
 """
 

@@ -9,8 +9,8 @@ why these rollouts need LoRA (full fine-tuning would re-export the whole model e
 prompts x G samples go to the continuously batched engine at once; the G samples of one prompt share its prefill.
 The engine runs in a process of its own (rollout_process.py), which only gets token ids, stop strings and seeds.
 The loss then recomputes every sampled token's log-probability with the transformers model (the PPO ratio's "old"
-side), as veRL does with vLLM: llama.cpp's own numerics differ from torch's by float noise (scripts/check_fidelity.py
-measures how much).
+side), as veRL does with vLLM: llama.cpp's own numerics differ from torch's by float noise
+(scripts/bench/check_fidelity.py measures how much).
 """
 
 from __future__ import annotations

@@ -2,10 +2,11 @@
 
 `evolve train` saves OUT/final/ as the base with the LoRA adapter merged in (model.safetensors: the whole model,
 ~0.5 GB for the embedded one in float32) and the adapter alone in OUT/final/adapter/ (~20 MB). A study committed in
-pieces (scripts/study.sh) keeps everything of final/ but its top-level weights; here they are made again exactly as
-the trainer made them (the training config's base and dtype, the same LoRA wrapping, the adapter's weights, the
-same merge), then checked against the sha256 that final/evolve_training.json recorded when training saved them. A
-rebuild that differs is removed and refused: the checkpoint's provenance would no longer describe its weights.
+pieces (scripts/study/study.sh) keeps everything of final/ but its top-level weights; here they are made again
+exactly as the trainer made them (the training config's base and dtype, the same LoRA wrapping, the adapter's
+weights, the same merge), then checked against the sha256 that final/evolve_training.json recorded when training
+saved them. A rebuild that differs is removed and refused: the checkpoint's provenance would no longer describe its
+weights.
 """
 
 from __future__ import annotations

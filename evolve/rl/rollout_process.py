@@ -2,7 +2,7 @@
 
 Why a process: in the trainer's process llama.cpp's threads share the interpreter and the allocator with torch's
 forward and backward passes, and generation there is slower after a backward pass: 1.15x at equal threads in
-scripts/bench_rollout_process.py (2 rounds, 16 requests of up to 256 tokens after a backward over 2,400 tokens,
+scripts/bench/bench_rollout_process.py (2 rounds, 16 requests of up to 256 tokens after a backward over 2,400 tokens,
 2026-11-28), more in the CPU study's steps (23-41 generated tokens/s a step in the trainer's process with one
 thread on 2026-11-27, 75-94 in a process of its own with two on 2026-11-28). The trainer keeps what needs its
 torch model (writing the adapter as GGUF, llamacpp_rollouts.py) and sends this process only token ids, stop strings

@@ -75,7 +75,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only where veRL is absent
     raise ImportError(
         f"evolve.rl.verl_vpo needs veRL ({exc}); install it with: pip install 'evolve[verl]' "
-        "(or bash scripts/install_verl.sh for a CPU venv)"
+        "(or bash scripts/install/install_verl.sh for a CPU venv)"
     ) from exc
 
 VPO_NAME = os.environ.get("EVOLVE_VERL_VPO_NAME", "vpo")

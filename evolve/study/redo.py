@@ -24,7 +24,7 @@ def redo_cells(spec: StudySpec, paths: StudyPaths, store: Any, run_ids: Sequence
     pid = state.runs_elsewhere()
     if pid is not None:
         raise StudyError(f"study {spec.name} runs (pid {pid}): stop it before redoing cells "
-                         "(bash scripts/study.sh save)")
+                         "(bash scripts/study/study.sh save)")
     experiment = experiment_spec(spec, paths)
     cells = {cell.run_id: cell for cell in store.experiment_cells(experiment.name)}
     planned = set(experiment.cells())
