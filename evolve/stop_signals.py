@@ -31,7 +31,7 @@ def cancelled_by_signals() -> Iterator[None]:
     task = asyncio.current_task()
     if task is not None:
         for sig in STOP_SIGNALS:
-            loop.add_signal_handler(sig, task.cancel)
+            loop.add_signal_handler(sig, task.cancel, sig.name)  # the CancelledError says which signal
     try:
         yield
     finally:

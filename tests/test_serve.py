@@ -111,7 +111,8 @@ def test_program_detail_has_the_diff_against_its_parent_the_prompt_and_the_compl
     program = httpx.get(f"{served.base}/api/runs/1/programs/2").json()
     assert program["code"] == CHILD_CODE and program["parent"] == 1 and program["number"] == 2
     assert "-    return 0" in program["diff"].splitlines() and "+    return x" in program["diff"].splitlines()
-    assert program["diff"].startswith("--- #1 (parent)\n+++ #2")
+    assert program["diff"].startswith("--- 1:1 (parent)\n+++ 1:2")  # RUN:N, as evolve show names programs
+    assert program["parent_number"] == 1
     assert (program["prompt"], program["completion"]) == (PROMPT, COMPLETION)
     assert program["call"] == {"latency_s": 0.5, "prompt_tokens": 7, "completion_tokens": 9}
     assert program["scores"] == {"a": 1.0, "b": 1.0} and program["parent_scores"] == {"a": 0.0, "b": 1.0}
@@ -209,6 +210,31 @@ def test_a_damaged_run_row_is_a_json_error_line_and_the_store_keeps_every_byte(t
             response = httpx.get(server.base + route)
             assert response.status_code == 500 and response.json() == {
                 "error": f"cannot read sqlite:///{path}: a stored time is damaged: 'garbage' is not a time"}, route
+    finally:
+        server.stop()
+    assert "Traceback" not in "\n".join(server.lines)
+    assert path.read_bytes() == before
+
+
+def test_a_non_number_in_a_score_is_a_json_error_line_naming_its_row_not_a_plain_500(tmp_path: Path) -> None:
+    path = tmp_path / "damaged.db"
+    store = ProgramStore(str(path))
+    run = store.create_run("r", "toy", "p", 0, "{}", 2)
+    (seed,) = store.record_iteration(run, 0, [_child(SEED_CODE, {"a": 0.5}, None)])
+    store.record_iteration(run, 1, [_call(), _child(CHILD_CODE, {"a": 1.0}, seed.id, 0, CHILD_CODE)], policy="p")
+    store.close()
+    with sqlite3.connect(path) as connection:
+        connection.execute("UPDATE scores SET scalar = 'garbage' WHERE program_id = 2")
+    before = path.read_bytes()
+    server = start_serve(path)
+    try:
+        for route in ("/api/runs", "/api/runs/1", "/api/runs/1/tree", "/api/runs/1/programs/2"):
+            response = httpx.get(server.base + route)
+            assert response.status_code == 500 and response.json() == {
+                "error": f"cannot read sqlite:///{path}: scores.scalar of row program_id=2 is damaged: 'garbage' is "
+                         "not int or float"}, route
+        page = httpx.get(server.base + "/runs/1/programs/2")
+        assert page.status_code == 500 and "scores.scalar of row program_id=2" in page.text
     finally:
         server.stop()
     assert "Traceback" not in "\n".join(server.lines)

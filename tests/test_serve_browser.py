@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,7 +98,7 @@ def test_the_tree_grows_live_and_a_click_shows_code_diff_and_the_report(browser:
             child.click()
             page.wait_for_selector(f'.detail[data-program="{program_id}"]')
             diff = page.locator("#program-diff").inner_text()
-            assert re.search(r"^\+\s+if n % 5 == 0:", diff, re.M) and "--- #" in diff
+            assert re.search(r"^\+\s+if n % 5 == 0:", diff, re.M) and "--- 1:" in diff  # RUN:N, as evolve show
             if shots:
                 page.screenshot(path=str(shots / "serve_run_tree.png"))
             page.locator("summary", has_text="code").first.click()
@@ -105,9 +106,11 @@ def test_the_tree_grows_live_and_a_click_shows_code_diff_and_the_report(browser:
             page.locator("summary", has_text="completion").click()
             assert "FizzBuzz, variant" in page.locator("#program-completion").inner_text()  # after the prefill
             assert page.locator("line.edge.chain").count() >= 1  # its ancestry is highlighted
-            page.locator(".detail .links button", has_text="parent #").click()  # to its parent, which lists it
+            page.locator(".detail .links button", has_text="parent 1:").click()  # to its parent, which lists it
             page.wait_for_selector(f'.detail:not([data-program="{program_id}"]) #children')
-            page.locator("#children").get_by_role("button", name=f"#{program_id}", exact=True).click()
+            number = sqlite3.connect(db).execute("SELECT count(*) FROM programs WHERE run_id = 1 AND id <= ?",
+                                                 (int(program_id or 0),)).fetchone()[0]
+            page.locator("#children").get_by_role("button", name=f"1:{number}", exact=True).click()
             page.wait_for_selector(f'.detail[data-program="{program_id}"]')
 
             page.click("#program-page-link")
@@ -233,7 +236,7 @@ def test_the_tree_zooms_around_the_pointer_pans_and_hover_shows_parent_and_child
     lit = page.locator("circle.kin-child").evaluate_all("dots => dots.map(d => +d.dataset.id)")
     assert sorted(lit) == sorted(children[target]) and len(lit) >= 2
     assert page.locator("line.edge.kin").count() == 1 + len(children[target])
-    assert f"parent #{parent}" in page.locator("#hover").inner_text()
+    assert f"parent 1:{parent}" in page.locator("#hover").inner_text()  # one run: its numbers are the ids
 
     page.mouse.click(*at)  # a click selects it; its diff wraps and its feedback has one label
     page.wait_for_selector(f'.detail[data-program="{target}"] #program-diff')

@@ -257,8 +257,8 @@ class ExperimentRunner:
         except SeedProgramError as exc:
             self._set(cell, "failed", str(exc))
             return
-        except PolicyUnavailable:
-            self._set(cell, "interrupted", "the policy became unavailable")
+        except PolicyUnavailable as exc:
+            self._set(cell, "interrupted", f"the policy became unavailable: {exc}")
             raise
         except asyncio.CancelledError:
             self._set(cell, "interrupted", "")
@@ -268,7 +268,7 @@ class ExperimentRunner:
     def _set(self, cell: CellProgress, status: str, detail: str) -> None:
         cell.status, cell.detail = status, detail
         if cell.run_id is not None:
-            self.store.set_run_status(cell.run_id, status)
+            self.store.set_run_status(cell.run_id, status, detail if detail and status != "finished" else None)
         self.on_change(cell)
 
     def _mark_stopped(self, cells: list[CellProgress], status: str) -> None:

@@ -15,7 +15,7 @@ from evolve.config import RunConfig
 from evolve.engine.controller import Controller
 from evolve.engine.driving import RunError, resumed_config
 from evolve.engine.events import Observer, RunLoading, RunStarted, ignore
-from evolve.engine.run_setup import check_features
+from evolve.engine.run_setup import check_features, run_name
 from evolve.engine.run_stats import RunStats
 from evolve.policies.base import Policy, PolicyUnavailable
 from evolve.policies.factory import open_policies
@@ -48,7 +48,7 @@ def problem_for(config: RunConfig) -> Problem:
 def new_run(store: ProgramStore, config: RunConfig) -> int:
     """A new run of `config` in the store (called once its problem and policy have loaded)."""
     return store.create_run(
-        name=config.run.name or f"{config.run.problem}-{config.policy.name}-s{config.run.seed}",
+        name=run_name(config, {run.name for run in store.list_runs()}),
         problem=config.run.problem,
         policy="+".join(section.name for section in config.ensemble_policies()),
         seed=config.run.seed,
@@ -104,22 +104,36 @@ def drive_run(store: ProgramStore, config: RunConfig, problem: Problem, policies
     if resuming:
         controller.restore()
     store.set_run_status(run_id, "running")
-    observe(RunStarted(run_id, config, problem, resuming, controller.stats))
     try:
+        observe(RunStarted(run_id, config, problem, resuming, controller.stats))  # a Ctrl-C from here on is stored
         stats = asyncio.run(_drive(controller, policies))
     except (LeaseLostError, StoreError):
         raise  # another process drives the run now, or the store cannot be written: its status is not ours to write
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        store.set_run_status(run_id, "interrupted")
+    except (KeyboardInterrupt, asyncio.CancelledError) as exc:
+        store.set_run_status(run_id, "interrupted", interruption(exc))
         return RunOutcome(run_id, "interrupted", controller.stats, config.run.db)
     except PolicyUnavailable as exc:
-        store.set_run_status(run_id, "interrupted")
+        store.set_run_status(run_id, "interrupted", f"the policy became unavailable: {one_line(exc)}")
         return RunOutcome(run_id, "policy_unavailable", controller.stats, config.run.db, str(exc))
-    except BaseException:
-        store.set_run_status(run_id, "failed")
+    except BaseException as exc:
+        store.set_run_status(run_id, "failed", f"{type(exc).__name__}: {one_line(exc)}")
         raise
     store.set_run_status(run_id, "finished")
     return RunOutcome(run_id, "finished", stats, config.run.db)
+
+
+def interruption(exc: BaseException) -> str:
+    """Why a run was interrupted, for the store: the signal that cancelled it (stop_signals names it), or Ctrl-C."""
+    signal_name = exc.args[0] if isinstance(exc, asyncio.CancelledError) and exc.args else ""
+    if signal_name == "SIGTERM":
+        return "stopped by SIGTERM (a kill, or the machine shutting down)"
+    if signal_name == "SIGINT" or isinstance(exc, KeyboardInterrupt):
+        return "interrupted by Ctrl-C (SIGINT)"
+    return "cancelled"
+
+
+def one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 async def _drive(controller: Controller, policies: Mapping[str, Policy]) -> RunStats:

@@ -82,6 +82,7 @@ class RunSummary:
     by_policy: tuple[ChoiceRow, ...] = ()  # one row per policy the iterations used (an ensemble has several)
     by_instruction: tuple[ChoiceRow, ...] = ()  # one row per evolved instruction ([prompt_evolution]), if any
     stopped: str = ""  # why a finished run stopped before its budget (run.stop_when_solved, run.target_score)
+    stop_reason: str = ""  # why an interrupted or failed run stopped, as its driver stored it ("": none stored)
 
 
 def _brief(program: Program, store: ProgramStore) -> ProgramBrief:
@@ -127,7 +128,7 @@ def summarize(store: ProgramStore, run_id: int) -> RunSummary:
         outcomes=outcomes, failures=failures, throughput=throughput,
         novelty_rejected=novelty_rejections(failures), cascade=cascade_savings(store, run_id),
         best_code=best[0].code if best else None, by_policy=by_policy, by_instruction=by_instruction,
-        stopped=stopped)
+        stopped=stopped, stop_reason=(store.stop_reason(run_id) or "") if run.status != "finished" else "")
 
 
 def run_summary_dict(store: ProgramStore, run_id: int) -> dict[str, Any]:
@@ -166,6 +167,7 @@ def render_run(store: ProgramStore, run_id: int, console: Console) -> None:
     rows = [
         ("problem", s.problem), ("policy", s.policy), ("seed", str(s.seed)),
         ("status", s.status + (f", stopped early: {s.stopped}" if s.stopped else "")),
+        *([("why it stopped", s.stop_reason)] if s.stop_reason else []),
         ("iterations", f"{s.iterations_done}/{s.iterations_target}"), ("programs", str(s.programs)),
         ("created", s.created_at), ("updated", f"{s.updated_at} (active {_duration(t.wall_s)})"),
         ("first solved", f"{s.run_id}:{s.first_solved.number} (store id {s.first_solved.id}) at iteration "

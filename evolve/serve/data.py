@@ -62,10 +62,17 @@ class StoreView:
                   if kind in FAILURE_KINDS and count}  # one GROUP BY on the (run, kind) index
         counts = {"iterations_done": int(done or 0), "programs": int(programs or 0), "failed": failed,
                   "best": float(best) if best is not None else None, "best_id": best_id,
+                  "best_number": self._number(run.id, best_id) if best_id is not None else None,
                   "solved_programs": int(solved or 0)}
         with self._lock:
             self._counts[run.id] = (key, counts)
         return counts
+
+    def _number(self, run_id: int, program_id: int) -> int:
+        """The program's number within its run (RUN:N, as the CLI names programs)."""
+        with self._sessions() as session:
+            return int(session.scalar(select(func.count()).select_from(ProgramRow).where(
+                ProgramRow.run_id == run_id, ProgramRow.id <= program_id)) or 0)
 
     def _experiment_of(self, run_id: int) -> str | None:
         with self._sessions() as session:
@@ -76,7 +83,9 @@ class StoreView:
                 "status": self.run_status(run), "iterations_target": run.iterations_target,
                 "created_at": run.created_at.replace(microsecond=0).isoformat(),
                 "updated_at": run.updated_at.replace(microsecond=0).isoformat(),
-                "experiment": self._experiment_of(run.id), **self._run_counts(run)}
+                "experiment": self._experiment_of(run.id),
+                "stop_reason": self.store.stop_reason(run.id) if run.status != "finished" else None,
+                **self._run_counts(run)}
 
     def runs(self) -> list[dict[str, Any]]:
         """Every run of the store, newest first."""
@@ -94,7 +103,12 @@ class StoreView:
                                         .order_by(ExperimentRow.created_at)))
         found = []
         for name, spec_json in rows:
-            spec = json.loads(spec_json)
+            try:
+                spec = json.loads(spec_json)
+                spec.get("description")
+            except (ValueError, AttributeError) as exc:
+                raise StoreError(f"cannot read {self.store.url}: experiments.spec_json of row {name!r} is damaged: "
+                                 "it is not a JSON object") from exc
             cells = [{"run": cell.run_id, "problem": cell.problem, "policy": cell.policy, "seed": cell.seed}
                      for cell in self.store.experiment_cells(name)]
             found.append({"name": name, "description": spec.get("description", ""),
@@ -138,21 +152,21 @@ class StoreView:
         children: programs.parent_id has no index, so finding them would scan the run (the tree page knows them)."""
         found = self.check_program(run_id, program_id)
         parent = self.store.programs_by_id([found.parent_id]).get(found.parent_id) if found.parent_id else None
+        number = self._number(run_id, program_id)
+        parent_number = self._number(run_id, parent.id) if parent is not None else None
         diff = ""
         if parent is not None:
             diff = "\n".join(difflib.unified_diff(parent.code.splitlines(), found.code.splitlines(),
-                                                  fromfile=f"#{parent.id} (parent)", tofile=f"#{found.id}",
-                                                  lineterm=""))
+                                                  fromfile=f"{run_id}:{parent_number} (parent)",
+                                                  tofile=f"{run_id}:{number}", lineterm=""))
         with self._sessions() as session:
             call_id = session.scalar(select(ProgramRow.completion_id).where(ProgramRow.id == program_id))
             call = session.execute(select(AttemptRow.prompt, AttemptRow.completion, AttemptRow.latency_s,
                                           AttemptRow.prompt_tokens, AttemptRow.completion_tokens)
                                    .where(AttemptRow.id == call_id, AttemptRow.kind == "policy_call")).first() \
                 if call_id is not None else None
-            number = session.scalar(select(func.count()).select_from(ProgramRow).where(
-                ProgramRow.run_id == run_id, ProgramRow.id <= program_id))
         return {
-            "id": found.id, "number": int(number or 0), "run": run_id, "parent": found.parent_id,
+            "id": found.id, "number": number, "run": run_id, "parent": found.parent_id, "parent_number": parent_number,
             "island": found.island, "iteration": found.iteration, "policy": found.policy, "scalar": found.scalar,
             "solved": found.solved,
             "scores": found.scores, "artifacts": found.artifacts, "code": found.code, "edit": found.edit,

@@ -18,10 +18,12 @@ class ServeError(UserError):
 
 @dataclass(frozen=True)
 class ServeSettings:
-    db: str
+    db: str  # the first store, served at /
     host: str = "127.0.0.1"
     port: int = 8765
     token: str | None = None  # None: from EVOLVE_SERVE_TOKEN, else generated where the host is not loopback
+    more: tuple[str, ...] = ()  # further stores, each served at /stores/K (K = 1, 2, ...)
+    found: tuple[str, ...] = ()  # stores found beside experiment files: served when they open, else skipped
 
 
 def resolve_token(host: str, given: str | None) -> tuple[str | None, bool]:
@@ -60,13 +62,18 @@ def address(host: str, port: int, token: str | None) -> str:
 
 
 def serve(settings: ServeSettings, say: Callable[[str], None]) -> None:
-    """Serve the store at settings.db until interrupted; `say` prints the address and the token rule."""
+    """Serve the stores of `settings` until interrupted; `say` prints the addresses and the token rule."""
     import uvicorn
 
     from evolve.serve.app import create_app
-    from evolve.store.program_store import ProgramStore
+    from evolve.store.program_store import ProgramStore, StoreError
 
-    store = ProgramStore(settings.db, mode="read")
+    stores = [ProgramStore(db, mode="read") for db in (settings.db, *settings.more)]
+    for db in settings.found:
+        try:
+            stores.append(ProgramStore(db, mode="read"))
+        except StoreError as exc:
+            say(f"not serving {db}: {exc}")
     token, generated = resolve_token(settings.host, settings.token)
     sock = bind(settings.host, settings.port)
     port = sock.getsockname()[1]
@@ -76,11 +83,14 @@ def serve(settings: ServeSettings, say: Callable[[str], None]) -> None:
         say(f"the token was generated for this start (set --token or ${TOKEN_ENV} to choose one); "
             "opening the address below once keeps it as a cookie")
     say(f"evolve serve: {settings.db} (read-only) at {address(settings.host, port, token)}")
+    for index, store in enumerate(stores[1:], start=1):
+        say(f"  and {store.url.removeprefix('sqlite:///')} at {address(settings.host, port, None)}stores/{index}/")
     say("Ctrl-C stops it")
-    config = uvicorn.Config(create_app(store, token, loopback_only=is_loopback(settings.host)), log_level="warning",
+    config = uvicorn.Config(create_app(stores, token, loopback_only=is_loopback(settings.host)), log_level="warning",
                             lifespan="off")
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:
         sock.close()
-        store.close()
+        for store in stores:
+            store.close()

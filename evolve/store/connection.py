@@ -5,22 +5,28 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, make_url, text
+from sqlalchemy import Connection, Engine, create_engine, inspect, make_url, text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
-from evolve.store.records import MAX_ID, StoreError, UnknownIdError
-from evolve.store.tables import Base, DamagedValue, missing_columns
+from evolve.store.records import MAX_ID, OpenMode, StoreError, UnknownIdError
+from evolve.store.tables import (
+    ADDED_COLUMNS,
+    ADDED_TABLES,
+    STORE_TABLES,
+    Base,
+    DamagedValue,
+    damaged_message,
+)
 
 SCHEMA_LOCK_KEY = 0x65766F6C7665  # PostgreSQL advisory lock ("evolve") held while creating or altering the tables
-SCHEMA_ATTEMPTS = 5
+WAL_HEADER = b"\x02\x02"  # bytes 18-19 of a SQLite file in WAL mode (its read and write format versions)
 
 
 def database_url(url_or_path: str) -> str:
@@ -39,32 +45,50 @@ def require_sqlite_file(url: str) -> None:
 
 def read_only_sqlite_engine(url: str) -> Engine | None:
     """An engine that reads the SQLite file of `url` and writes nothing: no write, no journal mode switch, no schema
-    made, so a foreign or empty file keeps every byte; None for other databases and in-memory SQLite.
-
-    Nor does it leave files beside it. A reader of a WAL database needs its -wal and -shm files, and SQLite makes
-    them when they are missing, but only the last connection to close removes them, and only if it could write.
-    So each session gets a connection of its own, closed when it ends (NullPool), and where no -wal file is there
-    (no writer has the database open) and the file may be written, that connection opens it read-write with
-    query_only on: closing it then removes the files it made, as a writer's last close does. Where a -wal file is
-    there (a writer is at work, or one was killed), or a rollback journal (which a read-write open would roll back),
-    the connection opens it read-only (mode=ro) and uses them."""
+    made, so a foreign or empty file keeps every byte; None for other databases and in-memory SQLite. Reading needs
+    read permission only (another user's store, a read-only folder). Each session gets a connection of its own,
+    closed when it ends (NullPool), opened by `read_connection`."""
     parsed = make_url(url)
     database = parsed.database or ""
     if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") or database.startswith("file:"):
         return None
     path = Path(database).resolve()
+    return create_engine("sqlite://", creator=lambda: read_connection(path), poolclass=NullPool)
 
-    def connect() -> sqlite3.Connection:
-        beside = [path.with_name(path.name + suffix) for suffix in ("-wal", "-journal")]  # a writer's, or a crash's
-        if not any(file.exists() for file in beside) and os.access(path, os.W_OK) and os.access(path.parent, os.W_OK):
-            connection = sqlite3.connect(str(path), check_same_thread=False)
-        else:
-            connection = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, check_same_thread=False)
-        connection.execute("PRAGMA busy_timeout=30000")  # a writer's commit in progress: wait, as writers do
-        connection.execute("PRAGMA query_only=ON")
-        return connection
 
-    return create_engine("sqlite://", creator=connect, poolclass=NullPool)
+def read_connection(path: Path) -> sqlite3.Connection:
+    """A query_only connection to the SQLite file at `path` that leaves no file beside it and changes no byte.
+
+    A reader of a WAL database needs its -wal and -shm files; SQLite makes them when they are missing, and only the
+    last connection to close removes them, and only if it could write. So:
+    - a -wal file or a rollback journal is there (a writer at work, or a killed one): open it read-only (mode=ro)
+      and use them (a read-write open would roll a journal back);
+    - else, where this user may write the file and its folder: read-write with query_only on, so that closing it
+      removes the -wal and -shm it made, as a writer's last close does (a mode=ro connection would leave them);
+    - else a WAL database (nobody writes it now, or a -wal file would be there, and we may not make one: SQLite
+      cannot open it mode=ro without -shm and -wal): immutable=1, which reads the file as it is, with no locks and no
+      files. The price: a writer that starts during that one read session is not seen by it (each session decides
+      again), and should its checkpoint rewrite pages while we read them, the read may fail, as one StoreError line;
+    - else (rollback journal mode): mode=ro, which takes only shared locks and makes no file."""
+    beside = [path.with_name(path.name + suffix) for suffix in ("-wal", "-journal")]
+    writable = os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
+    if not any(file.exists() for file in beside) and writable:
+        connection = sqlite3.connect(str(path), check_same_thread=False)
+    elif not any(file.exists() for file in beside) and _in_wal_mode(path):
+        connection = sqlite3.connect(f"{path.as_uri()}?immutable=1", uri=True, check_same_thread=False)
+    else:
+        connection = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, check_same_thread=False)
+    connection.execute("PRAGMA busy_timeout=30000")  # a writer's commit in progress: wait, as writers do
+    connection.execute("PRAGMA query_only=ON")
+    return connection
+
+
+def _in_wal_mode(path: Path) -> bool:
+    try:
+        with path.open("rb") as file:
+            return file.read(20)[18:20] == WAL_HEADER
+    except OSError:  # unreadable: the mode=ro open says why, in SQLite's words
+        return False
 
 
 class GuardedSessions:
@@ -82,10 +106,35 @@ class GuardedSessions:
         try:
             with self._factory() as session:
                 yield session
-        except (SQLAlchemyError, UnicodeDecodeError, json.JSONDecodeError, DamagedValue) as exc:  # rows too
+        except DamagedValue as exc:
+            raise StoreError(f"cannot read {self._where}: {self._damaged(exc)}") from exc
+        except (SQLAlchemyError, UnicodeDecodeError, json.JSONDecodeError) as exc:  # rows too
             raise StoreError(f"cannot read {self._where}: {first_line(exc)}") from exc
         except OverflowError as exc:  # an id past a 64-bit integer (a URL's, a flag's) names no row
             raise UnknownIdError(f"no such id in {self._where}: ids are at most {MAX_ID}") from exc
+
+
+    def _damaged(self, exc: DamagedValue) -> str:
+        """The damaged value's line, naming its row: the first row of its table holding that value (the lookup scans
+        the table, once, on the way to an error)."""
+        if not exc.column:
+            return first_line(exc)
+        table_name, column = exc.column.split(".", 1)
+        table = Base.metadata.tables[table_name]
+        keys = [key.name for key in table.primary_key.columns]
+        row = "a row"
+        try:
+            with self._factory() as session:
+                selected = ", ".join(f'"{key}"' for key in keys)
+                found = session.execute(text(f'SELECT {selected} FROM "{table_name}" WHERE "{column}" = :value '
+                                             "LIMIT 1"), {"value": exc.value}).first()
+        except SQLAlchemyError:
+            found = None
+        if found is not None:
+            row = f"row {found[0]}" if keys == ["id"] else \
+                "row " + ", ".join(f"{key}={value}" for key, value in zip(keys, found, strict=True))
+        kind = getattr(table.columns[column].type, "kind", "of its type")
+        return damaged_message(exc.column, row, exc.value, kind)
 
 
 def first_line(exc: BaseException) -> str:
@@ -103,34 +152,66 @@ def sqlite_pragmas(connection: Any, _record: Any) -> None:
 
 
 @contextmanager
-def schema_lock(engine: Engine) -> Iterator[None]:
-    """Held while the tables are created or altered. On PostgreSQL a session advisory lock, so that processes opening
-    one new database at once (the cells of a cluster) create each table once instead of racing on CREATE TABLE; it
-    is released with the connection if the process dies. Elsewhere nothing (SQLite: see prepare_schema)."""
-    if engine.dialect.name != "postgresql":
+def schema_lock(connection: Connection, mode: OpenMode) -> Iterator[None]:
+    """Held while a writable open checks and makes the tables: on SQLite a write transaction taken at once (BEGIN
+    IMMEDIATE; its DDL is transactional), on PostgreSQL a session advisory lock, released with the connection if the
+    process dies. A read-only open takes none: it makes nothing."""
+    name = connection.dialect.name
+    if mode != "read" and name == "sqlite":
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+    if mode == "read" or name != "postgresql":
         yield
         return
-    with engine.connect() as connection:
-        connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+    connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+    connection.commit()
+    try:
+        yield
+    finally:
+        connection.rollback()  # whatever the block left uncommitted (it commits what it made)
+        connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": SCHEMA_LOCK_KEY})
         connection.commit()
-        try:
-            yield
-        finally:
-            connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": SCHEMA_LOCK_KEY})
-            connection.commit()
 
 
-def prepare_schema(engine: Engine) -> list[str]:
-    """Create the missing tables and add the nullable columns added since; returns the columns that are still missing
-    (missing_columns). SQLite runs DDL outside transactions, so a process racing another one on a new file may meet a
-    table or column the other just made: it looks again, which then finds it."""
-    for attempt in range(SCHEMA_ATTEMPTS):
-        try:
-            with schema_lock(engine):
-                Base.metadata.create_all(engine)
-                return missing_columns(engine)
-        except SQLAlchemyError:
-            if attempt == SCHEMA_ATTEMPTS - 1:
-                raise
-            time.sleep(0.05 * (attempt + 1))
-    raise AssertionError("unreachable")
+
+def prepare_schema(engine: Engine, mode: OpenMode, where: str) -> None:
+    """Check the store's tables and columns against this version's, and make what a writable open may make.
+
+    An existing store is a database holding any of evolve's tables. In one, nothing is created but what this version
+    adds to older stores (tables.ADDED_TABLES, ADDED_COLUMNS), and only by a writable open; a store lacking any other
+    table or column is refused (StoreError) in every mode, before anything is read or written: a dropped table is
+    never made again, empty. A database holding none of them is a new store: "create" makes every table, "existing"
+    refuses it, "read" leaves it be (its reads fail, one line each). Checking and making are one transaction (see
+    schema_lock), so processes opening one new database at once (the cells of a cluster) create each table once and
+    none sees half a schema."""
+    with engine.connect() as connection, schema_lock(connection, mode):
+        present, lacking = _schema(connection)
+        if not present:
+            if mode == "existing":
+                raise StoreError(f"no store in {where}: it holds none of evolve's tables")
+            if mode == "read":
+                return
+        refused = [f"table {name}" for name in sorted(STORE_TABLES - present - set(ADDED_TABLES))] + [
+            f"column {column}" for column in lacking if column not in ADDED_COLUMNS] if present else []
+        if refused:
+            raise StoreError(f"the store {where} was written by another version of evolve or damaged: it lacks "
+                             f"{', '.join(refused)}; nothing was changed (use a new database file)")
+        if mode == "read":
+            return
+        Base.metadata.create_all(connection, tables=[Base.metadata.tables[name] for name in sorted(
+            STORE_TABLES - present) if not present or name in ADDED_TABLES])
+        for name in lacking:  # each one of ADDED_COLUMNS: nullable
+            table_name, column_name = name.split(".")
+            kind = Base.metadata.tables[table_name].columns[column_name].type.compile(dialect=engine.dialect)
+            connection.execute(text(f'ALTER TABLE {table_name} ADD COLUMN "{column_name}" {kind}'))
+        connection.commit()
+
+
+def _schema(connection: Connection) -> tuple[set[str], list[str]]:
+    """(evolve's tables the database holds, the columns of those tables it lacks as "table.column")."""
+    inspector = inspect(connection)
+    present = set(inspector.get_table_names()) & STORE_TABLES
+    lacking = []
+    for name in sorted(present):
+        have = {column["name"] for column in inspector.get_columns(name)}
+        lacking += [f"{name}.{column.name}" for column in Base.metadata.tables[name].columns if column.name not in have]
+    return present, lacking

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from sqlalchemy import create_engine, event, func, insert, make_url, select, update
+from sqlalchemy import create_engine, event, func, insert, inspect, make_url, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -99,13 +99,18 @@ __all__ = [  # the records and errors live in store/records.py; importers may ke
 ]
 
 
+MAX_REASON = 500  # characters of a stop reason kept: one line, not a traceback
+
+
 class ProgramStore(LeasedRuns, RunReads, StreamedReads):
     """Synchronous store over any SQLAlchemy URL; SQLite gets WAL, synchronous=NORMAL and a busy timeout."""
 
     def __init__(self, url_or_path: str, mode: OpenMode = "create") -> None:
         """mode "create" makes the store if it is missing; "existing" (resume) and "read" (the read-only commands)
         open only a store that exists: a missing SQLite file is "no store at PATH". "read" also creates or
-        alters no table, and opens a SQLite file read-only (no WAL switch): it never changes a byte of it."""
+        alters no table, and opens a SQLite file read-only (no WAL switch): it never changes a byte of it. In every
+        mode a store that lacks a table or column is refused, and only a writable open adds what this version
+        added to older stores (connection.prepare_schema)."""
         self.url = database_url(url_or_path)
         try:
             self._where = make_url(self.url).render_as_string(hide_password=True)
@@ -115,21 +120,17 @@ class ProgramStore(LeasedRuns, RunReads, StreamedReads):
             self.engine = read_only or create_engine(self.url)
             if self.engine.dialect.name == "sqlite" and read_only is None:
                 event.listen(self.engine, "connect", sqlite_pragmas)
-            stale: list[str] = []
-            if mode != "read":
-                stale = prepare_schema(self.engine)
+            prepare_schema(self.engine, mode, self._where)
         except (SQLAlchemyError, ValueError) as exc:
             raise StoreError(f"cannot open the store {url_or_path}: {first_line(exc)}") from exc
         except ImportError as exc:  # the URL's database driver is not installed
             hint = " (pip install 'evolve[postgres]')" if self.url.startswith("postgres") else ""
             raise StoreError(f"cannot open the store {url_or_path}: {first_line(exc)}{hint}") from exc
-        if stale:
-            raise StoreError(f"the store {url_or_path} was written by another version of evolve "
-                             f"(missing {', '.join(stale)}); use a new database file")
         self._sessions = GuardedSessions(sessionmaker(self.engine, expire_on_commit=False), self._where)
         self.holder = new_holder()  # this store's name in the leases it takes
         self._held: set[int] = set()  # runs this store holds the lease of: their writes check it
         self._lease_s = leases.DEFAULT_LEASE_S
+        self._stop_reason_column: bool | None = None  # whether runs.stop_reason exists (a writable open adds it)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -196,14 +197,32 @@ class ProgramStore(LeasedRuns, RunReads, StreamedReads):
         with self._sessions() as session:
             return [frozen(RunInfo, row) for row in session.scalars(select(RunRow).order_by(RunRow.id))]
 
-    def set_run_status(self, run_id: int, status: RunStatus) -> None:
+    def set_run_status(self, run_id: int, status: RunStatus, reason: str | None = None) -> None:
+        """The run's status and why it stopped (`reason`, one line; None clears it: a run going on, or finished)."""
         if status not in RUN_STATUSES:
             raise ValueError(f"run status {status!r} is not one of {', '.join(RUN_STATUSES)}")
+        reason = " ".join(reason.split())[:MAX_REASON] if reason is not None else None
         with self._write(f"the status of run {run_id}") as session:
             self._check_lease(session, run_id)
-            changed = session.execute(update(RunRow).where(RunRow.id == run_id).values(status=status)).rowcount
+            changed = session.execute(update(RunRow).where(RunRow.id == run_id)
+                                      .values(status=status, stop_reason=reason)).rowcount
             if not changed:
                 raise UnknownIdError(f"no run {run_id} in {self._where}")
+
+    def stop_reason(self, run_id: int) -> str | None:
+        """Why the run stopped, as its driver stored it; None while it runs, once it finished, and in a store from
+        before runs.stop_reason (read-only opens do not add the column)."""
+        if not self._has_stop_reason():
+            return None
+        with self._sessions() as session:
+            return session.scalar(select(RunRow.stop_reason).where(RunRow.id == run_id))
+
+    def _has_stop_reason(self) -> bool:
+        if self._stop_reason_column is None:
+            with self._sessions() as session:
+                columns = inspect(session.connection()).get_columns(RunRow.__tablename__)
+            self._stop_reason_column = any(column["name"] == "stop_reason" for column in columns)
+        return self._stop_reason_column
 
     def set_run_budget(self, run_id: int, iterations_target: int, config_json: str) -> None:
         """Give a run a new iteration budget and the config that asks for it (a sampling run extended to more n)."""

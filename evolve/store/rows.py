@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from evolve.records import Program, code_key
 from evolve.store.records import AttemptInfo, AttemptRecord, CellInfo, ChildRecord, RunInfo
-from evolve.store.tables import AttemptRow, Base, DamagedValue, ProgramRow, ScoreRow
+from evolve.store.tables import AttemptRow, Base, DamagedValue, ProgramRow, ScoreRow, damaged_message
 
 FrozenRecord = TypeVar("FrozenRecord", RunInfo, AttemptInfo, CellInfo)
 
@@ -89,12 +89,38 @@ def with_scores() -> Select[tuple[ProgramRow, ScoreRow]]:
 
 
 def program_of(row: ProgramRow, score: ScoreRow) -> Program:
+    """The Program of a programs row and its scores row; a value of the wrong type is a DamagedValue naming the row
+    (the number columns are checked as they are read: tables._Checked)."""
     return Program(
         id=row.id, run_id=row.run_id, code=row.code, parent_id=row.parent_id, island=row.island,
         iteration=row.iteration, policy=row.policy, edit=row.edit,
-        scores={name: float(value) for name, value in json.loads(score.vector_json).items()},
-        scalar=score.scalar, solved=score.solved, artifacts=json.loads(score.artifacts_json),
+        scores=score_vector(score.vector_json, row.id), scalar=score.scalar, solved=score.solved,
+        artifacts=_artifacts(score.artifacts_json, row.id),
     )
+
+
+def score_vector(text: str, program_id: int) -> dict[str, float]:
+    """A stored score vector (scores.vector_json): a JSON object of numbers, in its stored order."""
+    vector = _json_object(text, "vector_json", program_id)
+    if not all(isinstance(value, int | float) and not isinstance(value, bool) for value in vector.values()):
+        raise DamagedValue(damaged_message("scores.vector_json", f"row program_id={program_id}", text,
+                                           "a JSON object of numbers"))
+    return {str(name): float(value) for name, value in vector.items()}
+
+
+def _artifacts(text: str, program_id: int) -> dict[str, Any]:
+    return _json_object(text, "artifacts_json", program_id)
+
+
+def _json_object(text: str, column: str, program_id: int) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        value = None
+    if not isinstance(value, dict):
+        raise DamagedValue(damaged_message(f"scores.{column}", f"row program_id={program_id}", text,
+                                           "a JSON object"))
+    return value
 
 
 def frozen(record_type: type[FrozenRecord], row: Base) -> FrozenRecord:

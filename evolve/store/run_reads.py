@@ -4,7 +4,6 @@ its requests were in flight."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterable, Iterator
 
@@ -12,7 +11,7 @@ from sqlalchemy import case, func, select
 
 from evolve.store.connection import GuardedSessions
 from evolve.store.records import FAILURE_KINDS, TERMINAL_KINDS, AttemptInfo, IterationCost
-from evolve.store.rows import frozen
+from evolve.store.rows import frozen, score_vector
 from evolve.store.scans import STREAM_BATCH
 from evolve.store.tables import AttemptRow, ProgramRow, ScoreRow
 
@@ -36,13 +35,13 @@ class RunReads:
         """(iteration, score vector, stored scalar, stored solved) of every program of the run, by iteration: what a
         report needs to re-derive scalar and solved under a problem's current rule. Streamed: iterate it once."""
         with self._sessions() as session:
-            query = (select(ProgramRow.iteration, ScoreRow.vector_json, ScoreRow.scalar, ScoreRow.solved)
+            query = (select(ProgramRow.iteration, ScoreRow.vector_json, ScoreRow.scalar, ScoreRow.solved,
+                            ProgramRow.id)
                      .join(ScoreRow, ScoreRow.program_id == ProgramRow.id)
                      .where(ProgramRow.run_id == run_id).order_by(ProgramRow.iteration, ProgramRow.id)
                      .execution_options(yield_per=STREAM_BATCH))
-            for iteration, vector, scalar, solved in session.execute(query):
-                yield (iteration, {name: float(value) for name, value in json.loads(vector).items()}, float(scalar),
-                       bool(solved))
+            for iteration, vector, scalar, solved, program_id in session.execute(query):
+                yield iteration, score_vector(vector, program_id), float(scalar), bool(solved)
 
     def attempt_counts(self, run_id: int) -> dict[str, int]:
         """Attempts rows of the run by kind ('policy_call', 'child', 'policy_error', ...)."""

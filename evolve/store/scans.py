@@ -4,7 +4,6 @@ and completions."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator
 from dataclasses import fields
 
@@ -13,7 +12,7 @@ from sqlalchemy.orm import Session, aliased
 
 from evolve.records import Program, ProgramHeader, code_key
 from evolve.store.records import TERMINAL_KINDS, AttemptInfo, AttemptTotals
-from evolve.store.rows import frozen, program_of, with_scores
+from evolve.store.rows import frozen, program_of, score_vector, with_scores
 from evolve.store.tables import AttemptRow, ProgramRow, ScoreRow
 
 STREAM_BATCH = 2000  # rows per fetch while streaming: bounds the memory of a scan, whatever the run's size
@@ -37,7 +36,7 @@ def stream_headers(session: Session, run_id: int, with_scores: bool = True) -> I
             session.connection().execute(query):  # Core rows: the ORM's row loading costs a third of the scan
         if key is None or length is None:
             key, length = code_key(code or ""), len(code or "")
-        scores = {name: float(value) for name, value in json.loads(vector_json).items()} if with_scores else {}
+        scores = score_vector(vector_json, program_id) if with_scores else {}
         yield ProgramHeader(
             id=program_id, run_id=run_id, code="", parent_id=parent_id, island=island, iteration=iteration,
             policy=policy, edit="", scores=scores, scalar=scalar, solved=solved, code_length=length, code_key=key)

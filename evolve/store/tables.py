@@ -13,23 +13,88 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     DateTime,
     Dialect,
-    Engine,
+    Double,
     ForeignKey,
     Index,
+    Integer,
     String,
     Text,
     TypeDecorator,
-    inspect,
-    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
 class DamagedValue(ValueError):
-    """A stored value that is not of its column's type (a time that is not a time, in a damaged or hand-edited SQLite
-    file); a read session turns it into one StoreError line."""
+    """A stored value that is not of its column's type (a number that is text, a time that is not a time, in a damaged
+    or hand-edited SQLite file: SQLite keeps any value in any column); a read session turns it into one StoreError
+    line, naming the row where it can find it (`column`: "table.column", `value`: what was read)."""
+
+    def __init__(self, message: str, column: str = "", value: Any = None) -> None:
+        super().__init__(message)
+        self.column, self.value = column, value
+
+
+def damaged_message(column: str, row: str, value: Any, kind: str) -> str:
+    shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:80] + "..."
+    return f"{column} of {row} is damaged: {shown} is not {kind}"
+
+
+class _Checked(TypeDecorator[Any]):
+    """A number or flag column whose every value read is checked to be of its type before anything computes with it
+    (SQLite hands back 'garbage' from a REAL column as it was written). `column` ("table.column") names it."""
+
+    cache_ok = True
+    kind = "a value"
+
+    def __init__(self, column: str = "") -> None:
+        super().__init__()
+        self.column = column
+
+    def accepts(self, value: Any) -> bool:
+        raise NotImplementedError
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> Callable[[Any], Any]:
+        process = super().result_processor(dialect, coltype)
+
+        def checked(value: Any) -> Any:
+            if value is not None and not self.accepts(value):
+                raise DamagedValue(damaged_message(self.column, "a row", value, self.kind), self.column, value)
+            return process(value) if process is not None else value
+
+        return checked
+
+
+class _CheckedInteger(_Checked):
+    cache_ok = True
+    impl, kind = Integer, "int"
+
+    def accepts(self, value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+
+class _CheckedBigInteger(_CheckedInteger):
+    cache_ok = True
+    impl = BigInteger
+
+
+class _CheckedDouble(_Checked):
+    cache_ok = True
+    impl, kind = Double, "int or float"
+
+    def accepts(self, value: Any) -> bool:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+class _CheckedBoolean(_Checked):
+    cache_ok = True
+    impl, kind = Boolean, "bool"
+    coerce_to_is_types = (type(None), bool)  # `solved.is_(True)` renders IS true, as Boolean's own does
+
+    def accepts(self, value: Any) -> bool:
+        return isinstance(value, bool) or (isinstance(value, int) and value in (0, 1))
 
 
 class _UtcDateTime(TypeDecorator[datetime]):
@@ -85,63 +150,72 @@ class RunRow(Base):
     name: Mapped[str]
     problem: Mapped[str] = mapped_column(String(200))
     policy: Mapped[str] = mapped_column(String(200))
-    seed: Mapped[int] = mapped_column(BigInteger)  # up to 2**63 - 1 (config.MAX_SEED): int4 holds 2**31 - 1
+    # up to 2**63 - 1 (config.MAX_SEED): int4 holds 2**31 - 1
+    seed: Mapped[int] = mapped_column(_CheckedBigInteger("runs.seed"))
     config_json: Mapped[str]
     status: Mapped[str] = mapped_column(String(20))
-    iterations_target: Mapped[int]
+    iterations_target: Mapped[int] = mapped_column(_CheckedInteger("runs.iterations_target"))
     created_at: Mapped[datetime] = mapped_column(default=utc_now)
     updated_at: Mapped[datetime] = mapped_column(default=utc_now, onupdate=utc_now)
+    # why the run stopped when it did not finish (a policy server's failure, Ctrl-C, SIGTERM, an error's line); NULL
+    # while it runs, when it finished, and in stores from before this column. Deferred, like programs.code_key:
+    # read-only opens of older stores still work; ProgramStore.stop_reason reads it where it exists.
+    stop_reason: Mapped[str | None] = mapped_column(deferred=True)
 
 
 class ProgramRow(Base):
     __tablename__ = "programs"
     id: Mapped[int] = mapped_column(primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
-    parent_id: Mapped[int | None] = mapped_column(ForeignKey("programs.id"))
-    island: Mapped[int]
-    iteration: Mapped[int]
+    run_id: Mapped[int] = mapped_column(_CheckedInteger("programs.run_id"), ForeignKey("runs.id"), index=True)
+    parent_id: Mapped[int | None] = mapped_column(_CheckedInteger("programs.parent_id"), ForeignKey("programs.id"))
+    island: Mapped[int] = mapped_column(_CheckedInteger("programs.island"))
+    iteration: Mapped[int] = mapped_column(_CheckedInteger("programs.iteration"))
     policy: Mapped[str] = mapped_column(String(200))
     code: Mapped[str]
     edit: Mapped[str]
     # programs <-> attempts reference each other; use_alter lets other databases add this key after both exist
-    completion_id: Mapped[int | None] = mapped_column(ForeignKey("attempts.id", use_alter=True))
+    completion_id: Mapped[int | None] = mapped_column(_CheckedInteger("programs.completion_id"),
+                                                      ForeignKey("attempts.id", use_alter=True))
     created_at: Mapped[datetime] = mapped_column(default=utc_now)
     # code_key(code) and len(code), written with the program so that a resume reads neither the code nor hashes it;
     # NULL in rows written before these columns (added in place on a writable open). Deferred: loading a ProgramRow
     # never selects them, so the read-only commands still open stores that lack them.
     code_key: Mapped[str | None] = mapped_column(String(40), deferred=True)
-    code_length: Mapped[int | None] = mapped_column(deferred=True)
+    code_length: Mapped[int | None] = mapped_column(_CheckedInteger("programs.code_length"), deferred=True)
 
 
 class ScoreRow(Base):
     __tablename__ = "scores"
     program_id: Mapped[int] = mapped_column(ForeignKey("programs.id"), primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"))  # a copy of the program's, for the top-k index
+    # a copy of the program's, for the top-k index
+    run_id: Mapped[int] = mapped_column(_CheckedInteger("scores.run_id"), ForeignKey("runs.id"))
     vector_json: Mapped[str]  # JSON text, not a JSON column: some databases reorder JSON object keys
-    scalar: Mapped[float]
-    solved: Mapped[bool]
+    scalar: Mapped[float] = mapped_column(_CheckedDouble("scores.scalar"))
+    solved: Mapped[bool] = mapped_column(_CheckedBoolean("scores.solved"))
     artifacts_json: Mapped[str]
 
 
 class AttemptRow(Base):
     __tablename__ = "attempts"
     id: Mapped[int] = mapped_column(primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"))
-    iteration: Mapped[int]
+    run_id: Mapped[int] = mapped_column(_CheckedInteger("attempts.run_id"), ForeignKey("runs.id"))
+    iteration: Mapped[int] = mapped_column(_CheckedInteger("attempts.iteration"))
     kind: Mapped[str] = mapped_column(String(20))
     reason: Mapped[str | None]
     policy: Mapped[str] = mapped_column(String(200))
     prompt: Mapped[str | None]
     completion: Mapped[str | None]
     child_code: Mapped[str | None]
-    program_id: Mapped[int | None] = mapped_column(ForeignKey("programs.id"))
-    call_id: Mapped[int | None] = mapped_column(ForeignKey("attempts.id"))  # the policy call of this outcome
-    parent_id: Mapped[int | None] = mapped_column(ForeignKey("programs.id"))  # the program the call edited
-    latency_s: Mapped[float]
-    prompt_tokens: Mapped[int]
-    completion_tokens: Mapped[int]
+    program_id: Mapped[int | None] = mapped_column(_CheckedInteger("attempts.program_id"), ForeignKey("programs.id"))
+    # the policy call of this outcome
+    call_id: Mapped[int | None] = mapped_column(_CheckedInteger("attempts.call_id"), ForeignKey("attempts.id"))
+    # the program the call edited
+    parent_id: Mapped[int | None] = mapped_column(_CheckedInteger("attempts.parent_id"), ForeignKey("programs.id"))
+    latency_s: Mapped[float] = mapped_column(_CheckedDouble("attempts.latency_s"))
+    prompt_tokens: Mapped[int] = mapped_column(_CheckedInteger("attempts.prompt_tokens"))
+    completion_tokens: Mapped[int] = mapped_column(_CheckedInteger("attempts.completion_tokens"))
     # the run's active wall clock when this attempt's iteration was committed (time the run lay killed excluded)
-    run_elapsed_s: Mapped[float | None]
+    run_elapsed_s: Mapped[float | None] = mapped_column(_CheckedDouble("attempts.run_elapsed_s"))
     created_at: Mapped[datetime] = mapped_column(default=utc_now)
     # the key of the evolved instruction the iteration's prompt used ([prompt_evolution]); NULL without it and in
     # rows from before this column. Deferred, like programs.code_key: read-only opens of older stores still work.
@@ -169,7 +243,7 @@ class CellRow(Base):
     experiment: Mapped[str] = mapped_column(ForeignKey("experiments.name"), index=True)
     problem: Mapped[str] = mapped_column(String(200))
     policy: Mapped[str] = mapped_column(String(200))
-    seed: Mapped[int] = mapped_column(BigInteger)
+    seed: Mapped[int] = mapped_column(_CheckedBigInteger("experiment_cells.seed"))
 
 
 Index("ix_cells_key", CellRow.experiment, CellRow.problem, CellRow.policy, CellRow.seed, unique=True)
@@ -186,22 +260,22 @@ class LeaseRow(Base):
     expires_at: Mapped[datetime | None]
 
 
-def missing_columns(engine: Engine) -> list[str]:
-    """Columns this version needs that an existing database lacks (create_all never alters a table).
-
-    Nullable columns added since (attempts.parent_id, attempts.run_elapsed_s) are added in place, so older stores
-    keep working; what is left is returned."""
-    inspector = inspect(engine)
-    missing: list[str] = []
+def _checked_columns() -> None:
+    """Every number and flag column is checked as it is read, under its own name (the ORM's column expressions keep
+    the type each column was declared with, so it is named there; this holds the names to their columns)."""
     for table in Base.metadata.tables.values():
-        present = {column["name"] for column in inspector.get_columns(table.name)}
         for column in table.columns:
-            if column.name in present:
-                continue
-            if column.nullable and not column.primary_key and column.server_default is None:
-                kind = column.type.compile(dialect=engine.dialect)
-                with engine.begin() as connection:
-                    connection.execute(text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}'))
-            else:
-                missing.append(f"{table.name}.{column.name}")
-    return missing
+            if isinstance(column.type, Integer | Double | Boolean | _Checked) and not column.primary_key:
+                assert isinstance(column.type, _Checked) and column.type.column == f"{table.name}.{column.name}", \
+                    f"{table.name}.{column.name}: declare it with its checked type, named after it"
+
+
+_checked_columns()
+
+# What this version adds to a store written by an older one, on a writable open (prepare_schema): tables created
+# whole, nullable columns added in place. Nothing else is ever created in an existing store: a store that lacks any
+# other table or column was damaged (a dropped table) or written by another program, and is refused.
+ADDED_TABLES: tuple[str, ...] = ("run_leases",)
+ADDED_COLUMNS: tuple[str, ...] = ("programs.code_key", "programs.code_length", "attempts.parent_id",
+                                  "attempts.run_elapsed_s", "attempts.prompt_variant", "runs.stop_reason")
+STORE_TABLES: frozenset[str] = frozenset(Base.metadata.tables)

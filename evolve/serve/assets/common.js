@@ -3,6 +3,11 @@
 "use strict";
 
 const evolve = (() => {
+  // the store this page is of: "" for the first store served, "/stores/K" for another (see serve/routes.py)
+  const BASE = (location.pathname.match(/^\/stores\/\d+(?=\/|$)/) || [""])[0];
+  const link = (path) => BASE + path; // a path of this store's pages and endpoints
+  const path = () => location.pathname.slice(BASE.length); // this page's path below its store's base
+
   function el(tag, attrs, ...children) {
     const node = document.createElement(tag);
     for (const [key, value] of Object.entries(attrs || {})) {
@@ -55,5 +60,5 @@ const evolve = (() => {
     return bar;
   }
 
-  return { el, getJSON, num, colour, statusBadge, topBar };
+  return { BASE, el, getJSON, link, path, num, colour, statusBadge, topBar };
 })();

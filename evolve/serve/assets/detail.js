@@ -3,7 +3,7 @@
 "use strict";
 
 const programView = (() => {
-  const { el, num } = evolve;
+  const { el, link, num } = evolve;
 
   function diffBlock(diff) {
     const classes = [["+++", "meta"], ["---", "meta"], ["@@", "hunk"], ["+", "add"], ["-", "del"]];
@@ -33,24 +33,28 @@ const programView = (() => {
   }
 
   // options: select(id) to move the selection (the run page), run: the run's header (for the report link),
-  // page: shown on the program's own page (code and completion open), children: ids the run page knows
+  // page: shown on the program's own page (code and completion open), children: ids the run page knows,
+  // label(id): a child's RUN:N (a program is named RUN:N everywhere, as evolve show takes it; its store id aside)
   function render(program, options = {}) {
+    const parentLabel = `${program.run}:${program.parent_number}`;
+    const label = options.label || ((id) => `store id ${id}`);
     const who = program.policy ? `by ${program.policy}` : "seed program";
     const title = el("h2", { title: "RUN:N, as evolve show and evolve lineage take it" },
       `${program.run}:${program.number}`, el("span", { class: "muted", text:
-      ` (#${program.id} in the store) · iteration ${program.iteration} · island ${program.island} · ${who}` }),
+      ` (store id ${program.id}) · iteration ${program.iteration} · island ${program.island} · ${who}` }),
     program.solved ? [" ", el("span", { class: "badge solved-badge", text: "solved" })] : null);
     const links = el("div", { class: "links" },
-      options.page ? null : el("a", { href: `/runs/${program.run}/programs/${program.id}`, id: "program-page-link",
-        text: "program page" }),
-      el("a", { href: `/runs/${program.run}/lineage/${program.id}`, id: "lineage-link", text: "lineage from the seed" }));
+      options.page ? null : el("a", { href: link(`/runs/${program.run}/programs/${program.id}`),
+        id: "program-page-link", text: "program page" }),
+      el("a", { href: link(`/runs/${program.run}/lineage/${program.id}`), id: "lineage-link",
+        text: "lineage from the seed" }));
     if (program.parent !== null) {
       links.append(options.select
-        ? el("button", { onclick: () => options.select(program.parent), text: `parent #${program.parent}` })
-        : el("a", { href: `/runs/${program.run}/programs/${program.parent}`, text: `parent #${program.parent}` }));
+        ? el("button", { onclick: () => options.select(program.parent), text: `parent ${parentLabel}` })
+        : el("a", { href: link(`/runs/${program.run}/programs/${program.parent}`), text: `parent ${parentLabel}` }));
     }
     if (options.run && options.run.experiment) {
-      links.append(el("a", { href: `/experiments/${encodeURIComponent(options.run.experiment)}/report`,
+      links.append(el("a", { href: link(`/experiments/${encodeURIComponent(options.run.experiment)}/report`),
         id: "report-link", text: `experiment report (${options.run.experiment})` }));
     }
     const delta = program.parent_scalar === null ? "" : ` (parent ${num(program.parent_scalar)}, ` +
@@ -65,7 +69,7 @@ const programView = (() => {
         key === "feedback" ? null : el("div", { class: "muted", text: key }), el("pre", { class: "block", text: value }))));
     }
     if (program.parent !== null) {
-      parts.push(el("h3", { text: `diff against parent #${program.parent}` }),
+      parts.push(el("h3", { text: `diff against parent ${parentLabel}` }),
         program.diff ? diffBlock(program.diff) : el("p", { class: "empty", text: "no change in the code" }));
     }
     parts.push(section("code", el("pre", { id: "program-code", text: program.code }),
@@ -82,7 +86,7 @@ const programView = (() => {
     const children = options.children || [];
     if (children.length) {
       parts.push(el("div", { class: "muted", id: "children" }, `children: `, children.map((id, i) => [i ? ", " : "",
-        el("button", { class: "link", onclick: () => options.select(id), text: `#${id}` })])));
+        el("button", { class: "link", onclick: () => options.select(id), text: label(id) })])));
     }
     return el("div", { class: "detail", "data-program": program.id }, parts);
   }

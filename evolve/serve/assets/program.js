@@ -2,15 +2,16 @@
 "use strict";
 
 (async () => {
-  const { el, getJSON, topBar } = evolve;
-  const [, , runId, , programId] = location.pathname.split("/");
-  document.getElementById("bar").replaceWith(topBar([["runs", "/"], [`run ${runId}`, `/runs/${runId}`],
-    [`program #${programId}`, null]]));
+  const { el, getJSON, link, path, topBar } = evolve;
+  const [, , runId, , programId] = path().split("/");
+  document.getElementById("bar").replaceWith(topBar([["runs", link("/")], [`run ${runId}`, link(`/runs/${runId}`)],
+    ["program", null]]));
   const box = document.getElementById("program");
   try {
-    const [run, program] = await Promise.all([getJSON(`/api/runs/${runId}`),
-      getJSON(`/api/runs/${runId}/programs/${programId}`)]);
-    document.title = `evolve: run ${runId}, program #${programId}`;
+    const [run, program] = await Promise.all([getJSON(link(`/api/runs/${runId}`)),
+      getJSON(link(`/api/runs/${runId}/programs/${programId}`))]);
+    document.title = `evolve: program ${runId}:${program.number}`; // RUN:N, as evolve show takes it
+    document.querySelector("header.top > span:last-child").textContent = `program ${runId}:${program.number}`;
     box.replaceChildren(programView.render(program, { run, page: true }));
   } catch (error) {
     box.replaceChildren(el("p", { class: "error", text: error.message }));

@@ -3,9 +3,9 @@
 "use strict";
 
 (() => {
-  const { el, getJSON, num, statusBadge, topBar } = evolve;
+  const { el, getJSON, link, num, path, statusBadge, topBar } = evolve;
   const POLL_MS = 1500;
-  const runId = Number(location.pathname.split("/")[2]);
+  const runId = Number(path().split("/")[2]);
   let last = 0, run = null, selected = null, loaded = false; // loaded: the stored backlog is drawn
   const chain = []; // the edges from the selected program up to the seed, highlighted
 
@@ -13,10 +13,15 @@
   const { nodes } = view;
 
   function hover(node) {
-    document.getElementById("hover").textContent = node === null ? "" : `#${node.id} (program ${node.number}) · ` +
+    document.getElementById("hover").textContent = node === null ? "" : `${label(node.id)} (store id ${node.id}) · ` +
       `generation ${node.depth} · iteration ${node.iteration} · island ${node.island} · scalar ${num(node.scalar)}` +
-      (node.solved ? " · solved" : "") + (node.parent === null ? " · the seed" : ` · parent #${node.parent}`) +
+      (node.solved ? " · solved" : "") + (node.parent === null ? " · the seed" : ` · parent ${label(node.parent)}`) +
       ` · ${(view.kids.get(node.id) || []).length} children`;
+  }
+
+  function label(id) { // RUN:N, as evolve show takes it; N counts the run's programs in store order, as the tree
+    const node = nodes.get(id);
+    return node ? `${runId}:${node.number}` : `store id ${id}`;
   }
 
   function legend() {
@@ -49,15 +54,17 @@
         `${run.iterations_done}/${run.iterations_target}` })),
       el("span", { class: "fact" }, "programs ", el("b", { id: "program-count", text: nodes.size })),
       el("span", { class: "fact" }, "best ", run.best_id === null ? el("b", { text: "-" }) : el("button", {
-        class: "link", id: "best-link", title: `select the best program, #${run.best_id}`,
-        onclick: () => select(run.best_id) }, el("b", { text: num(run.best) }), ` (#${run.best_id})`)),
+        class: "link", id: "best-link", title: `select the best program, ${run.id}:${run.best_number}`,
+        onclick: () => select(run.best_id) }, el("b", { text: num(run.best) }), ` (${run.id}:${run.best_number})`)),
       el("span", { class: "fact" }, "solved ", el("b", { id: "solved", text: run.solved_programs
         ? `${run.solved_programs} program${run.solved_programs === 1 ? "" : "s"}` : "no" })),
       Object.keys(run.failed || {}).length ? el("span", { class: "fact muted", id: "failed", title:
         "answers that gave no program, by kind" }, "no program: " + Object.entries(run.failed).map(([kind, count]) =>
         `${kind.replace("_", " ")} ${count}`).join(" · ")) : null,
-      run.experiment ? el("a", { href: `/experiments/${encodeURIComponent(run.experiment)}/report`, id: "run-report-link",
-        text: `experiment report (${run.experiment})` }) : null,
+      run.stop_reason ? el("span", { class: "fact", id: "stop-reason", title: "why the run stopped, as it stored" },
+        "stopped: ", el("b", { text: run.stop_reason })) : null,
+      run.experiment ? el("a", { href: link(`/experiments/${encodeURIComponent(run.experiment)}/report`),
+        id: "run-report-link", text: `experiment report (${run.experiment})` }) : null,
       el("span", { id: "live", class: live ? "on muted" : "muted", text: !loaded
         ? `loading the stored programs: ${nodes.size} so far…` : live
           ? `live, updated ${new Date().toLocaleTimeString()}` : `not running (${run.status})` })].filter(Boolean));
@@ -82,9 +89,9 @@
     highlightChain(id);
     const panel = document.getElementById("detail");
     try {
-      const program = await getJSON(`/api/runs/${runId}/programs/${id}`);
+      const program = await getJSON(link(`/api/runs/${runId}/programs/${id}`));
       if (selected !== id) return;
-      panel.replaceChildren(programView.render(program, { run, select, children: view.kids.get(id) || [] }));
+      panel.replaceChildren(programView.render(program, { run, select, label, children: view.kids.get(id) || [] }));
     } catch (error) {
       panel.replaceChildren(el("p", { class: "error", text: error.message }));
     }
@@ -93,7 +100,7 @@
   async function poll() {
     let more = false;
     try {
-      const page = await getJSON(`/api/runs/${runId}/tree?since=${last}`);
+      const page = await getJSON(link(`/api/runs/${runId}/tree?since=${last}`));
       run = page.run;
       view.add(page.nodes, loaded); // live arrivals fade in, the stored backlog does not
       last = page.last;
@@ -116,7 +123,7 @@
     // else the run ended: what it stored is all drawn
   }
 
-  document.getElementById("bar").replaceWith(topBar([["runs", "/"], [`run ${runId}`, null]]));
+  document.getElementById("bar").replaceWith(topBar([["runs", link("/")], [`run ${runId}`, null]]));
   tools();
   poll();
 })();
