@@ -141,9 +141,9 @@ def test_terminal_view_prints_step_headers_moves_and_diffs_literally(store: Prog
     console = Console(record=True, width=160, color_system=None)
     render_lineage(ancestry(store, run), console)
     text = console.export_text()
-    assert f"step 1: {run}:2 (#{ids['a']}) iteration 1 by {POLICY}, scalar 0.0500 -> 0.3000 (+0.2500)" in text
-    assert f"step 3: {run}:4 (#{ids['c']}) iteration 3 by {POLICY}, scalar 0.7750 -> 0.6500 (-0.1250)" in text
-    assert f"step 0: {run}:1 (#{ids['seed']}) iteration 0 (seed), scalar 0.0500" in text
+    assert f"step 1: {run}:2 (store id {ids['a']}) iteration 1 by {POLICY}, scalar 0.0500 -> 0.3000 (+0.2500)" in text
+    assert f"step 3: {run}:4 (store id {ids['c']}) iteration 3 by {POLICY}, scalar 0.7750 -> 0.6500 (-0.1250)" in text
+    assert f"step 0: {run}:1 (store id {ids['seed']}) iteration 0 (seed), scalar 0.0500" in text
     assert "gained: t2, t3   lost: speed" in text and "gained: speed   lost: t1" in text
     assert f"+    {HOSTILE}" in text and "SOLVED" in text
 

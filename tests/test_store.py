@@ -55,6 +55,15 @@ def test_program_and_score_vector_round_trip_with_key_order(store: ProgramStore,
         store.get_program(999)
 
 
+def test_a_sqlite_store_is_named_by_its_path_in_every_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(StoreError, match="^no store at evolve.db$"):
+        ProgramStore("evolve.db", mode="read")
+    new_run(ProgramStore("evolve.db"))
+    with pytest.raises(StoreError, match="^no run 999 in evolve.db$"):
+        ProgramStore("evolve.db", mode="read").get_run(999)
+
+
 def test_runs_are_created_listed_and_their_status_kept(store: ProgramStore, db: str) -> None:
     first, second = new_run(store, "a"), new_run(store, "b")
     store.set_run_status(first, "interrupted")
@@ -65,7 +74,7 @@ def test_runs_are_created_listed_and_their_status_kept(store: ProgramStore, db: 
     assert (info.problem, info.policy, info.seed, info.config_json, info.iterations_target) == (
         "prob", "p", 7, '{"run": {}}', 10)
     assert info.created_at.tzinfo is not None and info.updated_at > info.created_at
-    with pytest.raises(StoreError, match="no run 42 in (sqlite|postgresql)") as unknown:
+    with pytest.raises(StoreError, match="no run 42 in (/|postgresql)") as unknown:
         reopened.get_run(42)
     assert isinstance(unknown.value, KeyError)
     with pytest.raises(KeyError):

@@ -67,7 +67,7 @@ class Lineage:
 
     @property
     def target_label(self) -> str:
-        return self.steps[-1].label if self.steps else f"#{self.target_id}"
+        return self.steps[-1].label if self.steps else f"store id {self.target_id}"
 
 
 def ancestry(store: ProgramStore, run_id: int, program_id: int | None = None) -> Lineage:
@@ -125,14 +125,15 @@ def _step(program: Program, parent: Program | None, completion: str | None, labe
 
 
 def step_title(index: int, step: LineageStep) -> str:
-    """'step k: RUN:N (#id) iteration i by POLICY, scalar a -> b (+d)'; the seed: 'step 0: RUN:1 (#id) iteration 0
-    (seed), ...'. RUN:N is what `evolve show` and `evolve lineage RUN N` take; #id is the store-wide id (--id)."""
+    """'step k: RUN:N (store id ID) iteration i by POLICY, scalar a -> b (+d)'; the seed: 'step 0: RUN:1 (store id
+    ID) iteration 0 (seed), ...'. RUN:N is what `evolve show` and `evolve lineage RUN N` take; ID is the store-wide
+    id (--id), as the web view names it."""
     who = f"by {step.policy}" if step.policy else "(seed)"
     if step.scalar_before is None:
         scalar = f"scalar {step.scalar_after:.4f}"
     else:
         scalar = f"scalar {step.scalar_before:.4f} -> {step.scalar_after:.4f} ({step.scalar_delta:+.4f})"
-    return f"step {index}: {step.label} (#{step.program_id}) iteration {step.iteration} {who}, {scalar}"
+    return f"step {index}: {step.label} (store id {step.program_id}) iteration {step.iteration} {who}, {scalar}"
 
 
 def _names(names: tuple[str, ...]) -> str:
@@ -143,7 +144,7 @@ def _names(names: tuple[str, ...]) -> str:
 def render_lineage(lineage: Lineage, console: Console) -> None:
     """The lineage on a terminal: a header per step, objectives gained (green) and lost (red), the diff."""
     console.print(Text(f"run {lineage.run_id} ({lineage.run_name}), problem {lineage.problem}: lineage of "
-                       f"{lineage.target_label} (#{lineage.target_id}, {lineage.chosen_as}), "
+                       f"{lineage.target_label} (store id {lineage.target_id}, {lineage.chosen_as}), "
                        f"{len(lineage.steps)} steps", style="bold"))
     for index, step in enumerate(lineage.steps):
         console.print()
@@ -243,7 +244,7 @@ def lineage_html(lineage: Lineage) -> str:
     last = lineage.steps[-1]
     ancestors = len(lineage.steps) - 1
     head = (f"<h1>{escape(title)}</h1><p>Run {lineage.run_id} ({escape(lineage.run_name)}), problem "
-            f"{escape(lineage.problem)}: program {lineage.target_label} (#{lineage.target_id}, "
+            f"{escape(lineage.problem)}: program {lineage.target_label} (store id {lineage.target_id}, "
             f"{escape(lineage.chosen_as)}) and its "
             f"{ancestors} ancestor{'s' * (ancestors != 1)}, from the seed. Changed scores are highlighted: "
             f"green went up, red went down.</p>")

@@ -34,6 +34,16 @@ def database_url(url_or_path: str) -> str:
     return url_or_path if "://" in url_or_path else f"sqlite:///{url_or_path}"
 
 
+def store_name(url: str) -> str:
+    """How messages name a store: a SQLite file by its path, as the user gave it ("no run 9 in evolve.db", like "no
+    store at evolve.db"), any other database by its URL with the password hidden."""
+    parsed = make_url(url)
+    database = parsed.database or ""
+    if parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:") and not database.startswith("file:"):
+        return database
+    return parsed.render_as_string(hide_password=True)
+
+
 def require_sqlite_file(url: str) -> None:
     """StoreError unless `url` is a SQLite file that exists (other databases and in-memory SQLite pass)."""
     parsed = make_url(url)

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from sqlalchemy import create_engine, event, func, insert, inspect, make_url, select, update
+from sqlalchemy import create_engine, event, func, insert, inspect, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -45,6 +45,7 @@ from evolve.store.connection import (
     read_only_sqlite_engine,
     require_sqlite_file,
     sqlite_pragmas,
+    store_name,
 )
 from evolve.store.holders import new_holder
 from evolve.store.leased import LeasedRuns
@@ -113,7 +114,7 @@ class ProgramStore(LeasedRuns, RunReads, StreamedReads):
         added to older stores (connection.prepare_schema)."""
         self.url = database_url(url_or_path)
         try:
-            self._where = make_url(self.url).render_as_string(hide_password=True)
+            self._where = store_name(self.url)
             if mode != "create":
                 require_sqlite_file(self.url)
             read_only = read_only_sqlite_engine(self.url) if mode == "read" else None
