@@ -43,7 +43,7 @@ def test_a_store_that_lost_a_table_is_refused_by_every_command_and_the_table_is_
     execute(db, "DROP TABLE scores")
     before, listed = db.read_bytes(), tables(db)
     text_ = one_line_error(capsys, main([*command, "--db", str(db)]))
-    assert text_ == (f"error: the store sqlite:///{db} was written by another version of evolve or damaged: it lacks "
+    assert text_ == (f"error: the store {db} was written by another version of evolve or damaged: it lacks "
                      "table scores; nothing was changed (use a new database file)"), text_
     assert tables(db) == listed and "scores" not in listed
     assert db.read_bytes() == before
@@ -60,7 +60,7 @@ def test_a_non_number_in_a_number_column_is_one_line_naming_its_table_row_and_co
     out = capsys.readouterr()
     lines = (out.out + out.err).strip().splitlines()  # a resume first says it loads the policy
     assert code == 1 and "Traceback" not in out.out + out.err and lines[-1] == \
-        f"error: cannot read sqlite:///{db}: scores.scalar of row program_id=2 is damaged: 'garbage' is not int or float"
+        f"error: cannot read {db}: scores.scalar of row program_id=2 is damaged: 'garbage' is not int or float"
     assert db.read_bytes() == before
 
 
@@ -81,7 +81,7 @@ def test_any_stored_value_of_the_wrong_type_is_one_line_naming_its_row(
     execute(db, statement)
     for command in (["show", "1"], ["export", "1"]):
         text_ = one_line_error(capsys, main([*command, "--db", str(db)]))
-        assert text_ == f"error: cannot read sqlite:///{db}: {says}", (command, text_)
+        assert text_ == f"error: cannot read {db}: {says}", (command, text_)
 
 
 def test_a_dropped_table_is_refused_on_sqlite_and_postgresql_alike(store_url: str) -> None:

@@ -202,7 +202,7 @@ def test_read_only_commands_never_change_a_byte_of_an_empty_a_foreign_or_a_real_
             assert code == 0, (command, out.out[-500:])
         else:
             text = (out.out + out.err).strip()
-            assert code == 1 and text == f"error: cannot read sqlite:///{db}: no such table: runs", (command, text)
+            assert code == 1 and text == f"error: cannot read {db}: no such table: runs", (command, text)
         assert db.read_bytes() == before, command
     if kind == "foreign":
         with sqlite3.connect(db) as connection:
@@ -226,7 +226,7 @@ def test_a_damaged_run_row_is_one_line_in_every_command_and_changes_nothing(
     connection.close()
     before = db.read_bytes()
     text = one_line_error(capsys, main([*command, "--db", str(db)]))
-    assert text == f"error: cannot read sqlite:///{db}: {says}", text
+    assert text == f"error: cannot read {db}: {says}", text
     assert db.read_bytes() == before
 
 

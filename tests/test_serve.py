@@ -209,7 +209,7 @@ def test_a_damaged_run_row_is_a_json_error_line_and_the_store_keeps_every_byte(t
         for route in ("/api/runs", "/api/runs/1", "/api/runs/1/tree", "/api/runs/1/programs/1"):
             response = httpx.get(server.base + route)
             assert response.status_code == 500 and response.json() == {
-                "error": f"cannot read sqlite:///{path}: a stored time is damaged: 'garbage' is not a time"}, route
+                "error": f"cannot read {path}: a stored time is damaged: 'garbage' is not a time"}, route
     finally:
         server.stop()
     assert "Traceback" not in "\n".join(server.lines)
@@ -231,7 +231,7 @@ def test_a_non_number_in_a_score_is_a_json_error_line_naming_its_row_not_a_plain
         for route in ("/api/runs", "/api/runs/1", "/api/runs/1/tree", "/api/runs/1/programs/2"):
             response = httpx.get(server.base + route)
             assert response.status_code == 500 and response.json() == {
-                "error": f"cannot read sqlite:///{path}: scores.scalar of row program_id=2 is damaged: 'garbage' is "
+                "error": f"cannot read {path}: scores.scalar of row program_id=2 is damaged: 'garbage' is "
                          "not int or float"}, route
         page = httpx.get(server.base + "/runs/1/programs/2")
         assert page.status_code == 500 and "scores.scalar of row program_id=2" in page.text

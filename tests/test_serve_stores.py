@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENT = 'problems = ["fizzbuzz"]\niterations = 1\n\n[[policies]]\nname = "p"\n'
 
 
-def one_run(db: Path, name: str) -> None:
+def one_run(db: Path | str, name: str = "r") -> None:
     store = ProgramStore(str(db))
     run = store.create_run(name, "toy", "p", 0, json.dumps({"selection": {"islands": 1}}), 1)
     store.record_iteration(run, 0, [ChildRecord("def f():\n    return 0\n", None, 0, "", "", {"a": 0.5}, 0.5, False)])
@@ -140,3 +140,23 @@ def test_the_runs_page_picks_a_store_and_its_pages_keep_to_it(browser: Any, tmp_
     finally:
         page.close()
         server.stop()
+
+
+def test_a_database_password_never_reaches_a_page_or_the_api(postgres: Any) -> None:
+    """A PostgreSQL URL's password stays on the server: /api/runs and /api/stores name the store without it."""
+    from starlette.testclient import TestClient
+
+    from evolve.serve.app import create_app
+
+    plain = postgres.create_database("pw_hidden")
+    with_password = plain.replace("evolve@", "evolve:s3cret-pw@")  # the test server trusts loopback: any password
+    one_run(with_password)
+    store = ProgramStore(with_password, mode="read")
+    try:
+        client = TestClient(create_app(store), base_url="http://127.0.0.1")
+        answers = [client.get(path).text for path in ("/api/runs", "/api/stores", "/")]
+    finally:
+        store.close()
+    assert all("s3cret-pw" not in answer for answer in answers)
+    assert "pw_hidden" in answers[0] and "pw_hidden" in answers[1]
+

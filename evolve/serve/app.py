@@ -22,6 +22,7 @@ from evolve.errors import UserError
 from evolve.serve.auth import TokenGate
 from evolve.serve.pages import ASSETS, Crumbs, error_page
 from evolve.serve.routes import BadRequest, Served, base_of, split_base, store_routes
+from evolve.store.connection import store_name
 from evolve.store.program_store import ProgramStore, UnknownIdError
 
 # the pages load scripts and styles from /assets only; the rendered reports carry inline <style> and no scripts
@@ -39,11 +40,11 @@ def create_app(stores: ProgramStore | Sequence[ProgramStore], token: str | None 
     page whose domain was re-pointed at 127.0.0.1 (DNS rebinding) cannot read a store through the visitor's
     browser."""
     listed = [stores] if isinstance(stores, ProgramStore) else list(stores)
-    served = [Served(store, base_of(index), _label(store)) for index, store in enumerate(listed)]
+    served = [Served(store, base_of(index), store_name(store.url)) for index, store in enumerate(listed)]
 
     def api_stores(request: Request) -> Response:
         """The stores served, for the picker: where each is (its base path) and what it is (db, label)."""
-        return JSONResponse({"stores": [{"index": index, "base": one.base, "db": one.store.url, "label": one.label}
+        return JSONResponse({"stores": [{"index": index, "base": one.base, "db": one.label, "label": one.label}
                                         for index, one in enumerate(served)]})
 
     routes: list[BaseRoute] = [
@@ -59,13 +60,6 @@ def create_app(stores: ProgramStore | Sequence[ProgramStore], token: str | None 
         UnknownIdError: _not_found, UserError: _user_error, HTTPException: _http_error, Exception: _server_error})
     app.state.stores = [one.store for one in served]
     return app
-
-
-def _label(store: ProgramStore) -> str:
-    """A store as the picker names it: a SQLite store by its file's path, any other by its URL (no password)."""
-    if store.url.startswith("sqlite:///"):
-        return store.url.removeprefix("sqlite:///")
-    return store.engine.url.render_as_string(hide_password=True)
 
 
 class SecurityHeaders(BaseHTTPMiddleware):

@@ -13,7 +13,7 @@ from sqlalchemy import case, func, select
 from sqlalchemy.orm import sessionmaker
 
 from evolve.records import Program
-from evolve.store.connection import GuardedSessions
+from evolve.store.connection import GuardedSessions, store_name
 from evolve.store.program_store import FAILURE_KINDS, TERMINAL_KINDS, ProgramStore, RunInfo, StoreError, UnknownIdError
 from evolve.store.tables import AttemptRow, CellRow, ExperimentRow, ProgramRow, ScoreRow, utc_now
 
@@ -25,7 +25,7 @@ class StoreView:
 
     def __init__(self, store: ProgramStore) -> None:
         self.store = store
-        self._sessions = GuardedSessions(sessionmaker(store.engine), store.url)
+        self._sessions = GuardedSessions(sessionmaker(store.engine), store_name(store.url))
         self._lock = threading.Lock()  # requests are served from a thread pool
         self._counts: dict[int, tuple[tuple[object, ...], dict[str, Any]]] = {}  # run id -> (its state, counts)
 
@@ -107,8 +107,8 @@ class StoreView:
                 spec = json.loads(spec_json)
                 spec.get("description")
             except (ValueError, AttributeError) as exc:
-                raise StoreError(f"cannot read {self.store.url}: experiments.spec_json of row {name!r} is damaged: "
-                                 "it is not a JSON object") from exc
+                raise StoreError(f"cannot read {store_name(self.store.url)}: experiments.spec_json of row {name!r} is "
+                                 "damaged: it is not a JSON object") from exc
             cells = [{"run": cell.run_id, "problem": cell.problem, "policy": cell.policy, "seed": cell.seed}
                      for cell in self.store.experiment_cells(name)]
             found.append({"name": name, "description": spec.get("description", ""),

@@ -16,6 +16,7 @@ from starlette.routing import Route
 from evolve.errors import UserError
 from evolve.serve.data import StoreView
 from evolve.serve.pages import framed, scripted_page
+from evolve.store.connection import store_name
 from evolve.store.program_store import ProgramStore
 from evolve.store.records import MAX_ID
 
@@ -83,7 +84,7 @@ def store_routes(served: Served) -> list[Route]:
         return Route(base + "/", lambda request: scripted_page(name, request.headers.get("if-none-match")))
 
     def api_runs(request: Request) -> Response:
-        return JSONResponse({"runs": view.runs(), "db": store.url})
+        return JSONResponse({"runs": view.runs(), "db": store_name(store.url)})
 
     def api_experiments(request: Request) -> Response:
         return JSONResponse({"experiments": view.experiments()})
