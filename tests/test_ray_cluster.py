@@ -217,9 +217,9 @@ INTERRUPTED_BEFORE_THE_STORE = textwrap.dedent("""\
     import evolve.store.program_store as program_store
     from evolve.cli.main import main
     make_schema = program_store.prepare_schema
-    def interrupted(engine):
+    def interrupted(*arguments):
         os.kill(os.getpid(), signal.SIGINT)
-        return make_schema(engine)
+        return make_schema(*arguments)
     program_store.prepare_schema = interrupted
     sys.exit(main(sys.argv[1:]))
     """)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -57,6 +56,9 @@ class CellReport:
     pid: int
 
 
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the evolve package this process imported
+
+
 @contextlib.contextmanager
 def working_directory(folder: str) -> Iterator[None]:
     """Run in the driver's folder where this node has it, so the experiment's relative paths (programs_dir, a
@@ -71,9 +73,11 @@ def working_directory(folder: str) -> Iterator[None]:
 
 
 def connect_ray(address: str | None) -> None:
-    """ray.init from an empty folder: Ray puts the driver's working directory on every worker's sys.path ahead of
-    site-packages, so a folder `evolve/` where the user runs from would be the package the cells import."""
-    with tempfile.TemporaryDirectory(prefix="evolve-ray-") as neutral, working_directory(neutral):
+    """ray.init from the folder this evolve is imported from: Ray puts the driver's working directory on every
+    worker's sys.path ahead of site-packages, so from the user's folder a folder `evolve/` there would be the package
+    the cells import. (Not a temporary folder: a local cluster's workers start in the driver's folder of this moment,
+    and one removed since fails their os.getcwd().)"""
+    with working_directory(str(PACKAGE_ROOT)):
         ray.init(address=address or "local", include_dashboard=False, log_to_driver=False, configure_logging=False)
 
 
