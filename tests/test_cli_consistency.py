@@ -266,7 +266,7 @@ def test_lineage_takes_the_program_number_within_the_run(tmp_path: Path, capsys:
     by_number = capsys.readouterr().out
     assert main(["lineage", "2", "--id", str(second[1]), "--db", db]) == 0
     assert capsys.readouterr().out == by_number
-    assert f"#{second[1]}" in by_number and f"#{second[2]}" not in by_number
+    assert f"(store id {second[1]})" in by_number and f"(store id {second[2]})" not in by_number
 
 
 def test_every_output_path_flag_is_out_with_o_and_old_spellings_are_hidden() -> None:
