@@ -7,17 +7,18 @@ needs it, and the slow server answers only after the client has checked it for l
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 import sqlite3
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import TracebackType
+from typing import Any
 
 import pytest
+from canned_http import ThreadedLoopbackServer, chat_reply, json_handler
 
 from evolve.policies.base import PolicyUnavailable
 from evolve.policies.openai_api import OpenAIPolicy
@@ -72,44 +73,28 @@ class SilentServer:
                 pass
 
 
-class ProbedThenAnswering:
+class ProbedThenAnswering(ThreadedLoopbackServer):
     """An OpenAI chat endpoint that answers a completion only once someone has sent it a GET (the client's check for
     life): a slow server, alive, whose answer comes after the stall deadline whatever the machine's speed."""
 
     def __init__(self) -> None:
         self.probed = threading.Event()
         self.posts = 0
-        outer = self
+        super().__init__(json_handler(self._probe, self._answer), name="probed-then-answering")
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-                outer.probed.set()
-                self.send_error(404)
-
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-                self.rfile.read(int(self.headers["Content-Length"]))
-                outer.posts += 1
-                outer.probed.wait(HOLD_S)
-                body = json.dumps({"choices": [{"message": {"content": "\n    return 2 * x"}, "finish_reason": "stop"}],
-                                   "usage": {"prompt_tokens": 3, "completion_tokens": 5}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
+    def _probe(self) -> dict[str, Any]:
         self.probed.set()
-        self.server.shutdown()
-        self.server.server_close()
+        return {}
+
+    def _answer(self, _request: bytes) -> dict[str, Any]:
+        self.posts += 1
+        self.probed.wait(HOLD_S)
+        return chat_reply("\n    return 2 * x", prompt_tokens=3, completion_tokens=5)
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self.probed.set()  # a request still waiting ends before the server shuts down
+        super().__exit__(kind, error, trace)
 
 
 @pytest.fixture
@@ -135,12 +120,9 @@ def test_a_stalled_server_stops_the_policy_after_one_request_without_retries(sil
 
 
 def test_a_slow_server_that_is_alive_keeps_its_request(tmp_path: Path) -> None:
-    server = ProbedThenAnswering()
-    try:
+    with ProbedThenAnswering() as server:
         policy = OpenAIPolicy("p", server.url, model="m", stall_timeout_s=0.2, timeout_s=300, retries=0)
         completion = asyncio.run(ask(policy))
-    finally:
-        server.close()
     assert completion.text == "\n    return 2 * x"  # type: ignore[attr-defined]
     assert server.posts == 1 and policy.requests_sent == 1  # waited on, not cut and sent again
 
