@@ -74,7 +74,7 @@ def forked_run(sandbox: Sandbox, name: str, *args: object) -> SandboxResult:
     assert server is not None
     forks = server.forks
     result = sandbox.call(HOSTILE / f"{name}.py", "solve", *args)
-    assert server.forks == forks + 1 and server.starts == 1, (server.forks, server.starts)
+    assert server.forks == forks + 1 and server.starts == 1, (server.forks, server.starts, server.failed_to_start)
     return result
 
 
@@ -372,6 +372,30 @@ def test_memory_a_forked_child_would_share_with_the_next_is_found() -> None:
         assert len(found) == 1 and " rw-s " in found[0], found
     finally:
         region.close()
+
+
+def test_a_server_whose_config_exceeds_one_message_still_forks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A site-packages holding an answer package is split into one read root per entry: with a longer path to the
+    environment or more packages the config outgrew one 64 KiB message and every call fell back to fresh children
+    (the CI machine at /check/work/main did)."""
+    import evolve.sandbox.core as core
+
+    extra = tmp_path / "roots"
+    extra.mkdir()
+    for number in range(1500):
+        (extra / f"a_read_root_whose_name_is_long_enough_to_add_up_{number:05d}.txt").write_text("")
+    real_roots = core.readable_roots
+
+    def with_extra_roots(roots: object, hidden: set[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        read, listed = real_roots(roots, hidden)  # type: ignore[arg-type]
+        return (*read, *sorted(str(path) for path in extra.iterdir())), listed
+
+    monkeypatch.setattr(core, "readable_roots", with_extra_roots)
+    with Sandbox(LIMITS) as sandbox:
+        server = sandbox._fork_server
+        assert server is not None and len(server._config) > 1 << 17
+        result = sandbox.call(HOSTILE / "good_numpy.py", "solve", 1)
+        assert result.status == "ok" and server.forks == 1, (result, server.failed_to_start)
 
 
 def test_a_server_whose_preload_reached_a_hidden_package_never_forks(tmp_path: Path) -> None:

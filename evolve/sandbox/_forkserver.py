@@ -7,7 +7,9 @@ folder and environment, then runs the harness (_child.serve), which confines it 
 child before anything of the candidate's runs. Each child starts from this process's state after the preload,
 which no child can change (fork copies it), so nothing of one candidate's reaches the next.
 Protocol on CONTROL_FD (a SOCK_SEQPACKET socket):
-- first message: JSON {"site_dirs", "preload", "hidden", "read_roots", "list_roots"}; answer: JSON
+- first the config: a message holding its length in bytes (ASCII digits), then the config itself in messages of
+  at most CONFIG_CHUNK bytes (a list of read roots can exceed what one message may hold), JSON {"site_dirs",
+  "preload", "hidden", "read_roots", "list_roots"}; answer: JSON
   {"ready": true, "failed": [names that did not import]} or {"ready": false, "detail": ...} when a preloaded
   module came from a hidden path (an answer package), which a child could then read from memory, started a
   thread (a child would lack it, and inherit whatever lock it held) or left memory mapped shared (which every
@@ -46,6 +48,7 @@ _HARNESS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_child.py")
 _FIRST_FREE_FD = 100  # received fds are moved above the child's fds 0-4 before being put in place
 _FIRST_KEPT_FD = 16  # the read roots' fds, kept open for the children, lie above their fds 0-4
 _MAX_MESSAGE = 1 << 16
+CONFIG_CHUNK = 1 << 15
 
 
 @dataclass
@@ -210,9 +213,21 @@ def serve_forever(control: socket.socket, opened: dict[str, tuple[int, bool]]) -
                 finish(child, selector, children)
 
 
+def receive_config(control: socket.socket) -> dict:
+    """The config, sent as its length and then in chunks; {} when the caller closed the socket first."""
+    length = int(control.recv(64) or b"0")
+    data = b""
+    while len(data) < length:
+        chunk = control.recv(CONFIG_CHUNK)
+        if not chunk:
+            return {}
+        data += chunk
+    return json.loads(data) if data else {}
+
+
 def main() -> None:
     control = socket.socket(fileno=int(sys.argv[1]))
-    config = json.loads(control.recv(_MAX_MESSAGE) or b"{}")
+    config = receive_config(control)
     sys.path.extend(path for path in config.get("site_dirs", ()) if path not in sys.path)
     control.send(json.dumps(preload(config.get("preload", []), config.get("hidden", []))).encode())
     opened = {}

@@ -26,6 +26,7 @@ from pathlib import Path
 SERVER = Path(__file__).with_name("_forkserver.py")
 _START_TIMEOUT_S = 60.0  # the preload (numpy...) on a loaded machine
 _REPLY_TIMEOUT_S = 10.0  # a fork, or reaping a child already killed
+_CONFIG_CHUNK = 1 << 15  # _forkserver.CONFIG_CHUNK: the config (hundreds of read roots) goes in messages this long
 
 
 class ForkedChild:
@@ -138,6 +139,7 @@ class ForkServer:
                 pass_fds=(theirs.fileno(),), start_new_session=True)
         except OSError as exc:
             self.failed_to_start = f"the fork server did not start: {exc}"
+            print(f"sandbox: {self.failed_to_start}; each call starts a fresh child", file=sys.stderr, flush=True)
             control.close()
             return None
         finally:
@@ -146,13 +148,17 @@ class ForkServer:
         self.starts += 1
         try:
             control.settimeout(_START_TIMEOUT_S)
-            control.send(self._config)
+            control.send(str(len(self._config)).encode())
+            for start in range(0, len(self._config), _CONFIG_CHUNK):
+                control.send(self._config[start:start + _CONFIG_CHUNK])
             ready = json.loads(control.recv(1 << 16) or b"{}")
             control.settimeout(None)
         except (OSError, ValueError) as exc:
             ready = {"ready": False, "detail": f"no answer ({exc})"}
         if ready.get("ready") is not True:
             self.failed_to_start = f"the fork server did not start: {ready.get('detail', 'it exited')}"
+            print(f"sandbox: {self.failed_to_start}; each call starts a fresh child (slower, as safe)",
+                  file=sys.stderr, flush=True)
             self._stop_locked()
             return None
         self._fingerprint = process_state(self._process.pid)
