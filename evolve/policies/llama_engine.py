@@ -10,6 +10,14 @@ group, several answers to one parent) prefill once and copy the cache. Each requ
 sampler chain (temperature, top-p, its own seed), so its tokens do not depend on which other requests share its
 steps beyond the float noise of batched matrix products.
 
+With `draft_tokens` > 0, a generating sequence may add a draft to its row: the tokens that followed its last few
+tokens where they stand earlier in its prompt or answer (evolve/policies/prompt_lookup.py), each with its own
+logits row. The sampler then draws token after token as it would without drafts, from the logits of the rows in
+order, and stops at the first token that differs from the draft; the rows after it are dropped from the cache.
+Every token is thus drawn by the same sampler, from the logits of the same prefix, with the same random draw as
+without drafts: the answers are those of the plain engine (up to the float noise of batching), at any
+temperature; a draft only lets several tokens come out of one step.
+
 Token ids in, token ids out: rendering, tokenising and stop strings belong to the caller (`stop` sees the tokens so
 far after every token). Only `llama_cpp.llama_cpp` (the raw ctypes API of llama-cpp-python) is used.
 """
@@ -23,65 +31,20 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from evolve.errors import UserError
 from evolve.policies.cpu import cpu_threads
+from evolve.policies.engine_requests import (
+    EngineError,
+    EngineStats,
+    FinishReason,
+    GenerationRequest,
+    GenerationResult,
+    Ticket,
+)
+from evolve.policies.prompt_lookup import DraftLength, PromptLookup
 
-FinishReason = Literal["stop", "length", "cancelled"]
-
-
-class EngineError(UserError, RuntimeError):
-    """The engine cannot load its model, or cannot take a request (too long for a slot, engine closed)."""
-
-
-@dataclass(frozen=True)
-class GenerationRequest:
-    """One completion to generate: token ids of the rendered prompt and how to sample and stop."""
-
-    prompt_ids: tuple[int, ...]
-    max_new_tokens: int
-    temperature: float = 0.8
-    top_p: float = 0.95
-    seed: int = 0
-    stop: Callable[[Sequence[int]], bool] | None = None  # True: the tokens so far end the request ("stop")
-
-
-@dataclass(frozen=True)
-class GenerationResult:
-    tokens: tuple[int, ...]  # generated ids, the end-of-turn token included when one ended the request
-    finish_reason: FinishReason
-    prompt_tokens: int
-    seconds: float  # from submission to the last token
-
-
-@dataclass(frozen=True)
-class EngineStats:
-    steps: int
-    generated_tokens: int
-    prefill_tokens: int  # prompt tokens decoded (a prompt shared by several requests counts once)
-    cached_tokens: int  # prompt tokens found in a slot's cache, not decoded again
-    shared_prefills: int  # requests that copied another's prompt cache instead of decoding their own
-    max_active: int  # most requests generating in one step
-
-
-class Ticket:
-    """A submitted request: cancel() frees its slot at the engine's next step; `done` is called exactly once."""
-
-    def __init__(self, request: GenerationRequest, done: Callable[[GenerationResult | Exception], None]) -> None:
-        self.request = request
-        self._done = done
-        self._finished = False
-        self.cancelled = False
-        self.submitted = time.monotonic()
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-    def finish(self, outcome: GenerationResult | Exception) -> None:
-        if not self._finished:
-            self._finished = True
-            self._done(outcome)
+__all__ = ["EngineError", "EngineStats", "GenerationRequest", "GenerationResult", "LlamaEngine", "Ticket"]
 
 
 @dataclass
@@ -96,6 +59,10 @@ class _Slot:
     cached: list[int] = field(default_factory=list)  # the tokens in this sequence's cache, positions 0, 1, ...
     leader: _Slot | None = None  # prefill shared: copy this slot's cache when its prompt is in
     output_index: int = -1  # row of this step's logits to sample from, -1: none this step
+    drafts: list[int] = field(default_factory=list)  # this step's draft
+    draft_rows: list[int] = field(default_factory=list)  # its rows of this step's logits
+    lookup: PromptLookup | None = None  # the request's tokens, for drafts (None: no drafting)
+    draft_length: DraftLength | None = None
 
 
 _COPY_AT_LEAST = 32  # prompt tokens a copy from another slot's cache must save over the slot's own
@@ -122,9 +89,15 @@ class LlamaEngine:
     """A GGUF model in llama.cpp with `slots` sequences generated together; thread-safe `submit`."""
 
     def __init__(self, gguf: Path | str, slots: int = 16, context_per_slot: int = 2048, threads: int = 0,
-                 batch_tokens: int = 512, lora: Path | str | None = None, lora_scale: float = 1.0) -> None:
-        if slots < 1 or context_per_slot < 16 or batch_tokens < slots:
-            raise ValueError("slots >= 1, context_per_slot >= 16 and batch_tokens >= slots are needed")
+                 batch_tokens: int = 512, lora: Path | str | None = None, lora_scale: float = 1.0,
+                 draft_tokens: int = 0, draft_budget: int = 0) -> None:
+        """draft_tokens: the longest draft of one sequence (0: no drafting); draft_budget: the most draft tokens of
+        all sequences in one step (0: batch_tokens // 4)."""
+        if slots < 1 or context_per_slot < 16 or batch_tokens < slots or draft_tokens < 0 or draft_budget < 0:
+            raise ValueError("slots >= 1, context_per_slot >= 16, batch_tokens >= slots and draft_tokens >= 0 "
+                             "are needed")
+        self.draft_tokens = draft_tokens
+        self.draft_budget = min(draft_budget or batch_tokens // 4, batch_tokens - slots)
         self._llama = llama = _llama()
         self.slots_count = slots
         self.context_per_slot = context_per_slot
@@ -158,6 +131,7 @@ class LlamaEngine:
         self._wake = threading.Condition()
         self._closed = False
         self._steps = self._generated = self._prefilled = self._reused = self._shared = self._max_active = 0
+        self._drafted = self._accepted = 0
         self._thread = threading.Thread(target=self._run, name="llama-engine", daemon=True)
         self._thread.start()
 
@@ -207,7 +181,8 @@ class LlamaEngine:
                 slot.cached = []
 
     def stats(self) -> EngineStats:
-        return EngineStats(self._steps, self._generated, self._prefilled, self._reused, self._shared, self._max_active)
+        return EngineStats(self._steps, self._generated, self._prefilled, self._reused, self._shared, self._max_active,
+                           self._drafted, self._accepted)
 
     def close(self) -> None:
         """Stop after the current step; every request not finished gets an EngineError. Idempotent."""
@@ -267,6 +242,10 @@ class LlamaEngine:
             free.remove(slot)
             slot.ticket, slot.tokens = ticket, []
             slot.sampler = self._sampler(ticket.request)
+            if self.draft_tokens > 0:
+                slot.lookup = PromptLookup(history=list(prompt))
+                slot.draft_length = DraftLength(longest=self.draft_tokens, current=min(4, self.draft_tokens),
+                                                shortest=min(2, self.draft_tokens))
             slot.leader = leaders.get(prompt)
             if slot.leader is None:
                 leaders[prompt] = slot
@@ -319,11 +298,20 @@ class LlamaEngine:
             return count - 1
 
         for slot in active:  # one token for every generating sequence first: decoding never waits for prefill
-            slot.output_index = -1
+            slot.output_index, slot.drafts, slot.draft_rows = -1, [], []
             if slot.tokens:
                 slot.output_index = add(slot.tokens[-1], len(slot.cached), slot.index, True)
                 slot.cached.append(slot.tokens[-1])
                 budget -= 1
+        drafting = min(self.draft_budget, budget)
+        for slot in active:  # then the drafts, as the budget allows
+            if slot.output_index >= 0 and drafting > 0:
+                slot.drafts = self._draft(slot, drafting)
+                slot.draft_rows = [add(token, len(slot.cached) + offset, slot.index, True)
+                                   for offset, token in enumerate(slot.drafts)]
+                slot.cached.extend(slot.drafts)
+                drafting -= len(slot.drafts)
+                budget -= len(slot.drafts)
         prefilling = [slot for slot in active if not slot.tokens and slot.leader is None]
         for slot in prefilling:
             prompt = slot.ticket.request.prompt_ids  # type: ignore[union-attr]
@@ -358,16 +346,47 @@ class LlamaEngine:
             if slot.output_index >= 0 and slot.ticket is not None:
                 self._sample(slot)
 
+    def _draft(self, slot: _Slot, budget: int) -> list[int]:
+        """This step's draft for a generating slot: what its lookup proposes, as long as its DraftLength says, within
+        the budget, the request's token cap and the slot's context."""
+        if slot.lookup is None or slot.draft_length is None:
+            return []
+        request = slot.ticket.request  # type: ignore[union-attr]
+        room = min(budget, request.max_new_tokens - len(slot.tokens) - 1, self.context_per_slot - len(slot.cached))
+        if room <= 0:
+            return []
+        length = slot.draft_length.next()
+        return slot.lookup.draft(min(length, room)) if length > 0 else []
+
     def _sample(self, slot: _Slot) -> None:
+        """Draw the slot's next token from its row, then, while each drawn token is the draft's, the next from the
+        draft's next row; drop the rows of the draft after the first token that differs."""
         llama = self._llama
         request = slot.ticket.request  # type: ignore[union-attr]
-        token = int(llama.llama_sampler_sample(slot.sampler, self._context, slot.output_index))
-        slot.tokens.append(token)
-        self._generated += 1
-        if llama.llama_vocab_is_eog(self._vocab, token) or (request.stop is not None and request.stop(slot.tokens)):
-            self._release(slot, None, "stop")
-        elif len(slot.tokens) >= request.max_new_tokens:
-            self._release(slot, None, "length")
+        drafts, base = slot.drafts, len(slot.cached) - len(slot.drafts)
+        accepted, finish = 0, None
+        for row, logits_row in enumerate([slot.output_index, *slot.draft_rows]):
+            token = int(llama.llama_sampler_sample(slot.sampler, self._context, logits_row))
+            slot.tokens.append(token)
+            if slot.lookup is not None:
+                slot.lookup.extend((token,))
+            self._generated += 1
+            if llama.llama_vocab_is_eog(self._vocab, token) or (request.stop is not None and request.stop(slot.tokens)):
+                finish = "stop"
+            elif len(slot.tokens) >= request.max_new_tokens:
+                finish = "length"
+            if finish is not None or row == len(drafts) or token != drafts[row]:
+                break
+            accepted += 1
+        if drafts:
+            llama.llama_memory_seq_rm(self._memory, slot.index, base + accepted, -1)
+            del slot.cached[base + accepted:]
+            self._drafted += len(drafts)
+            self._accepted += accepted
+            if slot.draft_length is not None and finish is None:
+                slot.draft_length.taken(len(drafts), accepted)
+        if finish is not None:
+            self._release(slot, None, finish)  # type: ignore[arg-type]
 
     def _release(self, slot: _Slot, error: Exception | None, reason: FinishReason = "stop") -> None:
         """Free the slot; its cache stays for the next prompt that shares a prefix, unless the request failed or was
@@ -379,6 +398,7 @@ class LlamaEngine:
             slot.cached = []
         self._free_sampler(slot)
         tokens, slot.ticket, slot.tokens, slot.fed, slot.leader, slot.output_index = slot.tokens, None, [], 0, None, -1
+        slot.drafts, slot.draft_rows, slot.lookup, slot.draft_length = [], [], None, None
         for other in self._slots:  # followers waiting on this slot's prefill prefill on their own
             if other.leader is slot:
                 other.leader = None

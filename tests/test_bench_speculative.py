@@ -1,0 +1,37 @@
+"""scripts/bench/bench_speculative.py: a stored call's prompt comes back as the controller stored it, and the
+smallest side-by-side run (study workload, 3 calls, one round) prints a row per engine; no timing is checked."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from evolve.engine.controller import render_prompt_text
+from tests.script_modules import load_script
+
+PARENT = "def add(a, b):\n    return a - b\n"
+
+
+def test_a_stored_prompt_gives_back_its_messages_prefill_and_the_parents_stops() -> None:
+    bench = load_script("bench_speculative")
+    messages = [{"role": "system", "content": "You improve code."},
+                {"role": "user", "content": "Current code:\n```python\n" + PARENT + "```\n<user> is not a role line"}]
+    prompt = bench.stored_prompt(render_prompt_text(messages, "def add(a, b):\n"), PARENT, {"max_new_tokens": 100})
+    assert prompt.messages == messages and prompt.prefill == "def add(a, b):\n"
+    assert prompt.stop and 0 < prompt.max_new_tokens <= 100
+
+
+@pytest.mark.slow
+def test_the_smallest_comparison_prints_a_row_per_engine(monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    bench = load_script("bench_speculative")
+    monkeypatch.setattr(sys, "argv", ["bench_speculative.py", "--requests", "3", "--slots", "3", "--rounds", "1",
+                                      "--weights", "f16", "--drafts", "0,4"])
+    bench.main()
+    out = capsys.readouterr().out
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert sorted(row["draft_tokens"] for row in rows) == [0, 4]
+    assert all(row["workload"] == "study/base" and row["requests"] == 3 and row["generated"] > 0 for row in rows)
+    assert "x plain" in out
