@@ -46,6 +46,7 @@ class EngineStats:
     max_active: int  # most requests generating in one step
     drafted_tokens: int = 0  # draft tokens verified (speculative decoding)
     accepted_tokens: int = 0  # of them, those the sampler drew too
+    threads: int = 0  # the threads of the last step
 
 
 class Ticket:

@@ -25,15 +25,15 @@ far after every token). Only `llama_cpp.llama_cpp` (the raw ctypes API of llama-
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from evolve.policies.cpu import cpu_threads
+from evolve.policies.cpu import THREADS_ENV, cpu_threads
 from evolve.policies.engine_requests import (
     EngineError,
     EngineStats,
@@ -42,47 +42,15 @@ from evolve.policies.engine_requests import (
     GenerationResult,
     Ticket,
 )
+from evolve.policies.engine_slots import Slot, common_prefix
+from evolve.policies.llama_backend import load_llama
 from evolve.policies.prompt_lookup import DraftLength, PromptLookup
+from evolve.policies.thread_choice import ThreadChoice, thread_candidates
 
 __all__ = ["EngineError", "EngineStats", "GenerationRequest", "GenerationResult", "LlamaEngine", "Ticket"]
 
 
-@dataclass
-class _Slot:
-    """A sequence of the llama.cpp context (seq_id = index) and the request it is generating."""
-
-    index: int
-    ticket: Ticket | None = None
-    sampler: Any = None
-    fed: int = 0  # prompt tokens already in the cache
-    tokens: list[int] = field(default_factory=list)
-    cached: list[int] = field(default_factory=list)  # the tokens in this sequence's cache, positions 0, 1, ...
-    leader: _Slot | None = None  # prefill shared: copy this slot's cache when its prompt is in
-    output_index: int = -1  # row of this step's logits to sample from, -1: none this step
-    drafts: list[int] = field(default_factory=list)  # this step's draft
-    draft_rows: list[int] = field(default_factory=list)  # its rows of this step's logits
-    lookup: PromptLookup | None = None  # the request's tokens, for drafts (None: no drafting)
-    draft_length: DraftLength | None = None
-
-
 _COPY_AT_LEAST = 32  # prompt tokens a copy from another slot's cache must save over the slot's own
-_LOG_SILENCER: list[Any] = []  # keeps the ctypes callback alive for as long as llama.cpp may call it
-_BACKEND_LOCK = threading.Lock()
-
-
-def _llama() -> Any:
-    try:
-        import llama_cpp.llama_cpp as llama
-    except ImportError as exc:
-        raise EngineError("the llamacpp backend needs llama-cpp-python (scripts/install.sh installs it; "
-                          "or set policy.backend = \"hf\")") from exc
-    with _BACKEND_LOCK:
-        if not _LOG_SILENCER:
-            callback = llama.llama_log_callback(lambda level, text, data: None)
-            _LOG_SILENCER.append(callback)
-            llama.llama_log_set(callback, ctypes.c_void_p(0))
-            llama.llama_backend_init()
-    return llama
 
 
 class LlamaEngine:
@@ -91,14 +59,15 @@ class LlamaEngine:
     def __init__(self, gguf: Path | str, slots: int = 16, context_per_slot: int = 2048, threads: int = 0,
                  batch_tokens: int = 512, lora: Path | str | None = None, lora_scale: float = 1.0,
                  draft_tokens: int = 0, draft_budget: int = 0) -> None:
-        """draft_tokens: the longest draft of one sequence (0: no drafting); draft_budget: the most draft tokens of
-        all sequences in one step (0: batch_tokens // 4)."""
+        """threads: 0 chooses, as the engine runs, between the cores this process may use and fewer (ThreadChoice),
+        unless $EVOLVE_THREADS fixes it; draft_tokens: the longest draft of one sequence (0: no drafting);
+        draft_budget: the most draft tokens of all sequences in one step (0: batch_tokens // 4)."""
         if slots < 1 or context_per_slot < 16 or batch_tokens < slots or draft_tokens < 0 or draft_budget < 0:
             raise ValueError("slots >= 1, context_per_slot >= 16, batch_tokens >= slots and draft_tokens >= 0 "
                              "are needed")
         self.draft_tokens = draft_tokens
         self.draft_budget = min(draft_budget or batch_tokens // 4, batch_tokens - slots)
-        self._llama = llama = _llama()
+        self._llama = llama = load_llama()
         self.slots_count = slots
         self.context_per_slot = context_per_slot
         self.batch_tokens = batch_tokens
@@ -113,7 +82,9 @@ class LlamaEngine:
         params.n_ctx = slots * context_per_slot
         params.n_seq_max = slots
         params.n_batch = params.n_ubatch = batch_tokens
-        params.n_threads = params.n_threads_batch = cpu_threads(threads)
+        params.n_threads = params.n_threads_batch = self._threads_now = cpu_threads(threads)
+        chosen = threads <= 0 and not os.environ.get(THREADS_ENV, "").strip()
+        self.thread_choice = ThreadChoice(thread_candidates(self._threads_now)) if chosen else None
         params.flash_attn_type = 0  # off: faster decode batches on CPU here, and closer to transformers
         params.kv_unified = False  # a stream per sequence: attention spans its own tokens, not every slot's
         params.no_perf = True
@@ -126,7 +97,7 @@ class LlamaEngine:
         if lora is not None:
             self.set_lora(lora, lora_scale)
         self._batch = llama.llama_batch_init(batch_tokens, 0, 1)
-        self._slots = [_Slot(index) for index in range(slots)]
+        self._slots = [Slot(index) for index in range(slots)]
         self._waiting: deque[Ticket] = deque()
         self._wake = threading.Condition()
         self._closed = False
@@ -182,7 +153,7 @@ class LlamaEngine:
 
     def stats(self) -> EngineStats:
         return EngineStats(self._steps, self._generated, self._prefilled, self._reused, self._shared, self._max_active,
-                           self._drafted, self._accepted)
+                           self._drafted, self._accepted, self._threads_now)
 
     def close(self) -> None:
         """Stop after the current step; every request not finished gets an EngineError. Idempotent."""
@@ -226,7 +197,7 @@ class LlamaEngine:
         """Move waiting requests into free slots: the one whose cache shares the longest prefix with the prompt;
         identical prompts admitted together share one prefill."""
         free = [slot for slot in self._slots if slot.ticket is None]
-        leaders: dict[tuple[int, ...], _Slot] = {}
+        leaders: dict[tuple[int, ...], Slot] = {}
         copied: set[int] = set()
         lent: set[int] = set()
         for slot in self._slots:
@@ -238,7 +209,7 @@ class LlamaEngine:
                 ticket.finish(GenerationResult((), "cancelled", len(ticket.request.prompt_ids), 0.0))
                 continue
             prompt = ticket.request.prompt_ids
-            slot = max(free, key=lambda candidate: _common_prefix(candidate.cached, prompt))
+            slot = max(free, key=lambda candidate: common_prefix(candidate.cached, prompt))
             free.remove(slot)
             slot.ticket, slot.tokens = ticket, []
             slot.sampler = self._sampler(ticket.request)
@@ -251,18 +222,18 @@ class LlamaEngine:
                 leaders[prompt] = slot
                 self._reuse_prefix(slot, prompt, copied, lent)
 
-    def _reuse_prefix(self, slot: _Slot, prompt: tuple[int, ...], copied: set[int], lent: set[int]) -> None:
+    def _reuse_prefix(self, slot: Slot, prompt: tuple[int, ...], copied: set[int], lent: set[int]) -> None:
         """Keep the longest prefix of the prompt found in this slot's cache, or copy a longer one from any other
         slot's (a whole-stream copy, then its tail dropped); the last prompt token is always decoded (its logits)."""
         # copies run lazily before the next decode: a slot that receives one this round is no donor, and a donor
         # receives none, so no copy can read a stream another copy is about to overwrite
         donors = [other for other in self._slots if other.index not in copied]
-        donor = max(donors, key=lambda other: _common_prefix(other.cached, prompt))
-        own = _common_prefix(slot.cached, prompt)
+        donor = max(donors, key=lambda other: common_prefix(other.cached, prompt))
+        own = common_prefix(slot.cached, prompt)
         if (donor is not slot and slot.index not in lent
-                and _common_prefix(donor.cached, prompt) > own + _COPY_AT_LEAST):
+                and common_prefix(donor.cached, prompt) > own + _COPY_AT_LEAST):
             self._llama.llama_memory_seq_cp(self._memory, donor.index, slot.index, -1, -1)
-            slot.cached, own = list(donor.cached), _common_prefix(donor.cached, prompt)
+            slot.cached, own = list(donor.cached), common_prefix(donor.cached, prompt)
             copied.add(slot.index)
             lent.add(donor.index)
         kept = min(own, len(prompt) - 1)
@@ -313,6 +284,7 @@ class LlamaEngine:
                 drafting -= len(slot.drafts)
                 budget -= len(slot.drafts)
         prefilling = [slot for slot in active if not slot.tokens and slot.leader is None]
+        prompt_rows = 0
         for slot in prefilling:
             prompt = slot.ticket.request.prompt_ids  # type: ignore[union-attr]
             take = min(len(prompt) - slot.fed, budget)
@@ -324,15 +296,23 @@ class LlamaEngine:
             slot.cached.extend(prompt[slot.fed:slot.fed + take])
             slot.fed += take
             budget -= take
+            prompt_rows += take
             self._prefilled += take
             if slot.fed == len(prompt):
                 slot.output_index = count - 1
         if count == 0:
             return
         batch.n_tokens = count
+        choice = self.thread_choice
+        if choice is not None and choice.threads() != self._threads_now:
+            self._threads_now = choice.threads()
+            llama.llama_set_n_threads(self._context, self._threads_now, self._threads_now)
+        started = time.perf_counter()
         status = llama.llama_decode(self._context, batch)
         if status != 0:
             raise EngineError(f"llama_decode returned {status}")
+        if choice is not None:
+            choice.record(self._threads_now, time.perf_counter() - started, count, prompt_rows == 0)
         self._steps += 1
         self._max_active = max(self._max_active, sum(1 for slot in active if slot.tokens))
         for slot in active:  # followers of a leader whose prompt just went in copy its cache and its logits row
@@ -346,7 +326,7 @@ class LlamaEngine:
             if slot.output_index >= 0 and slot.ticket is not None:
                 self._sample(slot)
 
-    def _draft(self, slot: _Slot, budget: int) -> list[int]:
+    def _draft(self, slot: Slot, budget: int) -> list[int]:
         """This step's draft for a generating slot: what its lookup proposes, as long as its DraftLength says, within
         the budget, the request's token cap and the slot's context."""
         if slot.lookup is None or slot.draft_length is None:
@@ -358,7 +338,7 @@ class LlamaEngine:
         length = slot.draft_length.next()
         return slot.lookup.draft(min(length, room)) if length > 0 else []
 
-    def _sample(self, slot: _Slot) -> None:
+    def _sample(self, slot: Slot) -> None:
         """Draw the slot's next token from its row, then, while each drawn token is the draft's, the next from the
         draft's next row; drop the rows of the draft after the first token that differs."""
         llama = self._llama
@@ -388,7 +368,7 @@ class LlamaEngine:
         if finish is not None:
             self._release(slot, None, finish)  # type: ignore[arg-type]
 
-    def _release(self, slot: _Slot, error: Exception | None, reason: FinishReason = "stop") -> None:
+    def _release(self, slot: Slot, error: Exception | None, reason: FinishReason = "stop") -> None:
         """Free the slot; its cache stays for the next prompt that shares a prefix, unless the request failed or was
         cancelled (its cache may hold a prefill that never ran)."""
         ticket = slot.ticket
@@ -407,16 +387,7 @@ class LlamaEngine:
         ticket.finish(error if error is not None else GenerationResult(
             tuple(tokens), reason, len(ticket.request.prompt_ids), time.monotonic() - ticket.submitted))
 
-    def _free_sampler(self, slot: _Slot) -> None:
+    def _free_sampler(self, slot: Slot) -> None:
         if slot.sampler is not None:
             self._llama.llama_sampler_free(slot.sampler)
             slot.sampler = None
-
-
-def _common_prefix(cached: Sequence[int], prompt: Sequence[int]) -> int:
-    length = 0
-    for a, b in zip(cached, prompt, strict=False):
-        if a != b:
-            break
-        length += 1
-    return length

@@ -38,7 +38,8 @@ from typing import Any
 from bench_engines import default_prompts  # scripts/bench is on sys.path when run as a script
 
 from evolve.policies.cpu import cpu_threads
-from evolve.policies.llama_engine import GenerationRequest, GenerationResult, LlamaEngine, _llama
+from evolve.policies.llama_backend import load_llama as _llama
+from evolve.policies.llama_engine import GenerationRequest, GenerationResult, LlamaEngine
 from evolve.policies.llamacpp import model_files
 
 TEMPERATURE, TOP_P = 0.8, 0.95

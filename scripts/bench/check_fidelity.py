@@ -151,7 +151,7 @@ def torch_logits(folder: Path, sequences: list[list[int]], threads: int) -> list
 
 
 def llamacpp_logits(gguf: Path, sequences: list[list[int]], threads: int) -> list[np.ndarray]:
-    from evolve.policies.llama_engine import _llama
+    from evolve.policies.llama_backend import load_llama as _llama
 
     llama = _llama()
     model = llama.llama_model_load_from_file(str(gguf).encode(), llama.llama_model_default_params())
