@@ -105,9 +105,11 @@ class LlamaCppPolicySection(BasePolicySection):
     backend: Literal["llamacpp"] = Field("llamacpp", description="llama.cpp in this process, on CPU")
     slots: StrictInt = Field(16, ge=1, le=256, description="requests generated together; more wait for a free slot")
     context: StrictInt = Field(2048, ge=256, le=32768, description="tokens per slot: a prompt and its answer")
-    threads: StrictInt = Field(0, ge=0, description="CPU threads; 0 = $EVOLVE_THREADS or all cores")
+    threads: StrictInt = Field(0, ge=0, description="CPU threads; 0 = $EVOLVE_THREADS, else chosen as it runs: "
+                               "all cores, or fewer where other work holds some")
     weights: Literal["f16", "q8_0"] = Field("f16", description="a Hugging Face folder's GGUF: float16, or 8-bit "
-                                            "Q8_0 (about 1.7x the decode speed on CPU; see docs/cpu_inference.md)")
+                                            "Q8_0 (faster for one request, slower at 16 in flight on an idle "
+                                            "CPU; see docs/cpu_inference.md)")
 
 
 class VLLMPolicySection(VLLMEngineSettings, BasePolicySection):

@@ -35,3 +35,17 @@ def test_the_smallest_comparison_prints_a_row_per_engine(monkeypatch: pytest.Mon
     assert sorted(row["draft_tokens"] for row in rows) == [0, 4]
     assert all(row["workload"] == "study/base" and row["requests"] == 3 and row["generated"] > 0 for row in rows)
     assert "x plain" in out
+
+
+@pytest.mark.slow
+def test_decode_rows_prints_a_row_per_batch_shape(monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    bench = load_script("bench_decode_rows")
+    monkeypatch.setattr(sys, "argv", ["bench_decode_rows.py", "--weights", "f16", "--sequences", "1,2",
+                                      "--rows-per-sequence", "1,3", "--context", "20", "--repeats", "1"])
+    bench.main()
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert [(row["sequences"], row["rows"], row["logits"]) for row in rows] == [
+        (sequences, sequences * multiple, logits) for sequences in (1, 2) for multiple in (1, 3)
+        for logits in ("last", "all")]
+    assert all(row["ms"] > 0 for row in rows)
