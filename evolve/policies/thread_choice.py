@@ -33,7 +33,7 @@ class ThreadChoice:
     probe_steps: int = 4  # decode steps per candidate in one probe
     first_wait: int = 8  # steps before the first probe, and after a probe that changed the count
     longest_wait: int = 2048
-    give_up: float = 1.5
+    give_up: float = 1.3
     current: int = 0
     _wait: int = 0
     _countdown: int = 0
