@@ -49,3 +49,16 @@ def test_decode_rows_prints_a_row_per_batch_shape(monkeypatch: pytest.MonkeyPatc
         (sequences, sequences * multiple, logits) for sequences in (1, 2) for multiple in (1, 3)
         for logits in ("last", "all")]
     assert all(row["ms"] > 0 for row in rows)
+
+
+@pytest.mark.slow
+def test_prefill_share_counts_prompt_new_and_generated_tokens_of_stored_calls(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    bench = load_script("prefill_share")
+    monkeypatch.setattr(sys, "argv", ["prefill_share.py", "--arm", "grpo-t0", "--runs", "1"])
+    bench.main()
+    out = capsys.readouterr().out
+    means = json.loads(out.splitlines()[0])
+    assert means["runs"] == 1 and means["answers"] > 0
+    assert 0 <= means["new"] <= means["new_vs_previous"] <= means["prompt"] and means["generated"] > 0
+    assert "the prompt tokens to decode are" in out
