@@ -15,6 +15,7 @@ from evolve.search.edits import (
     block_body,
     find_blocks,
     replace_block,
+    salvage_code,
     split_answers,
 )
 
@@ -277,3 +278,9 @@ def test_any_input_gives_a_child_or_an_edit_error_with_a_one_line_reason() -> No
                 ast.parse(child)
                 assert child != PARENT
         assert isinstance(split_answers(answer, 4), list)
+
+
+def test_a_line_continuation_left_alone_by_stripping_is_no_code() -> None:
+    """' \\' followed by a form-feed line parses; stripped of the form feed it does not (found by test_fuzz)."""
+    with pytest.raises(EditError, match="no code that parses"):
+        salvage_code(" \\\n\x0c\n~~~\n", set())

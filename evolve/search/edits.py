@@ -271,8 +271,9 @@ def extract_code(text: str) -> str:
         fixed_end = _longest_parsing_prefix(fixed) if fixed is not lines else 0
         if fixed_end > end:
             lines, end = fixed, fixed_end
-    code = "\n".join(lines[:end])
-    return _drop_junk(code).rstrip() if code.strip() else ""
+    code = _drop_junk("\n".join(lines[:end])).rstrip()
+    # stripping can break what parsed: a line-continuation backslash followed only by blank lines (form feeds)
+    return code if code.strip() and _parse_error_reason(code) is None else ""
 
 
 def salvage_code(text: str, required: set[str]) -> str:
