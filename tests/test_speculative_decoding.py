@@ -4,7 +4,6 @@ plain engine's (greedy: token for token; sampled: the same distribution, by a st
 from __future__ import annotations
 
 import random
-import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
 
@@ -13,6 +12,7 @@ import pytest
 from evolve.policies.llama_engine import GenerationRequest, GenerationResult, LlamaEngine
 from evolve.policies.model_files import find_embedded_gguf
 from evolve.policies.prompt_lookup import DraftLength, PromptLookup
+from tests.test_llamacpp_policy import wait_all
 
 PARENT = '''def running_mean(values: list[float], window: int) -> list[float]:
     """The mean of each run of `window` consecutive values."""
@@ -82,18 +82,9 @@ def code_prompt_ids(parent: str = PARENT) -> list[int]:
 
 
 def answers(engine: LlamaEngine, requests: Sequence[GenerationRequest]) -> list[tuple[int, ...]]:
-    results: dict[int, GenerationResult | Exception] = {}
-    done = threading.Semaphore(0)
-    for index, request in enumerate(requests):
-        engine.submit(request, lambda outcome, index=index: (results.__setitem__(index, outcome), done.release()))
-    for _ in requests:
-        assert done.acquire(timeout=600), "the engine did not answer"
-    out = []
-    for index in range(len(requests)):
-        result = results[index]
-        assert isinstance(result, GenerationResult), result
-        out.append(result.tokens)
-    return out
+    results = wait_all(engine, list(requests))
+    assert all(isinstance(result, GenerationResult) for result in results), results
+    return [result.tokens for result in results if isinstance(result, GenerationResult)]
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,12 @@ from evolve.errors import UserError
 THREADS_ENV = "EVOLVE_THREADS"
 
 
+def threads_given(threads: int = 0) -> bool:
+    """Whether `threads` or $EVOLVE_THREADS fixes the count (else cpu_threads gives the cores, and a llama.cpp
+    engine chooses as it runs)."""
+    return threads > 0 or bool(os.environ.get(THREADS_ENV, "").strip())
+
+
 def cpu_threads(threads: int = 0) -> int:
     """`threads` if given, else $EVOLVE_THREADS, else the cores this process may run on.
 

@@ -25,7 +25,6 @@ far after every token). Only `llama_cpp.llama_cpp` (the raw ctypes API of llama-
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 import time
 from collections import deque
@@ -33,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from evolve.policies.cpu import THREADS_ENV, cpu_threads
+from evolve.policies.cpu import cpu_threads, threads_given
 from evolve.policies.engine_requests import (
     EngineError,
     EngineStats,
@@ -83,8 +82,7 @@ class LlamaEngine:
         params.n_seq_max = slots
         params.n_batch = params.n_ubatch = batch_tokens
         params.n_threads = params.n_threads_batch = self._threads_now = cpu_threads(threads)
-        chosen = threads <= 0 and not os.environ.get(THREADS_ENV, "").strip()
-        self.thread_choice = ThreadChoice(thread_candidates(self._threads_now)) if chosen else None
+        self.thread_choice = None if threads_given(threads) else ThreadChoice(thread_candidates(self._threads_now))
         params.flash_attn_type = 0  # off: faster decode batches on CPU here, and closer to transformers
         params.kv_unified = False  # a stream per sequence: attention spans its own tokens, not every slot's
         params.no_perf = True

@@ -40,7 +40,6 @@ class ThreadChoice:
     _probe: list[int] = field(default_factory=list)  # the counts of the probe's coming steps
     _seconds: dict[int, float] = field(default_factory=dict)
     _rows: dict[int, int] = field(default_factory=dict)
-    _steps: dict[int, int] = field(default_factory=dict)
     _recent: float = 0.0  # the current count's seconds per row over recent decode steps (moving average)
     probes: int = 0
     switches: int = 0
@@ -66,11 +65,8 @@ class ThreadChoice:
             self._probe.pop(0)
             self._seconds[threads] = self._seconds.get(threads, 0.0) + seconds
             self._rows[threads] = self._rows.get(threads, 0) + rows
-            self._steps[threads] = self._steps.get(threads, 0) + 1
             if threads != self.current and self._recent > 0 and seconds / rows > self.give_up * self._recent:
-                self._probe = []  # clearly slower: the current count stays
-                self._seconds = {self.current: self._recent}
-                self._rows = {self.current: 1}
+                self._probe, self._seconds, self._rows = [], {}, {}  # clearly slower: nothing beats the current
             if not self._probe:
                 self._decide()
             return
@@ -80,7 +76,7 @@ class ThreadChoice:
         if self._countdown <= 0:
             others = [count for count in self.candidates if count != self.current]
             self._probe = [count for _ in range(self.probe_steps) for count in (self.current, *others)]
-            self._seconds, self._rows, self._steps = {}, {}, {}
+            self._seconds, self._rows = {}, {}
 
     def _decide(self) -> None:
         self.probes += 1

@@ -24,7 +24,7 @@ import time
 
 from bench_engines import FixedLengthEngine, default_prompts, llamacpp_level  # scripts/bench is on sys.path
 
-from evolve.policies.cpu import THREADS_ENV
+from evolve.policies.cpu import THREADS_ENV, threads_given
 from evolve.policies.llamacpp import model_files
 from evolve.policies.thread_choice import thread_candidates
 
@@ -42,7 +42,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--busy", type=int, default=1, help="CPU-bound processes beside the engine in the second part")
     args = parser.parse_args()
-    if os.environ.get(THREADS_ENV, "").strip():
+    if threads_given(0):
         raise SystemExit(f"unset ${THREADS_ENV}: it fixes the chosen engine's threads")
     cores = len(os.sched_getaffinity(0))
     settings = [0, *thread_candidates(cores)]

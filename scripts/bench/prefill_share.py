@@ -26,16 +26,8 @@ from pathlib import Path
 from bench_speculative import STUDY_STORE, stored_prompt  # scripts/bench is on sys.path
 
 from evolve.policies.base import prompt_ids
+from evolve.policies.engine_slots import common_prefix
 from evolve.policies.model_files import resolve_model
-
-
-def common_prefix(first: list[int], second: list[int]) -> int:
-    length = 0
-    for a, b in zip(first, second, strict=False):
-        if a != b:
-            break
-        length += 1
-    return length
 
 
 def measure(store: Path, like: str, runs: int, seed: int) -> dict[str, float]:
