@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize(("argv", "error"), [
     (["run", "--iterations", "abc"], "evolve run: error: argument --iterations: invalid int value: 'abc'"),
     (["rnu"], "evolve: error: argument COMMAND: invalid choice: 'rnu' (choose from"),
-    (["import", "mbpp"], "evolve import: error: argument dataset: invalid choice: 'mbpp' (choose from 'humaneval')"),
+    (["import", "mbpp"],
+     "evolve import: error: argument dataset: invalid choice: 'mbpp' (choose from 'humaneval', 'generated')"),
     ([], "evolve: error: the following arguments are required: COMMAND"),
     (["show", "3", "--no-such-flag"], "evolve: error: unrecognized arguments: --no-such-flag"),
 ])

@@ -78,8 +78,10 @@ COMMAND_HELP: dict[str, CommandHelp] = {
         ("evolve new-problem my_problem", "evolve new-problem my_problem --template io-tests",
          "evolve new-problem my_problem --programs-dir ~/problems")),
     "import": CommandHelp(
-        "Turn a benchmark into problem folders (humaneval: 164 problems, one objective per test).",
-        ("evolve import humaneval", "evolve import humaneval --ids 0-19,32 --out programs/he20")),
+        "Turn a benchmark into problem folders (humaneval: 164 problems, one objective per test; generated: seeded "
+        "compositions of list and string operations, --difficulty of them, 12 hidden tests each).",
+        ("evolve import humaneval", "evolve import humaneval --ids 0-19,32 --out programs/he20",
+         "evolve import generated --count 50 --difficulty 2 --seed 0")),
     "train": CommandHelp(
         "RL-train a policy (VPO, GRPO, Multi-RLVR, Max@K) on problems' own evaluators, LoRA by default; the "
         "checkpoint is a model folder a run's policy.model can name. --set KEY=VALUE reaches any training key.",

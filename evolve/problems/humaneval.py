@@ -206,11 +206,17 @@ def problem_toml(task: HumanEvalTask, objectives: int) -> str:
                   f"one objective (loops unrolled, `random` seeded with {RANDOM_SEED}), evaluated in the trusted "
                   "process on the candidate's answers, each call made in the sandbox and limited to "
                   f"{CALL_LIMIT_S:g} s. The canonical solution is not in this folder.")
+    return stub_problem_toml(task.name, description, provenance, objectives)
+
+
+def stub_problem_toml(name: str, description: str, provenance: str, objectives: int) -> str:
+    """problem.toml of a function to complete whose seed is a stub: one objective per test, solved when all pass,
+    the docstring shown as written (HumanEval's and the generated problems')."""
     names = objective_names(objectives)
     rows = [", ".join(f'"{name}"' for name in names[start:start + 8]) for start in range(0, len(names), 8)]
     objectives_text = "[\n    " + ",\n    ".join(rows) + ",\n]"
     return "\n".join([
-        f'name = "{task.name}"',
+        f'name = "{name}"',
         f"description = {toml_string(description)}",
         f"provenance = {toml_string(textwrap.fill(provenance, 110))}",
         "stub_seed = true  # initial.py is the prompt with a stub body: it fails every test, by design",
