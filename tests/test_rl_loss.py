@@ -234,3 +234,50 @@ def test_rows_in_length_buckets_give_the_padded_batchs_values_entropy_and_gradie
     assert torch.allclose(padded[0], bucketed[0], atol=1e-5) and torch.allclose(padded[1], bucketed[1], atol=1e-5)
     assert len(padded[2]) == len(bucketed[2]) > 0
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(padded[2], bucketed[2], strict=True))
+
+
+def test_a_frozen_heads_fused_gradient_equals_autograd_through_the_whole_model() -> None:
+    """LoRA leaves the vocabulary projection frozen, so completion_logprobs takes each token's gradient in the forward
+    pass (no recompute of the logits); values, entropy and every adapter's gradient are those of plain autograd
+    through the model's own full-sequence forward, and the same as the checkpointed path a trained head takes."""
+    from peft import LoraConfig, get_peft_model
+
+    from evolve.rl.loss import _decoder_and_head
+
+    torch.manual_seed(3)
+    model = get_peft_model(_tiny_llama(), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    for name, param in model.named_parameters():
+        if "lora_B" in name:  # B starts at zero; move it so the adapters change the logits and get gradients
+            torch.nn.init.normal_(param, std=0.1)
+    prompt, completions = torch.randint(0, 50, (6,)), torch.randint(0, 50, (3, 7))
+    weights = torch.linspace(-1, 1, 7)
+    head = _decoder_and_head(model)[1]  # type: ignore[index]
+
+    def adapter_grads() -> list[torch.Tensor]:
+        grads = [param.grad.clone() for name, param in model.named_parameters() if "lora" in name]
+        model.zero_grad()
+        return grads
+
+    assert not head.weight.requires_grad
+    logp, entropy = completion_logprobs(model, prompt, completions, temperature=0.7, with_entropy=True)
+    (logp * weights).sum().backward()
+    fused = (logp.detach(), entropy, adapter_grads())
+
+    full = torch.cat([prompt.expand(3, 6), completions], dim=1)
+    logits = model(input_ids=full).logits.float()[:, 5:-1] / 0.7
+    expected = torch.log_softmax(logits, -1).gather(-1, completions.unsqueeze(-1)).squeeze(-1)
+    expected_entropy = -(torch.softmax(logits, -1) * torch.log_softmax(logits, -1)).sum(-1).detach()
+    (expected * weights).sum().backward()
+    plain = adapter_grads()
+
+    head.weight.requires_grad_(True)  # a trained head: the checkpointed projection
+    logp_checkpointed, _ = completion_logprobs(model, prompt, completions, temperature=0.7)
+    (logp_checkpointed * weights).sum().backward()
+    checkpointed = [grad for grad in adapter_grads()][:len(plain)]
+    head.weight.requires_grad_(False)
+
+    assert torch.allclose(fused[0], expected.detach(), atol=1e-5) and torch.allclose(fused[1], expected_entropy,
+                                                                                     atol=1e-5)
+    assert len(plain) == len(fused[2]) > 0 and all(grad.abs().sum() > 0 for grad in plain)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(fused[2], plain, strict=True))
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(fused[2], checkpointed, strict=True))

@@ -126,9 +126,12 @@ def _rows_logprobs(body: torch.nn.Module, split: tuple[torch.nn.Module, torch.nn
     hidden = output.last_hidden_state
     step = max(1, LOGIT_CHUNK_ELEMENTS // max(1, rows * head.out_features))
     chunks = []
+    fused = torch.is_grad_enabled() and not head.weight.requires_grad and head.bias is None
     for start in range(0, completion_ids.shape[1], step):
         args = (head, hidden[:, start:start + step], completion_ids[:, start:start + step], temperature, with_entropy)
-        if torch.is_grad_enabled():
+        if fused:
+            chunks.append(_frozen_head_logprobs(*args))
+        elif torch.is_grad_enabled():
             chunks.append(checkpoint(_projected_logprobs, *args, use_reentrant=False))
         else:
             chunks.append(_projected_logprobs(*args))
@@ -155,6 +158,44 @@ def _projected_logprobs(head: torch.nn.Linear, hidden: Tensor, ids: Tensor, temp
                         with_entropy: bool) -> tuple[Tensor, Tensor]:
     chosen, entropy = _token_logprobs(head(hidden), ids, temperature, with_entropy)
     return chosen, entropy if entropy is not None else chosen.new_zeros(())
+
+
+class _FrozenHeadLogprobs(torch.autograd.Function):
+    """Chosen-token log-probs through a frozen vocabulary projection, their gradient taken in the forward pass.
+
+    d logp_t / d hidden_t = (onehot(token_t) - softmax(z_t / T)) W / T is known once the softmax is, and is only
+    ``[G, k, hidden]``: keeping it costs no recompute of the ``[G, k, vocab]`` logits in the backward pass (the
+    checkpointed path runs the projection three times, this one twice) and no more memory than the hidden states.
+    Only for a head whose weight takes no gradient (LoRA's frozen base): the weight's own gradient would need the
+    logits again. The entropy, when asked, comes from the same softmax and carries no gradient.
+    """
+
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, hidden: Tensor, weight: Tensor, ids: Tensor,
+                temperature: float, with_entropy: bool) -> tuple[Tensor, Tensor]:
+        shifted = torch.nn.functional.linear(hidden, weight).float().div_(temperature)
+        shifted = shifted.sub_(torch.logsumexp(shifted, dim=-1, keepdim=True))  # log-softmax, in place
+        chosen = shifted.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+        probs = shifted.exp()
+        entropy = -(probs * shifted).sum(-1) if with_entropy else chosen.new_zeros(())
+        direction = probs.neg_().scatter_add_(-1, ids.unsqueeze(-1), torch.ones_like(chosen).unsqueeze(-1))
+        ctx.save_for_backward(torch.matmul(direction.div_(temperature).to(weight.dtype), weight))
+        ctx.hidden_dtype = hidden.dtype  # type: ignore[attr-defined]
+        ctx.mark_non_differentiable(entropy)
+        return chosen, entropy
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad_chosen: Tensor,
+                 _grad_entropy: Tensor) -> tuple[Tensor | None, ...]:
+        (jacobian,) = ctx.saved_tensors  # type: ignore[attr-defined]
+        hidden_grad = (grad_chosen.unsqueeze(-1) * jacobian).to(ctx.hidden_dtype)  # type: ignore[attr-defined]
+        return hidden_grad, None, None, None, None
+
+
+def _frozen_head_logprobs(head: torch.nn.Linear, hidden: Tensor, ids: Tensor, temperature: float,
+                          with_entropy: bool) -> tuple[Tensor, Tensor]:
+    chosen, entropy = _FrozenHeadLogprobs.apply(hidden, head.weight, ids, temperature, with_entropy)
+    return chosen, entropy
 
 
 def _token_logprobs(logits: Tensor, ids: Tensor, temperature: float,
