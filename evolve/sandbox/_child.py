@@ -196,14 +196,16 @@ def invoke(job: dict, candidate: object, driver: object | None, payload: object)
 
 
 def confine(job: dict, opened: dict[str, tuple[int, bool]] | None = None,
-            outer_fds: tuple[int, ...] = ()) -> dict | object | None:
+            outer_fds: tuple[int, ...] = (), status_fd: int | None = None) -> dict | object | None:
     """Set the limits, load the trusted driver (if any) while the project is still readable, then lock this
     process down: namespaces, mounts and Landlock first, while the supervisor puts this process in its cgroups
     (wait_for_cgroups: EOF on stdin); then the PID namespace's init and pid 2, which runs the candidate under an
     outer process that only waits for it (`outer_fds`, the pipes to the supervisor, are closed there). Returns the
     driver module (None without one), or the failure message if it did not load or the private uid cannot read the
     interpreter.
-    `opened`: read roots a fork server opened (_isolation.open_paths), closed here once Landlock is applied."""
+    `opened`: read roots a fork server opened (_isolation.open_paths), closed here once Landlock is applied.
+    `status_fd`: this process is already the init of a PID namespace of its own (the fork server forked it there);
+    it forks only pid 2 and writes pid 2's wait status on status_fd for the server."""
     parent = os.getppid()
     sys.path.extend(path for path in job["site_dirs"] if path not in sys.path)  # a fork server added them
     set_limits(job["limits"])
@@ -218,7 +220,7 @@ def confine(job: dict, opened: dict[str, tuple[int, bool]] | None = None,
     limits, uid = job["limits"], job["uid"]
     writable = []
     _isolation.die_with_parent(libc, parent)
-    isolated = _isolation.enter_namespaces(libc)
+    isolated = _isolation.enter_namespaces(libc, pid=status_fd is None)
     if isolated:  # mounts apply to this process's new mount namespace, and to the processes it forks later
         _isolation.private_folder(libc, job["workdir"], limits["folder_bytes"], limits["folder_entries"], uid)
         if uid is not None:
@@ -230,8 +232,11 @@ def confine(job: dict, opened: dict[str, tuple[int, bool]] | None = None,
     for fd, _ in (opened or {}).values():
         os.close(fd)
     wait_for_cgroups()
-    if isolated:
+    if status_fd is not None:
+        _isolation.fork_candidate(libc, outer_fds, status_fd)
+    elif isolated:
         _isolation.become_pid_two(libc, outer_fds)
+    if status_fd is not None or isolated:
         parent = 1  # the namespace's init
         _isolation.scope_signals(libc)  # Landlock came before the fork: a domain of its own keeps the init apart
     _isolation.drop_privileges(libc, uid)  # raises (and the candidate is never run) if it cannot
@@ -262,10 +267,11 @@ def report(result_fd: int, message: dict) -> None:
     write_all(result_fd, encode(message))
 
 
-def run(job: dict, result_fd: int, request_fd: int | None, opened: dict[str, tuple[int, bool]] | None = None) -> None:
+def run(job: dict, result_fd: int, request_fd: int | None, opened: dict[str, tuple[int, bool]] | None = None,
+        status_fd: int | None = None) -> None:
     """One call (request_fd None): load, call once, report. A session: load, report ready, then one reply
     line per request line until the parent closes the request pipe or kills this process."""
-    driver = confine(job, opened, tuple(fd for fd in (result_fd, request_fd) if fd is not None))
+    driver = confine(job, opened, tuple(fd for fd in (result_fd, request_fd) if fd is not None), status_fd)
     if isinstance(driver, dict):
         report(result_fd, driver)
         return
@@ -289,14 +295,16 @@ def main() -> None:
     serve(int(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else None)
 
 
-def serve(result_fd: int, request_fd: int | None, opened: dict[str, tuple[int, bool]] | None = None) -> None:
+def serve(result_fd: int, request_fd: int | None, opened: dict[str, tuple[int, bool]] | None = None,
+          status_fd: int | None = None) -> None:
     """Read the job on stdin and run it (also the entry of a child forked by _forkserver.py, with the read roots
-    it opened); never returns."""
+    it opened and, where it forked the child as a PID namespace's init, the pipe for pid 2's wait status); never
+    returns."""
     for fd in (result_fd, request_fd):
         if fd is not None:
             os.set_inheritable(fd, False)  # programs the candidate starts get neither pipe
     job = json.loads(read_line(0))
-    run(job, result_fd, request_fd, opened)
+    run(job, result_fd, request_fd, opened, status_fd)
     os._exit(0)  # no atexit handlers or finalisers of the candidate's after the report
 
 

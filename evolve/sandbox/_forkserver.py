@@ -9,7 +9,7 @@ which no child can change (fork copies it), so nothing of one candidate's reache
 Protocol on CONTROL_FD (a SOCK_SEQPACKET socket):
 - first the config: a message holding its length in bytes (ASCII digits), then the config itself in messages of
   at most CONFIG_CHUNK bytes (a list of read roots can exceed what one message may hold), JSON {"site_dirs",
-  "preload", "hidden", "read_roots", "list_roots"}; answer: JSON
+  "preload", "hidden", "read_roots", "list_roots", "pid_namespace"}; answer: JSON
   {"ready": true, "failed": [names that did not import]} or {"ready": false, "detail": ...} when a preloaded
   module came from a hidden path (an answer package), which a child could then read from memory, started a
   thread (a child would lack it, and inherit whatever lock it held) or left memory mapped shared (which every
@@ -18,7 +18,9 @@ Protocol on CONTROL_FD (a SOCK_SEQPACKET socket):
   the read roots once: each child's Landlock rules use these fds, and the child closes them before the candidate
   runs (hundreds of opens and stats were most of a child's confinement).
 - then one message per call: JSON {"workdir", "environment", "session"} with the fds [reply socket, stdin read
-  end, stdout write end, stderr write end, result write end, (request read end)]. The server forks and writes
+  end, stdout write end, stderr write end, result write end, (request read end)]. The server forks (as root and
+  with "pid_namespace", the child as the init of a PID namespace of its own: it then forks only the candidate's
+  process, pid 2, and hands pid 2's wait status back on a pipe, STATUS_FD, so that it ends as pid 2 did) and writes
   "PID\\n" on the reply socket; once the supervisor writes on it (or closes it) and the child has exited, it reaps
   the child and writes "EXIT_CODE CPU_SECONDS\\n". Until then the child stays a zombie, so its pid and process
   group are not reused while the supervisor may still signal them.
@@ -47,6 +49,7 @@ del sys.path[0]
 _HARNESS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_child.py")
 _FIRST_FREE_FD = 100  # received fds are moved above the child's fds 0-4 before being put in place
 _FIRST_KEPT_FD = 16  # the read roots' fds, kept open for the children, lie above their fds 0-4
+STATUS_FD = 15  # in a child forked as its PID namespace's init: the pipe for pid 2's wait status
 _MAX_MESSAGE = 1 << 16
 CONFIG_CHUNK = 1 << 15
 
@@ -57,6 +60,7 @@ class Forked:
     pid: int
     pidfd: int
     reply: socket.socket
+    status_read: int = -1  # where the child is its PID namespace's init: pid 2's wait status comes here
     exited: bool = False
     reap_wanted: bool = False
 
@@ -97,18 +101,24 @@ def shared_mappings(maps: str = "/proc/self/maps") -> list[str]:
     return found
 
 
-def become_child(server: int, header: dict, fds: list[int], libc: ctypes.CDLL,
-                 opened: dict[str, tuple[int, bool]]) -> None:
+def become_child(parent: int, header: dict, fds: list[int], libc: ctypes.CDLL,
+                 opened: dict[str, tuple[int, bool]], status_write: int | None) -> None:
     """In the forked process: take the call's fds, session, folder and environment, then run the harness, which
-    confines this process before the candidate's code runs. Never returns into the server's loop."""
+    confines this process before the candidate's code runs. Never returns into the server's loop.
+    `parent`: the server's pid as this process sees it (0 from the init of a PID namespace of its own, which gets
+    `status_write` too)."""
     try:
-        _isolation.die_with_parent(libc, server)  # again after the harness drops to another uid
+        _isolation.die_with_parent(libc, parent)  # again after the harness drops to another uid
         os.setsid()
         moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, _FIRST_FREE_FD) for fd in fds[1:]]
         for target, fd in enumerate(moved):
             os.dup2(fd, target)
+        kept = [fd for fd, _ in opened.values()]
+        if status_write is not None:
+            os.dup2(status_write, STATUS_FD)
+            kept.append(STATUS_FD)
         low = len(moved)  # close all but the read roots: the control socket, other calls' sockets and pidfds...
-        for fd in sorted(fd for fd, _ in opened.values()):
+        for fd in sorted(kept):
             os.closerange(low, fd)
             low = fd + 1
         os.closerange(low, 1 << 20)
@@ -120,7 +130,7 @@ def become_child(server: int, header: dict, fds: list[int], libc: ctypes.CDLL,
         if "numpy.random" in sys.modules:  # numpy keeps the seed drawn at import: each child draws its own
             sys.modules["numpy.random"].seed()
         sys.argv = [_HARNESS, "3", "4"] if header["session"] else [_HARNESS, "3"]
-        _child.serve(3, 4 if header["session"] else None, opened)
+        _child.serve(3, 4 if header["session"] else None, opened, None if status_write is None else STATUS_FD)
     except BaseException as exc:  # noqa: BLE001 - reported on the child's stderr; the supervisor sees no result
         _child.print_traceback(exc)
     finally:
@@ -128,8 +138,9 @@ def become_child(server: int, header: dict, fds: list[int], libc: ctypes.CDLL,
 
 
 def start(control: socket.socket, selector: selectors.BaseSelector, children: dict[int, Forked],
-          libc: ctypes.CDLL, opened: dict[str, tuple[int, bool]]) -> bool:
-    """Fork a child for the next call on the control socket; False on EOF."""
+          libc: ctypes.CDLL, opened: dict[str, tuple[int, bool]], own_namespace: int) -> bool:
+    """Fork a child for the next call on the control socket; False on EOF. Where `own_namespace` is an fd of this
+    process's PID namespace (root), the child is forked as the init of a PID namespace of its own."""
     message, fds, _, _ = socket.recv_fds(control, _MAX_MESSAGE, 8)
     if not message:
         return False
@@ -139,17 +150,23 @@ def start(control: socket.socket, selector: selectors.BaseSelector, children: di
         return True
     header = json.loads(message)
     server = os.getpid()
-    pid = os.fork()
+    status_read, status_write = os.pipe() if own_namespace >= 0 else (-1, -1)
+    pid, in_namespace = _isolation.fork_into_pid_namespace(libc, own_namespace)
     if pid == 0:
-        become_child(server, header, fds, libc, opened)
+        become_child(0 if in_namespace else server, header, fds, libc, opened,
+                     status_write if in_namespace else None)
     reply = socket.socket(fileno=fds[0])
-    for fd in fds[1:]:
-        os.close(fd)
+    for fd in (*fds[1:], status_write):
+        if fd >= 0:
+            os.close(fd)
+    if status_read >= 0 and not in_namespace:
+        os.close(status_read)
+        status_read = -1
     try:
         pidfd = os.pidfd_open(pid)
     except OSError:
         pidfd = -1
-    child = Forked(pid, pidfd, reply)
+    child = Forked(pid, pidfd, reply, status_read)
     children[pid] = child
     try:
         reply.sendall(f"{pid}\n".encode())
@@ -164,8 +181,18 @@ def start(control: socket.socket, selector: selectors.BaseSelector, children: di
 
 
 def finish(child: Forked, selector: selectors.BaseSelector, children: dict[int, Forked]) -> None:
-    """Reap an exited child whose reaping the supervisor asked for; send it its exit code and CPU time."""
+    """Reap an exited child whose reaping the supervisor asked for; send it its exit code and CPU time (a PID
+    namespace's init ends as its pid 2 did, whose wait status it wrote; without one, it was killed first)."""
     _, status, usage = os.wait4(child.pid, 0)
+    if child.status_read >= 0:
+        os.set_blocking(child.status_read, False)  # its only writer, the init, has exited: never waits
+        try:
+            reported = os.read(child.status_read, 64)
+        except OSError:
+            reported = b""
+        os.close(child.status_read)
+        if reported.isdigit():
+            status = int(reported)
     try:
         child.reply.sendall(f"{os.waitstatus_to_exitcode(status)} {usage.ru_utime + usage.ru_stime}\n".encode())
     except OSError:
@@ -179,7 +206,7 @@ def finish(child: Forked, selector: selectors.BaseSelector, children: dict[int, 
     del children[child.pid]
 
 
-def serve_forever(control: socket.socket, opened: dict[str, tuple[int, bool]]) -> None:
+def serve_forever(control: socket.socket, opened: dict[str, tuple[int, bool]], own_namespace: int) -> None:
     parent = os.getppid()
     libc = ctypes.CDLL(None, use_errno=True)
     children: dict[int, Forked] = {}
@@ -192,7 +219,7 @@ def serve_forever(control: socket.socket, opened: dict[str, tuple[int, bool]]) -
         for key, _ in events:
             kind, pid = key.data
             if kind == "control":
-                if not start(control, selector, children, libc, opened):
+                if not start(control, selector, children, libc, opened, own_namespace):
                     return
                 continue
             child = children.get(pid)
@@ -211,6 +238,20 @@ def serve_forever(control: socket.socket, opened: dict[str, tuple[int, bool]]) -
                     selector.unregister(key.fileobj)
             if child.exited and child.reap_wanted:
                 finish(child, selector, children)
+
+
+def own_pid_namespace(wanted: bool) -> int:
+    """An fd of this process's PID namespace where it may fork children into namespaces of their own (root, and
+    `wanted`: the Sandbox's config may ask for plain forks), else -1."""
+    if not wanted or os.geteuid() != 0:
+        return -1
+    try:
+        fd = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return -1
+    kept = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _FIRST_FREE_FD)  # clear of the fds a child puts in place
+    os.close(fd)
+    return kept
 
 
 def receive_config(control: socket.socket) -> dict:
@@ -236,7 +277,7 @@ def main() -> None:
         opened[path] = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _FIRST_KEPT_FD), is_dir)  # clear of a child's 0-4
         os.close(fd)
     try:
-        serve_forever(control, opened)
+        serve_forever(control, opened, own_pid_namespace(config.get("pid_namespace", True)))
     finally:
         os._exit(0)  # the children die with this process (their parent-death signal)
 

@@ -131,11 +131,12 @@ def landlock(libc: ctypes.CDLL, workdir: str, read_roots: list[str], list_roots:
     return abi if restricted == 0 else 0
 
 
-def enter_namespaces(libc: ctypes.CDLL) -> bool:
-    """Unshare network, mount and PID namespaces (see the module docstring); True if done. The PID namespace
-    takes the next child forked (become_pid_two). Another user's user namespace keeps its capabilities until the
-    mounts are made: drop them after."""
-    namespaces = _CLONE_NEWNET | _CLONE_NEWNS | _CLONE_NEWPID
+def enter_namespaces(libc: ctypes.CDLL, pid: bool = True) -> bool:
+    """Unshare network, mount and (with `pid`) PID namespaces (see the module docstring); True if done. The PID
+    namespace takes the next child forked (become_pid_two); without `pid` this process is already the init of one
+    (a fork server made it so: fork_into_pid_namespace). Another user's user namespace keeps its capabilities until
+    the mounts are made: drop them after."""
+    namespaces = _CLONE_NEWNET | _CLONE_NEWNS | (_CLONE_NEWPID if pid else 0)
     if os.geteuid() == 0:
         return libc.unshare(namespaces) == 0
     try:
@@ -167,6 +168,14 @@ def become_pid_two(libc: ctypes.CDLL, outer_fds: Sequence[int]) -> None:
         _outer(libc, init, status_read, status_write, outer_fds)
     os.close(status_read)
     die_with_parent(libc, 0)  # the parent is outside the namespace
+    fork_candidate(libc, outer_fds, status_write)
+
+
+def fork_candidate(libc: ctypes.CDLL, outer_fds: Sequence[int], status_write: int) -> None:
+    """As the init of a PID namespace (pid 1): fork the process that will run the candidate (pid 2) and return in
+    it. The init itself closes `outer_fds`, ignores SIGINT, reaps until pid 2 ends, writes pid 2's wait status on
+    `status_write` (read by whoever reaps the init: the outer process of become_pid_two, or the fork server) and
+    exits; the kernel then kills every process left in the namespace."""
     candidate = os.fork()
     if candidate == 0:
         os.close(status_write)
@@ -183,6 +192,30 @@ def become_pid_two(libc: ctypes.CDLL, outer_fds: Sequence[int]) -> None:
         if pid == candidate:
             os.write(status_write, str(status).encode())
             os._exit(0)
+
+
+def fork_into_pid_namespace(libc: ctypes.CDLL, own_namespace: int) -> tuple[int, bool]:
+    """fork(), the child as the init (pid 1) of a PID namespace of its own where this process may make one (root);
+    (pid, whether it is in one). `own_namespace`: an fd of this process's PID namespace (/proc/self/ns/pid), which
+    later children return to; -1 for a plain fork. A fork server does this so that its child is the namespace's
+    init itself, and forks only the candidate's process (one fork fewer than become_pid_two)."""
+    if own_namespace < 0 or libc.unshare(_CLONE_NEWPID) != 0:
+        return os.fork(), False
+    try:
+        pid = os.fork()
+    except BaseException:
+        restore_pid_namespace(libc, own_namespace)
+        raise
+    if pid:
+        restore_pid_namespace(libc, own_namespace)
+    return pid, True
+
+
+def restore_pid_namespace(libc: ctypes.CDLL, own_namespace: int) -> None:
+    """Point this process's next children back at its own PID namespace (the one just made holds one process and
+    dies with it); raises where the kernel refuses, as every later fork would then fail."""
+    if libc.setns(own_namespace, _CLONE_NEWPID) != 0:
+        raise OSError(ctypes.get_errno(), "setns back to the fork server's own PID namespace failed")
 
 
 def _outer(libc: ctypes.CDLL, init: int, status_read: int, status_write: int, outer_fds: Sequence[int]) -> None:

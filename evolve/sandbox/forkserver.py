@@ -59,12 +59,16 @@ class ForkedChild:
 
 
 class ForkServer:
-    """One server for one Sandbox: forks children that start from the state after importing `preload`."""
+    """One server for one Sandbox: forks children that start from the state after importing `preload`. As root each
+    child is forked as the init of a PID namespace of its own (it then forks only the candidate's process); with
+    `pid_namespaces` False, or where the kernel refuses, children are plain forks that make their own namespace."""
+
+    pid_namespaces = True  # read when a server starts
 
     def __init__(self, site_dirs: Sequence[str], preload: Sequence[str], hidden: Sequence[str],
                  read_roots: Sequence[str], list_roots: Sequence[str], environment: dict[str, str]) -> None:
-        self._config = json.dumps({"site_dirs": list(site_dirs), "preload": list(preload), "hidden": sorted(hidden),
-                                   "read_roots": list(read_roots), "list_roots": list(list_roots)}).encode()
+        self._settings = {"site_dirs": list(site_dirs), "preload": list(preload), "hidden": sorted(hidden),
+                          "read_roots": list(read_roots), "list_roots": list(list_roots)}
         self._environment = environment
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
@@ -74,6 +78,11 @@ class ForkServer:
         self.forks = 0  # children forked so far
         self.replaced = 0  # servers replaced because their limits, priority or affinity had changed
         self._fingerprint: tuple[object, ...] | None = None
+
+    @property
+    def _config(self) -> bytes:
+        """What a starting server is sent (_forkserver.receive_config)."""
+        return json.dumps({**self._settings, "pid_namespace": self.pid_namespaces}).encode()
 
     @property
     def pid(self) -> int | None:
@@ -146,11 +155,12 @@ class ForkServer:
             theirs.close()
         self._control = control
         self.starts += 1
+        config = self._config
         try:
             control.settimeout(_START_TIMEOUT_S)
-            control.send(str(len(self._config)).encode())
-            for start in range(0, len(self._config), _CONFIG_CHUNK):
-                control.send(self._config[start:start + _CONFIG_CHUNK])
+            control.send(str(len(config)).encode())
+            for start in range(0, len(config), _CONFIG_CHUNK):
+                control.send(config[start:start + _CONFIG_CHUNK])
             ready = json.loads(control.recv(1 << 16) or b"{}")
             control.settimeout(None)
         except (OSError, ValueError) as exc:
