@@ -25,6 +25,9 @@ comparison fair, not the absolute numbers.
     .venv/bin/python scripts/bench/bench_vs_openevolve.py --install          # once: .bench/openevolve-venv from PyPI
     .venv/bin/python scripts/bench/bench_vs_openevolve.py --iterations 60 300 --reps 3 --latency-ms 50 500 \
         --in-flight 4 16
+    # a third engine, evolve as of an earlier commit, interleaved with the two (A B C A B C ...):
+    .venv/bin/python scripts/bench/bench_vs_openevolve.py --iterations 200 --reps 3 --in-flight 16 \
+        --evolve-baseline HEAD~1
 """
 
 from __future__ import annotations
@@ -127,6 +130,7 @@ class Bench:
 
     url: str
     evolve_src: Path  # a folder holding the `evolve` package run (a snapshot taken when the bench starts)
+    baseline_src: Path | None  # the same for --evolve-baseline's commit, run as the engine "evolve@base"
     evolve_problem: Path
     openevolve_problem: Path
     timeout_s: float
@@ -165,7 +169,7 @@ def evolve_environment(evolve_src: Path) -> dict[str, str]:
     return env
 
 
-def run_evolve(setting: Setting, bench: Bench, work: Path, seed: int) -> Measure:
+def run_evolve(setting: Setting, bench: Bench, work: Path, seed: int, baseline: bool = False) -> Measure:
     config = work / "evolve.toml"
     config.write_text(
         f'[run]\nproblem = "{bench.evolve_problem}"\niterations = {setting.iterations}\nseed = {seed}\n'
@@ -173,11 +177,17 @@ def run_evolve(setting: Setting, bench: Bench, work: Path, seed: int) -> Measure
         f'[policy]\nname = "fake"\nbackend = "openai"\nurl = "{bench.url}/evolve/v1"\nmodel = "fake"\n'
         'prefill = false\ntimeout_s = 60\nretries = 2\n')
     load = os.getloadavg()[0]
+    src = bench.baseline_src if baseline and bench.baseline_src is not None else bench.evolve_src
     command = [str(ROOT / ".venv" / "bin" / "python"), "-m", "evolve", "run", "-c", str(config), "--plain"]
     wall, cpu, peak, tree, outlived = run_process(command, work, work / "evolve.log", bench.timeout_s,
-                                                  evolve_environment(bench.evolve_src))
+                                                  evolve_environment(src))
     loop, children = evolve_loop(work / "evolve.db")
-    return Measure("evolve", wall, loop, cpu, peak, tree, children, outlived, (load + os.getloadavg()[0]) / 2)
+    return Measure("evolve@base" if baseline else "evolve", wall, loop, cpu, peak, tree, children, outlived,
+                   (load + os.getloadavg()[0]) / 2)
+
+
+def run_evolve_baseline(setting: Setting, bench: Bench, work: Path, seed: int) -> Measure:
+    return run_evolve(setting, bench, work, seed, baseline=True)
 
 
 def run_openevolve(setting: Setting, bench: Bench, work: Path, seed: int) -> Measure:
@@ -224,18 +234,21 @@ def median(values: list[float]) -> float:
 
 
 def report(setting: Setting, measures: list[Measure]) -> None:
-    """One line per engine (medians over reps) and the ratio evolve / OpenEvolve."""
+    """One line per engine (medians over reps) and the ratio evolve / OpenEvolve (and, with a baseline, the
+    baseline's and evolve / baseline)."""
     print(f"\nlatency {setting.latency_ms} ms, {setting.in_flight} in flight, {setting.workers} workers "
           f"(OpenEvolve: {setting.openevolve_workers} workers), {setting.iterations} iterations, "
-          f"{len(measures) // 2} reps, load average {median([m.load for m in measures]):.1f} on "
+          f"{len(measures) // len({m.engine for m in measures})} reps, "
+          f"load average {median([m.load for m in measures]):.1f} on "
           f"{os.cpu_count()} cores")
     print(f"{'engine':>11} {'it/min whole':>13} {'it/min loop':>12} {'CPU-s/it':>9} {'beyond':>7} {'peak MB':>8}"
           f" {'tree MB':>8} {'children':>9} {'bound/min':>10} {'share':>6}")
     loop_rates: dict[str, float] = {}
     whole_rates: dict[str, float] = {}
-    for engine in ("evolve", "openevolve"):
+    engines = [name for name in ("evolve", "evolve@base", "openevolve") if any(m.engine == name for m in measures)]
+    for engine in engines:
         mine = [m for m in measures if m.engine == engine]
-        bound = setting.bound_per_min(setting.in_flight, setting.workers) if engine == "evolve" \
+        bound = setting.bound_per_min(setting.in_flight, setting.workers) if engine != "openevolve" \
             else setting.bound_per_min(setting.openevolve_workers, setting.openevolve_workers)
         whole_rates[engine] = median([60 * setting.iterations / m.wall_s for m in mine])
         loop_rates[engine] = median([60 * setting.iterations / m.loop_s for m in mine])
@@ -245,8 +258,13 @@ def report(setting: Setting, measures: list[Measure]) -> None:
               f" {median([m.peak_mb for m in mine]):>8.0f} {median([m.tree_mb for m in mine]):>8.0f}"
               f" {median([float(m.children) for m in mine]):>9.0f} {bound:>10.0f}"
               f" {loop_rates[engine] / bound:>6.0%}")
-    print(f"{'ratio':>11} {whole_rates['evolve'] / whole_rates['openevolve']:>12.2f}x"
-          f" {loop_rates['evolve'] / loop_rates['openevolve']:>11.2f}x  (evolve / OpenEvolve)")
+    pairs = [("evolve", "openevolve", "evolve / OpenEvolve")]
+    if "evolve@base" in engines:
+        pairs += [("evolve@base", "openevolve", "evolve@base / OpenEvolve"),
+                  ("evolve", "evolve@base", "evolve / evolve@base")]
+    for mine, theirs, label in pairs:
+        print(f"{'ratio':>11} {whole_rates[mine] / whole_rates[theirs]:>12.2f}x"
+              f" {loop_rates[mine] / loop_rates[theirs]:>11.2f}x  ({label})")
 
 
 def main() -> None:
@@ -263,6 +281,8 @@ def main() -> None:
     parser.add_argument("--timeout-s", type=float, default=900, help="limit for one engine run")
     parser.add_argument("--evolve-commit", default=None,
                         help="run evolve as of this git commit (default: a copy of the working tree's evolve/)")
+    parser.add_argument("--evolve-baseline", default=None,
+                        help="also run evolve as of this git commit, as the engine evolve@base, interleaved")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, stores) and print it")
     args = parser.parse_args()
     if args.install:
@@ -280,7 +300,14 @@ def main() -> None:
         evolve_problem, openevolve_problem = write_problem(work, args.burn_cpu_s)
         source = snapshot_evolve(work / "src", args.evolve_commit)
         evolve_environment(work / "src")
-        bench = Bench(url, work / "src", evolve_problem, openevolve_problem, args.timeout_s)
+        baseline_src = None
+        if args.evolve_baseline:
+            source += f"; evolve@base: {snapshot_evolve(work / 'base', args.evolve_baseline)}"
+            evolve_environment(work / "base")
+            baseline_src = work / "base"
+        bench = Bench(url, work / "src", baseline_src, evolve_problem, openevolve_problem, args.timeout_s)
+        engines = [("evolve", run_evolve)] + ([("evolve@base", run_evolve_baseline)] if baseline_src else []) \
+            + [("openevolve", run_openevolve)]
         print(f"bench: {source}; OpenEvolve {OPENEVOLVE_VERSION}; fake policy server at {url}; "
               f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
         for latency_ms, in_flight, iterations in itertools.product(args.latency_ms, args.in_flight, args.iterations):
@@ -289,11 +316,11 @@ def main() -> None:
             server.latency_s = latency_ms / 1000
             measures = []
             for rep in range(args.reps):
-                for engine, runner in (("evolve", run_evolve), ("openevolve", run_openevolve)):
+                for engine, runner in engines:
                     folder = work / f"{engine}-{latency_ms}ms-{in_flight}-{iterations}-{rep}"
                     folder.mkdir()
                     measure = runner(setting, bench, folder, rep)
-                    print(f"  {engine:>10} rep {rep}: {measure.wall_s:6.1f} s whole, {measure.loop_s:6.1f} s loop, "
+                    print(f"  {engine:>11} rep {rep}: {measure.wall_s:6.1f} s whole, {measure.loop_s:6.1f} s loop, "
                           f"{measure.cpu_s:6.1f} CPU-s, {measure.tree_mb:4.0f} MB tree, {measure.children} children, "
                           f"load {measure.load:.1f}"
                           + (f", {measure.outlived} processes outlived it" if measure.outlived else ""),
