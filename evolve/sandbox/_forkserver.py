@@ -9,7 +9,7 @@ which no child can change (fork copies it), so nothing of one candidate's reache
 Protocol on CONTROL_FD (a SOCK_SEQPACKET socket):
 - first the config: a message holding its length in bytes (ASCII digits), then the config itself in messages of
   at most CONFIG_CHUNK bytes (a list of read roots can exceed what one message may hold), JSON {"site_dirs",
-  "preload", "hidden", "read_roots", "list_roots", "pid_namespace"}; answer: JSON
+  "preload", "hidden", "read_roots", "list_roots", "pid_namespace", "clone3"}; answer: JSON
   {"ready": true, "failed": [names that did not import]} or {"ready": false, "detail": ...} when a preloaded
   module came from a hidden path (an answer package), which a child could then read from memory, started a
   thread (a child would lack it, and inherit whatever lock it held) or left memory mapped shared (which every
@@ -17,13 +17,15 @@ Protocol on CONTROL_FD (a SOCK_SEQPACKET socket):
   fresh children. It then opens
   the read roots once: each child's Landlock rules use these fds, and the child closes them before the candidate
   runs (hundreds of opens and stats were most of a child's confinement).
-- then one message per call: JSON {"workdir", "environment", "session"} with the fds [reply socket, stdin read
-  end, stdout write end, stderr write end, result write end, (request read end)]. The server forks (as root and
-  with "pid_namespace", the child as the init of a PID namespace of its own: it then forks only the candidate's
-  process, pid 2, and hands pid 2's wait status back on a pipe, STATUS_FD, so that it ends as pid 2 did) and writes
-  "PID\\n" on the reply socket; once the supervisor writes on it (or closes it) and the child has exited, it reaps
-  the child and writes "EXIT_CODE CPU_SECONDS\\n". Until then the child stays a zombie, so its pid and process
-  group are not reused while the supervisor may still signal them.
+- then one message per call: JSON {"workdir", "environment", "session", "cgroup"} with the fds [reply socket,
+  stdin read end, stdout write end, stderr write end, result write end, (request read end), (with "cgroup": the
+  run's cgroup v2 folder)]. The server forks (_clone.py: as root and with "pid_namespace", the child as the init
+  of a PID namespace of its own, which then forks only the candidate's process, pid 2, and hands pid 2's wait
+  status back on a pipe, STATUS_FD, so that it ends as pid 2 did; with "clone3" and a cgroup, straight into that
+  cgroup where the kernel can) and writes "PID PLACED\\n" on the reply socket (PLACED: 1 where the child started in
+  the cgroup, else 0 and the supervisor puts it there); once the supervisor writes on it (or closes it) and the
+  child has exited, it reaps the child and writes "EXIT_CODE CPU_SECONDS\\n". Until then the child stays a
+  zombie, so its pid and process group are not reused while the supervisor may still signal them.
 - EOF on CONTROL_FD (the Sandbox closed, or its process died) or a new parent: the server exits, and the kernel
   kills its children, whose parent-death signal is tied to it.
 Standard library only.
@@ -42,6 +44,7 @@ from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves this file's folder off sys.path
 import _child  # type: ignore[import-not-found]  # noqa: E402
+import _clone  # type: ignore[import-not-found]  # noqa: E402
 import _isolation  # type: ignore[import-not-found]  # noqa: E402
 
 del sys.path[0]
@@ -138,25 +141,27 @@ def become_child(parent: int, header: dict, fds: list[int], libc: ctypes.CDLL,
 
 
 def start(control: socket.socket, selector: selectors.BaseSelector, children: dict[int, Forked],
-          libc: ctypes.CDLL, opened: dict[str, tuple[int, bool]], own_namespace: int) -> bool:
-    """Fork a child for the next call on the control socket; False on EOF. Where `own_namespace` is an fd of this
-    process's PID namespace (root), the child is forked as the init of a PID namespace of its own."""
+          libc: ctypes.CDLL, opened: dict[str, tuple[int, bool]], forker: _clone.Forker) -> bool:
+    """Fork a child for the next call on the control socket (as root, as the init of a PID namespace of its own;
+    with a cgroup v2 fd, into that cgroup where the kernel can: _clone.py); False on EOF."""
     message, fds, _, _ = socket.recv_fds(control, _MAX_MESSAGE, 8)
     if not message:
         return False
-    if len(fds) < 5:
-        for fd in fds:
-            os.close(fd)
-        return True
     header = json.loads(message)
+    cgroup = fds.pop() if header.get("cgroup") and fds else -1
+    if len(fds) < 5:
+        for fd in (*fds, cgroup):
+            if fd >= 0:
+                os.close(fd)
+        return True
     server = os.getpid()
-    status_read, status_write = os.pipe() if own_namespace >= 0 else (-1, -1)
-    pid, in_namespace = _isolation.fork_into_pid_namespace(libc, own_namespace)
+    status_read, status_write = os.pipe() if forker.own_namespace >= 0 else (-1, -1)
+    pid, in_namespace, placed = forker.fork_child(cgroup)
     if pid == 0:
         become_child(0 if in_namespace else server, header, fds, libc, opened,
                      status_write if in_namespace else None)
     reply = socket.socket(fileno=fds[0])
-    for fd in (*fds[1:], status_write):
+    for fd in (*fds[1:], status_write, cgroup):
         if fd >= 0:
             os.close(fd)
     if status_read >= 0 and not in_namespace:
@@ -169,7 +174,7 @@ def start(control: socket.socket, selector: selectors.BaseSelector, children: di
     child = Forked(pid, pidfd, reply, status_read)
     children[pid] = child
     try:
-        reply.sendall(f"{pid}\n".encode())
+        reply.sendall(f"{pid} {int(placed)}\n".encode())
     except OSError:
         child.reap_wanted = True
     selector.register(reply, selectors.EVENT_READ, ("reply", pid))
@@ -206,7 +211,7 @@ def finish(child: Forked, selector: selectors.BaseSelector, children: dict[int, 
     del children[child.pid]
 
 
-def serve_forever(control: socket.socket, opened: dict[str, tuple[int, bool]], own_namespace: int) -> None:
+def serve_forever(control: socket.socket, opened: dict[str, tuple[int, bool]], forker: _clone.Forker) -> None:
     parent = os.getppid()
     libc = ctypes.CDLL(None, use_errno=True)
     children: dict[int, Forked] = {}
@@ -219,7 +224,7 @@ def serve_forever(control: socket.socket, opened: dict[str, tuple[int, bool]], o
         for key, _ in events:
             kind, pid = key.data
             if kind == "control":
-                if not start(control, selector, children, libc, opened, own_namespace):
+                if not start(control, selector, children, libc, opened, forker):
                     return
                 continue
             child = children.get(pid)
@@ -277,7 +282,8 @@ def main() -> None:
         opened[path] = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _FIRST_KEPT_FD), is_dir)  # clear of a child's 0-4
         os.close(fd)
     try:
-        serve_forever(control, opened, own_pid_namespace(config.get("pid_namespace", True)))
+        forker = _clone.Forker(own_pid_namespace(config.get("pid_namespace", True)), config.get("clone3", True))
+        serve_forever(control, opened, forker)
     finally:
         os._exit(0)  # the children die with this process (their parent-death signal)
 

@@ -134,7 +134,7 @@ def landlock(libc: ctypes.CDLL, workdir: str, read_roots: list[str], list_roots:
 def enter_namespaces(libc: ctypes.CDLL, pid: bool = True) -> bool:
     """Unshare network, mount and (with `pid`) PID namespaces (see the module docstring); True if done. The PID
     namespace takes the next child forked (become_pid_two); without `pid` this process is already the init of one
-    (a fork server made it so: fork_into_pid_namespace). Another user's user namespace keeps its capabilities until
+    (a fork server made it so: _clone.py). Another user's user namespace keeps its capabilities until
     the mounts are made: drop them after."""
     namespaces = _CLONE_NEWNET | _CLONE_NEWNS | (_CLONE_NEWPID if pid else 0)
     if os.geteuid() == 0:
@@ -192,30 +192,6 @@ def fork_candidate(libc: ctypes.CDLL, outer_fds: Sequence[int], status_write: in
         if pid == candidate:
             os.write(status_write, str(status).encode())
             os._exit(0)
-
-
-def fork_into_pid_namespace(libc: ctypes.CDLL, own_namespace: int) -> tuple[int, bool]:
-    """fork(), the child as the init (pid 1) of a PID namespace of its own where this process may make one (root);
-    (pid, whether it is in one). `own_namespace`: an fd of this process's PID namespace (/proc/self/ns/pid), which
-    later children return to; -1 for a plain fork. A fork server does this so that its child is the namespace's
-    init itself, and forks only the candidate's process (one fork fewer than become_pid_two)."""
-    if own_namespace < 0 or libc.unshare(_CLONE_NEWPID) != 0:
-        return os.fork(), False
-    try:
-        pid = os.fork()
-    except BaseException:
-        restore_pid_namespace(libc, own_namespace)
-        raise
-    if pid:
-        restore_pid_namespace(libc, own_namespace)
-    return pid, True
-
-
-def restore_pid_namespace(libc: ctypes.CDLL, own_namespace: int) -> None:
-    """Point this process's next children back at its own PID namespace (the one just made holds one process and
-    dies with it); raises where the kernel refuses, as every later fork would then fail."""
-    if libc.setns(own_namespace, _CLONE_NEWPID) != 0:
-        raise OSError(ctypes.get_errno(), "setns back to the fork server's own PID namespace failed")
 
 
 def _outer(libc: ctypes.CDLL, init: int, status_read: int, status_write: int, outer_fds: Sequence[int]) -> None:

@@ -20,7 +20,9 @@ server died under it runs again in a fresh child. Layers, each effective on its 
   pids hierarchy, else its cgroup v2 tree, e.g. as root or in a delegated subtree): every process of the
   run, setsid daemons included, is found and killed at the end; with the pids controller, pids.max also
   caps their number; with a memory controller (v2 in the same cgroup, or v1's memory hierarchy), a limit of
-  memory_mb + max_written_mb on what the kernel charges the run (pages, page cache, tmpfs, pipe buffers).
+  memory_mb + max_written_mb on what the kernel charges the run (pages, page cache, tmpfs, pipe buffers). The
+  fork server clones a child straight into a v2 cgroup (clone3's CLONE_INTO_CGROUP); else this process writes
+  the child's pid to cgroup.procs while the child confines itself, and the child forks the candidate after.
 - never uid 0: as root the child runs as a random unused uid owning only its directory (the interpreter, where
   a folder above it stops other users, is bound around in its mount namespace: _isolation.expose), so ordinary
   file permissions also guard the system and RLIMIT_NPROC caps its processes; without a cgroup every process of
@@ -218,7 +220,8 @@ class Sandbox:
             pipes += [request_read, request_write]
             process: subprocess.Popen[bytes] | ForkedChild | None = None
             if forked and self._fork_server is not None and self._count_child() > self.limits.fresh_children_first:
-                process = self._fork_server.spawn(workdir, self._environment(workdir), result_write, request_read)
+                process = self._fork_server.spawn(workdir, self._environment(workdir), result_write, request_read,
+                                                  cgroup.path if cgroup is not None and cgroup.v2 else None)
             if process is None:
                 arguments = [str(result_write)] + ([str(request_read)] if session else [])
                 process = subprocess.Popen(
@@ -244,7 +247,8 @@ class Sandbox:
             process.stdin.flush()
         except BrokenPipeError:
             pass
-        if cgroup is not None and not cgroup.add(process.pid):  # a write to cgroup.procs waits for an RCU grace period
+        placed = isinstance(process, ForkedChild) and process.placed  # started in its cgroup v2: nothing to write
+        if cgroup is not None and not cgroup.add(process.pid, placed):  # a cgroup.procs write waits for an RCU grace
             cgroup.kill_all_and_remove()
             cgroup = None
         child = RunningChild(process, workdir, cgroup, uid, result_read, request_write, self.limits)

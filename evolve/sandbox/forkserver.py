@@ -33,8 +33,10 @@ class ForkedChild:
     """A child forked by the server, seen like a subprocess.Popen: pid, stdin, stdout, stderr, returncode.
     Not a child of this process: `reap` asks the server for its exit code and CPU time."""
 
-    def __init__(self, pid: int, pidfd: int, reply: socket.socket, stdin: int, stdout: int, stderr: int) -> None:
+    def __init__(self, pid: int, pidfd: int, reply: socket.socket, stdin: int, stdout: int, stderr: int,
+                 placed: bool = False) -> None:
         self.pid, self.pidfd, self._reply = pid, pidfd, reply
+        self.placed = placed  # it started in the run's cgroup (clone3's CLONE_INTO_CGROUP): no cgroup.procs write
         self.stdin = open(stdin, "wb")  # noqa: SIM115 - closed by the RunningChild that owns it
         self.stdout = open(stdout, "rb")  # noqa: SIM115
         self.stderr = open(stderr, "rb")  # noqa: SIM115
@@ -64,6 +66,7 @@ class ForkServer:
     `pid_namespaces` False, or where the kernel refuses, children are plain forks that make their own namespace."""
 
     pid_namespaces = True  # read when a server starts
+    clone3 = True  # the same: clone each child straight into its run's cgroup v2 where the kernel can
 
     def __init__(self, site_dirs: Sequence[str], preload: Sequence[str], hidden: Sequence[str],
                  read_roots: Sequence[str], list_roots: Sequence[str], environment: dict[str, str]) -> None:
@@ -76,22 +79,36 @@ class ForkServer:
         self.failed_to_start = ""  # why the last start failed; then every call gets a fresh child
         self.starts = 0  # servers started so far
         self.forks = 0  # children forked so far
+        self.placed = 0  # of which the kernel started in their run's cgroup v2 (clone3)
         self.replaced = 0  # servers replaced because their limits, priority or affinity had changed
         self._fingerprint: tuple[object, ...] | None = None
 
     @property
     def _config(self) -> bytes:
         """What a starting server is sent (_forkserver.receive_config)."""
-        return json.dumps({**self._settings, "pid_namespace": self.pid_namespaces}).encode()
+        return json.dumps({**self._settings, "pid_namespace": self.pid_namespaces, "clone3": self.clone3}).encode()
 
     @property
     def pid(self) -> int | None:
         """The running server's pid (None before the first call and after stop)."""
         return self._process.pid if self._process is not None else None
 
-    def spawn(self, workdir: Path, environment: dict[str, str], result_write: int,
-              request_read: int) -> ForkedChild | None:
-        """A child forked for one call (its stdin awaiting the job), or None when no server can fork it."""
+    def spawn(self, workdir: Path, environment: dict[str, str], result_write: int, request_read: int,
+              cgroup: Path | None = None) -> ForkedChild | None:
+        """A child forked for one call (its stdin awaiting the job), or None when no server can fork it. `cgroup`:
+        the run's cgroup v2 folder, which the child starts in where the kernel can (ForkedChild.placed)."""
+        try:
+            folder = os.open(cgroup, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) if cgroup is not None else -1
+        except OSError:
+            folder = -1
+        try:
+            return self._spawn(workdir, environment, result_write, request_read, folder)
+        finally:
+            if folder >= 0:
+                os.close(folder)
+
+    def _spawn(self, workdir: Path, environment: dict[str, str], result_write: int, request_read: int,
+               cgroup: int) -> ForkedChild | None:
         for _ in range(2):  # a dead server is replaced once per call
             with self._lock:
                 control = self._running()
@@ -101,8 +118,9 @@ class ForkServer:
                 pipes = [os.pipe() for _ in range(3)]  # stdin, stdout, stderr
                 theirs = [reply_there.fileno(), pipes[0][0], pipes[1][1], pipes[2][1], result_write]
                 theirs += [request_read] if request_read >= 0 else []
+                theirs += [cgroup] if cgroup >= 0 else []
                 header = json.dumps({"workdir": str(workdir), "environment": environment,
-                                     "session": request_read >= 0}).encode()
+                                     "session": request_read >= 0, "cgroup": cgroup >= 0}).encode()
                 try:
                     socket.send_fds(control, [header], theirs)
                     sent = True
@@ -115,6 +133,7 @@ class ForkServer:
             child = self._forked(reply, mine) if sent else None
             if child is not None:
                 self.forks += 1
+                self.placed += child.placed
                 return child
             reply.close()
             for fd in mine:
@@ -125,11 +144,11 @@ class ForkServer:
     def _forked(self, reply: socket.socket, mine: tuple[int, int, int]) -> ForkedChild | None:
         try:
             reply.settimeout(_REPLY_TIMEOUT_S)
-            pid = int(_read_line(reply))
-            pidfd = os.pidfd_open(pid)
+            pid, placed = _read_line(reply).split()
+            pidfd = os.pidfd_open(int(pid))
         except (OSError, ValueError):  # the server died (and the child, if any, with it)
             return None
-        return ForkedChild(pid, pidfd, reply, *mine)
+        return ForkedChild(int(pid), pidfd, reply, *mine, placed=placed == "1")
 
     def _running(self) -> socket.socket | None:
         """The live server's control socket, starting one if there is none; None if it cannot start."""

@@ -118,10 +118,11 @@ class RunCgroup:
     whose limit counts what the kernel charges the run: its pages, page cache, tmpfs and memfd files, pipe buffers
     and other kernel memory; past the limit the kernel's OOM killer ends the run (`oom_killed`)."""
 
-    def __init__(self, path: Path, capped: bool, memory: Path | None = None) -> None:
+    def __init__(self, path: Path, capped: bool, memory: Path | None = None, v2: bool = False) -> None:
         self.path = path
         self.capped = capped
         self.memory = memory
+        self.v2 = v2  # a cgroup v2 folder: a fork server may clone a child straight into it (CLONE_INTO_CGROUP)
 
     @classmethod
     def create(cls, parents: list[Path], maxprocesses: int, memory_bytes: int | None = None) -> RunCgroup | None:
@@ -134,14 +135,15 @@ class RunCgroup:
                 path.mkdir()
             except OSError:
                 continue
+            v2 = (parent / "cgroup.controllers").exists()
             try:
                 (path / "pids.max").write_text(str(maxprocesses))
-                cgroup = cls(path, capped=True)
+                cgroup = cls(path, capped=True, v2=v2)
             except OSError:
-                if not (parent / "cgroup.controllers").exists():
+                if not v2:
                     cls(path, capped=False).kill_all_and_remove()
                     continue
-                cgroup = cls(path, capped=False)  # v2 without the pids controller: tracks, no cap
+                cgroup = cls(path, capped=False, v2=True)  # v2 without the pids controller: tracks, no cap
             if memory_bytes is not None:
                 cgroup.memory = cgroup._limit_memory(parent, memory_bytes)
             return cgroup
@@ -186,10 +188,12 @@ class RunCgroup:
             if owner.isdigit() and not Path(f"/proc/{owner}").exists():
                 cls(entry, capped=False).kill_all_and_remove()
 
-    def add(self, pid: int) -> bool:
-        """Put `pid` in the run's cgroup (and its v1 memory cgroup, where that is another one)."""
+    def add(self, pid: int, placed: bool = False) -> bool:
+        """Put `pid` in the run's cgroup (unless it was `placed` there when it was forked) and in its v1 memory
+        cgroup, where that is another one."""
         try:
-            (self.path / "cgroup.procs").write_text(str(pid))
+            if not placed:
+                (self.path / "cgroup.procs").write_text(str(pid))
             if self.memory is not None and self.memory != self.path:
                 (self.memory / "cgroup.procs").write_text(str(pid))
             return True
