@@ -14,8 +14,8 @@ _FLAGS = {"algo": "algo", "base": "base", "steps": "steps", "out": "out", "group
           "answers": "answers", "lr": "lr", "seed": "seed", "prompts_per_step": "prompts_per_step",
           "max_new_tokens": "max_new_tokens", "kl_coef": "kl_coef", "save_every": "save_every",
           "threads": "threads", "programs_dir": "programs_dir", "sampler": "sampler", "rollouts": "rollouts",
-          "device": "device", "dtype": "dtype", "parents_db": "parents_db", "k": "max_at_k_k",
-          "ppo_epochs": "epochs", "minibatches": "minibatches"}
+          "device": "device", "dtype": "dtype", "compute_dtype": "compute_dtype", "parents_db": "parents_db",
+          "k": "max_at_k_k", "ppo_epochs": "epochs", "minibatches": "minibatches"}
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -47,6 +47,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                        "problem become training prompts too (parents_per_problem, default 4)")
     train.add_argument("--device", help="'auto' (default: cuda when there is a GPU), 'cpu', 'cuda', 'cuda:1'")
     train.add_argument("--dtype", choices=["float32", "bfloat16"], help="model weights (default float32)")
+    train.add_argument("--compute-dtype", choices=["auto", "float32", "bfloat16"],
+                       help="the loss's matmuls (default auto: bfloat16 under autocast on a CPU with native bfloat16)")
     train.add_argument("--rollouts", choices=["auto", "llamacpp", "local", "vllm"],
                        help="who samples: llamacpp (base GGUF + the adapter being trained, LoRA only), local (the "
                        "transformers model), vllm (LoRA only); default auto: llamacpp on CPU with LoRA, else local")

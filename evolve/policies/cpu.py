@@ -1,4 +1,4 @@
-"""How many CPU threads a local model (llama.cpp, torch) takes when its settings say 0."""
+"""What the CPU gives a local model (llama.cpp, torch): threads when its settings say 0, native bfloat16."""
 
 from __future__ import annotations
 
@@ -28,3 +28,12 @@ def cpu_threads(threads: int = 0) -> int:
             raise UserError(f"{THREADS_ENV}={chosen!r}: a whole number of threads, at least 1")
         return int(chosen)
     return len(os.sched_getaffinity(0)) or 1
+
+
+def native_bfloat16() -> bool:
+    """Whether this CPU multiplies bfloat16 in hardware (AVX512_BF16 or AMX), where torch's bfloat16 matmuls beat
+    float32's; elsewhere they are emulated and slower."""
+    import torch
+
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # private in torch 2.x: absent means no
+    return any(bool(getattr(torch.cpu, probe, lambda: False)()) for probe in probes)

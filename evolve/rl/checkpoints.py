@@ -32,13 +32,20 @@ class ResumeError(UserError, RuntimeError):
     """There is nothing to resume, or the state does not fit the model; the message says what to do."""
 
 
+def merged_model(model: Any) -> Any:
+    """A copy of the LoRA model with its adapter merged into float32 weights: merged in bfloat16 (`dtype`), an
+    update smaller than bfloat16's spacing at a weight (most of a LoRA run's) would round away. A float32 model's merge
+    is unchanged by this."""
+    return copy.deepcopy(model).float().merge_and_unload()
+
+
 def save_checkpoint(model: Any, tokenizer: Any, folder: Path, lora: bool,
                     provenance: TrainingProvenance | None = None) -> None:
     """A full HF folder (LoRA merged into a copy of the model) plus, for LoRA, the adapter alone in adapter/; each
     folder stamped with `provenance` (its own evolve_training.json, with the hashes of its weights)."""
     folder.mkdir(parents=True, exist_ok=True)
     if lora:
-        copy.deepcopy(model).merge_and_unload().save_pretrained(folder)
+        merged_model(model).save_pretrained(folder)
         model.save_pretrained(folder / "adapter")
     else:
         model.save_pretrained(folder)

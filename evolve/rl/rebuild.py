@@ -39,6 +39,7 @@ def rebuild_merged(final: Path) -> Path:
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
 
+    from evolve.rl.checkpoints import merged_model
     from evolve.rl.train_config import TrainConfig
     from evolve.rl.trainer import load_model
 
@@ -58,7 +59,7 @@ def rebuild_merged(final: Path) -> Path:
         raise RebuildError(f"{final}/adapter does not fit the LoRA settings of {config_path} "
                            f"(unexpected: {', '.join(result.unexpected_keys[:3])})")
     with torch.no_grad(), tempfile.TemporaryDirectory(dir=final) as staging:
-        model.merge_and_unload().save_pretrained(staging)
+        merged_model(model).save_pretrained(staging)
         made = Path(staging) / MERGED_WEIGHTS
         digest = weight_digests(Path(staging)).get(MERGED_WEIGHTS)
         if digest != recorded:

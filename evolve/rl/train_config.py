@@ -77,6 +77,10 @@ class TrainConfig(BaseModel):
     device: str = Field("auto", description="'auto' (cuda when torch sees a GPU, else cpu), 'cpu', 'cuda', 'cuda:1'")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="the model's weights (LoRA adapters stay "
                                                   "float32); bfloat16 halves memory on GPUs")
+    compute_dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="the dtype of the loss's matmuls: bfloat16 runs the forward passes under torch.autocast, "
+        "the weights kept in `dtype`; auto: bfloat16 on a CPU with native bfloat16 (AVX512_BF16 or AMX), float32 "
+        "elsewhere (on a GPU, LoRA's casts made bfloat16 slower)")
     parents_db: str = Field("", description="an evolve store (SQLite path or URL): its runs' best unsolved programs "
                             "of each problem are training parents too, besides the seed")
     parents_per_problem: int = Field(4, ge=1, description="with parents_db: evolved parents taken per problem")
@@ -105,6 +109,16 @@ class TrainConfig(BaseModel):
         if self.device == "auto":
             return torch.device("cuda" if torch.cuda.is_available() else "cpu")
         return torch.device(self.device)
+
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        """The dtype torch.autocast runs the loss's forward passes in, None for none (float32 throughout)."""
+        from evolve.policies.cpu import native_bfloat16
+
+        wanted = self.compute_dtype
+        if wanted == "auto":
+            wanted = "bfloat16" if self.torch_device.type == "cpu" and native_bfloat16() else "float32"
+        return torch.bfloat16 if wanted == "bfloat16" else None
 
     @model_validator(mode="after")
     def _engines_need_lora(self) -> TrainConfig:

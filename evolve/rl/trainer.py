@@ -122,14 +122,16 @@ def optimise(model: Any, reference: Callable[[], contextlib.AbstractContextManag
     device = config.torch_device
     total = float(sum(mask.sum() for _, _, mask in batches))
     refs: list[torch.Tensor | None] = [None] * len(batches)
+    autocast = config.autocast_dtype
+    computed = (lambda: torch.autocast(device.type, dtype=autocast)) if autocast else contextlib.nullcontext
     if config.kl_coef > 0:
-        with torch.no_grad(), reference() as ref_model:
+        with torch.no_grad(), reference() as ref_model, computed():
             refs = [completion_logprobs(ref_model, p, c, config.temperature, lengths=m.sum(1))[0]
                     for p, c, m in batches]
     runs = minibatch_groups(len(batches), config.minibatches)
     olds: list[torch.Tensor | None] = [None] * len(batches)
     if config.epochs * len(runs) > 1:
-        with torch.no_grad():
+        with torch.no_grad(), computed():
             for index in (i for run in runs[1:] for i in run):
                 prompt, completion, mask = batches[index]
                 olds[index] = completion_logprobs(model, prompt, completion, config.temperature,
@@ -142,8 +144,9 @@ def optimise(model: Any, reference: Callable[[], contextlib.AbstractContextManag
             run_tokens = float(sum(batches[i][2].sum() for i in run))
             for index in run:
                 prompt, completion, mask = batches[index]
-                logp, entropy = completion_logprobs(model, prompt, completion, config.temperature,
-                                                    with_entropy=epoch == 0, lengths=mask.sum(1))
+                with computed():  # the backward pass runs in the dtypes its forward chose
+                    logp, entropy = completion_logprobs(model, prompt, completion, config.temperature,
+                                                        with_entropy=epoch == 0, lengths=mask.sum(1))
                 old = olds[index]
                 if old is None:  # the first minibatch of the first pass: the parameters have not moved yet
                     old = olds[index] = logp.detach()
@@ -271,8 +274,9 @@ async def _train(config: TrainConfig, console: Console, resume: bool, held_out: 
                               config.vllm_gpu_memory, config.vllm_max_model_len, config.vllm_dtype)
     elif config.rollout_engine == "llamacpp":
         sampler = llamacpp_sampler(config, out, base_path, model, tasks)
+    computed = f", matmuls {config.autocast_dtype}".replace("torch.", "") if config.autocast_dtype else ""
     kind = (f"LoRA r={config.lora.r}" if config.lora.enabled else "full fine-tuning") + \
-        f", {config.dtype} on {config.torch_device}"
+        f", {config.dtype}{computed} on {config.torch_device}"
     prompts = f"{len(tasks)} prompt{'s' * (len(tasks) != 1)}"
     console.print(f"train {config.algo}: {base_path} ({kind}, {sum(p.numel() for p in params):,} trainable), "
                   f"rollouts {config.rollout_engine}, problems {', '.join(config.problems)} ({prompts}), "
@@ -292,7 +296,8 @@ async def _train(config: TrainConfig, console: Console, resume: bool, held_out: 
                 seconds = time.monotonic() - started
                 record = {"step": step, "algo": config.algo, **step_stats(config, groups, advantages), **trained,
                           "gen_s": sum(g.seconds_generating for g in groups), "rollout_s": rollout_s,
-                          "train_s": seconds - rollout_s, "seconds": seconds, "evaluations": scorer.evaluations}
+                          "train_s": seconds - rollout_s, "seconds": seconds, "evaluations": scorer.evaluations,
+                          "matmul_dtype": str(config.autocast_dtype or torch.float32).removeprefix("torch.")}
                 records.append(record)
                 save_state(out, model, optimizer, step, records)
                 with log_path.open("a") as log:
