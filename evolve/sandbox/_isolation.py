@@ -59,11 +59,6 @@ class _PathBeneath(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
-# syscall(number, int, int, pointer, unsigned): landlock_add_rule's shape
-_SYSCALL_WITH_POINTER = ctypes.CFUNCTYPE(ctypes.c_long, ctypes.c_long, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
-                                         ctypes.c_uint32)
-
-
 def landlock_abi(libc: ctypes.CDLL) -> int:
     """The kernel's Landlock ABI version, 0 where it has none (or it is disabled)."""
     libc.syscall.restype = ctypes.c_long
@@ -117,11 +112,6 @@ def landlock(libc: ctypes.CDLL, workdir: str, read_roots: list[str], list_roots:
     rules += [(root, _READ) for root in read_roots]
     rules += [(folder, _READ_DIR) for folder in list_roots]
     opened = opened or {}
-    # hundreds of rules where a site-packages folder is split around a hidden package: one struct, written in
-    # place, and a prototyped call, rather than a struct and four converted arguments per rule
-    add_rule = _SYSCALL_WITH_POINTER(("syscall", libc))
-    rule = _PathBeneath()
-    address = ctypes.addressof(rule)
     for path, rights in rules:
         fd, is_dir = opened.get(path, (-1, False))
         if fd < 0:
@@ -132,8 +122,8 @@ def landlock(libc: ctypes.CDLL, workdir: str, read_roots: list[str], list_roots:
             is_dir = os.path.isdir(path)
         if not is_dir:
             rights &= _FILE_ONLY
-        rule.allowed_access, rule.parent_fd = rights, fd
-        add_rule(_SYS_ADD_RULE, ruleset, 1, address, 0)
+        rule = _PathBeneath(rights, fd)
+        libc.syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(1), ctypes.byref(rule), ctypes.c_uint32(0))
         if path not in opened:
             os.close(fd)
     restricted = libc.syscall(_SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
