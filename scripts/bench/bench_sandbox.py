@@ -15,12 +15,21 @@ median). The call_each figures are the median trusted round trip (SandboxResult.
 by one child: the overhead that a per-test time limit includes, for a trivial argument and for a list of
 200,000 ints (lis's big tests).
 
+--phases (root) says instead where a forked child's own CPU goes: each confinement step, timed inside --runs
+forked processes of this one (medians; the read roots opened once beforehand, as the fork server does), and the
+kernel work around a child, each alternated --runs times (means, this process's CPU and the machine's from
+/proc/stat, which counts kernel threads too): a run's cgroups made and removed, a fork and exit, a fork whose child
+also makes a network namespace.
+
     .venv/bin/python scripts/bench/bench_sandbox.py [--runs 30]
+    .venv/bin/python scripts/bench/bench_sandbox.py --phases [--runs 40]
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import json
 import os
 import resource
 import statistics
@@ -29,7 +38,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from evolve.sandbox import _isolation
 from evolve.sandbox.core import Sandbox, SandboxLimits, SandboxResult
+from evolve.sandbox.processes import RunCgroup, cgroup_parents
 
 PROGRAMS = {
     "trivial": "def solve(x):\n    return x + 1\n",
@@ -126,12 +137,105 @@ def median_round_trip_s(sandbox: Sandbox, program: Path, argument: object, runs:
     return statistics.median(result.wall_s for result in results)
 
 
+def confinement_steps(sandbox: Sandbox, opened: dict[str, tuple[int, bool]], workdir: str, report: int) -> None:
+    """In a forked process (root): a forked child's confinement, step by step as _child.confine takes them (the
+    PID namespace aside, which the fork server made), each step's CPU seconds written to `report`; never returns."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    uid = 1_234_567
+    steps = {
+        "job decoded": lambda: json.loads(sandbox._job(False, Path(workdir, "c.py"), "solve", [1], Path(workdir), uid)),
+        "network and mount namespaces": lambda: _isolation.enter_namespaces(libc, pid=False),
+        "folder tmpfs": lambda: _isolation.private_folder(libc, workdir, 64 << 20, 20_000, uid),
+        "interpreter exposed": lambda: _isolation.expose(libc, [*sandbox._expose, str(Path(workdir).parent)]),
+        "/proc /sys /dev covered": lambda: _isolation.hide_system(libc, 64 << 20, uid),
+        f"Landlock, {len(sandbox._read_roots) + len(sandbox._list_roots)} rules": lambda: _isolation.landlock(
+            libc, workdir, list(sandbox._read_roots), sandbox._list_roots, opened, ["/dev/shm"]),
+        "seccomp filter": lambda: (_isolation.no_new_privileges(libc), _isolation.refuse_syscalls(libc)),
+    }
+    spent = {}
+    for name, step in steps.items():
+        started = time.process_time()
+        step()
+        spent[name] = time.process_time() - started
+    os.write(report, json.dumps(spent).encode())
+    os._exit(0)
+
+
+def child_cpu_s(work: Callable[[], None]) -> float:
+    """CPU of one forked process of this one that runs `work` (which must exit it), fork and exit included."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    pid = os.fork()
+    if pid == 0:
+        work()
+        os._exit(0)
+    os.waitpid(pid, 0)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+
+
+def machine_cpu_s() -> float:
+    """CPU spent on this machine so far, every process and kernel thread (/proc/stat, less idle and iowait)."""
+    ticks = [int(field) for field in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def cgroup_life(parents: list[Path]) -> None:
+    """A run's cgroups (pids, and memory with its limit) made where a Sandbox would make them, then removed."""
+    cgroup = RunCgroup.create(parents, 64, 1 << 29)
+    if cgroup is not None:
+        cgroup.kill_all_and_remove()
+
+
+def phases(runs: int) -> None:
+    if os.geteuid() != 0:
+        raise SystemExit("--phases confines forked processes as the sandbox does as root: run it as root")
+    sandbox = Sandbox(SandboxLimits(fork_server=False))
+    opened = _isolation.open_paths([*sandbox._read_roots, *sandbox._list_roots])
+    spent: list[dict[str, float]] = []
+    totals = []
+    for _ in range(runs):
+        workdir = tempfile.mkdtemp()
+        read_end, write_end = os.pipe()
+        totals.append(child_cpu_s(lambda: confinement_steps(sandbox, opened, workdir, write_end)))  # noqa: B023
+        os.close(write_end)
+        spent.append(json.loads(os.read(read_end, 1 << 16)))
+        os.close(read_end)
+        os.rmdir(workdir)
+    print(f"a forked child's confinement (PID namespace aside), {runs} children: median "
+          f"{statistics.median(totals) * 1000:.2f} CPU-ms in all, fork and exit included")
+    for name in spent[0]:
+        print(f"  {name:>32}: {statistics.median(run[name] for run in spent) * 1000:6.2f} CPU-ms")
+    libc = ctypes.CDLL(None, use_errno=True)
+    parents = cgroup_parents()
+    around: dict[str, Callable[[], object]] = {
+        "a run's cgroups made and removed": lambda: cgroup_life(parents),
+        "fork and exit": lambda: child_cpu_s(lambda: None),
+        "fork, network namespace, exit": lambda: child_cpu_s(lambda: libc.unshare(0x40000000)),
+    }
+    own: dict[str, float] = dict.fromkeys(around, 0.0)
+    machine: dict[str, float] = dict.fromkeys(around, 0.0)
+    for _ in range(runs):
+        for name, work in around.items():
+            started_own, started_machine = own_cpu_s(), machine_cpu_s()
+            work()
+            own[name] += own_cpu_s() - started_own
+            machine[name] += machine_cpu_s() - started_machine
+    for name in around:
+        print(f"{name:>34}: {own[name] / runs * 1000:6.2f} CPU-ms here, {machine[name] / runs * 1000:6.2f} CPU-ms "
+              "on the machine (others' work included)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=30)
-    runs = parser.parse_args().runs
+    parser.add_argument("--phases", action="store_true", help="where a forked child's own CPU goes (root)")
+    args = parser.parse_args()
+    runs = args.runs
     if runs < 1:
         raise SystemExit("--runs must be at least 1")
+    if args.phases:
+        phases(runs)
+        return
     with tempfile.TemporaryDirectory() as folder:
         compare_calls(Path(folder), runs)
         program = Path(folder) / "length.py"
