@@ -296,14 +296,16 @@ def main() -> None:
 
 
 def serve(result_fd: int, request_fd: int | None, opened: dict[str, tuple[int, bool]] | None = None,
-          status_fd: int | None = None) -> None:
+          status_fd: int | None = None, roots: tuple[list[str], list[str]] | None = None) -> None:
     """Read the job on stdin and run it (also the entry of a child forked by _forkserver.py, with the read roots
-    it opened and, where it forked the child as a PID namespace's init, the pipe for pid 2's wait status); never
-    returns."""
+    it opened and their lists, `roots`, which its jobs leave out, and where it forked the child as a PID namespace's
+    init, the pipe for pid 2's wait status); never returns."""
     for fd in (result_fd, request_fd):
         if fd is not None:
             os.set_inheritable(fd, False)  # programs the candidate starts get neither pipe
     job = json.loads(read_line(0))
+    if job["read_roots"] is None and roots is not None:  # a forked child's job leaves them to its fork server
+        job["read_roots"], job["list_roots"] = roots
     run(job, result_fd, request_fd, opened, status_fd)
     os._exit(0)  # no atexit handlers or finalisers of the candidate's after the report
 

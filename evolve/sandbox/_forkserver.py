@@ -16,7 +16,8 @@ Protocol on CONTROL_FD (a SOCK_SEQPACKET socket):
   child would share, not copy: one candidate could leave state there for the next); the Sandbox then starts
   fresh children. It then opens
   the read roots once: each child's Landlock rules use these fds, and the child closes them before the candidate
-  runs (hundreds of opens and stats were most of a child's confinement).
+  runs (hundreds of opens and stats were most of a child's confinement); a child's job leaves the lists of read
+  roots out, and the child takes this process's.
 - then one message per call: JSON {"workdir", "environment", "session", "cgroup"} with the fds [reply socket,
   stdin read end, stdout write end, stderr write end, result write end, (request read end), (with "cgroup": the
   run's cgroup v2 folder)]. The server forks (_clone.py: as root and with "pid_namespace", the child as the init
@@ -104,8 +105,8 @@ def shared_mappings(maps: str = "/proc/self/maps") -> list[str]:
     return found
 
 
-def become_child(parent: int, header: dict, fds: list[int], libc: ctypes.CDLL,
-                 opened: dict[str, tuple[int, bool]], status_write: int | None) -> None:
+def become_child(parent: int, header: dict, fds: list[int], libc: ctypes.CDLL, opened: dict[str, tuple[int, bool]],
+                 roots: tuple[list[str], list[str]], status_write: int | None) -> None:
     """In the forked process: take the call's fds, session, folder and environment, then run the harness, which
     confines this process before the candidate's code runs. Never returns into the server's loop.
     `parent`: the server's pid as this process sees it (0 from the init of a PID namespace of its own, which gets
@@ -133,15 +134,15 @@ def become_child(parent: int, header: dict, fds: list[int], libc: ctypes.CDLL,
         if "numpy.random" in sys.modules:  # numpy keeps the seed drawn at import: each child draws its own
             sys.modules["numpy.random"].seed()
         sys.argv = [_HARNESS, "3", "4"] if header["session"] else [_HARNESS, "3"]
-        _child.serve(3, 4 if header["session"] else None, opened, None if status_write is None else STATUS_FD)
+        _child.serve(3, 4 if header["session"] else None, opened, None if status_write is None else STATUS_FD, roots)
     except BaseException as exc:  # noqa: BLE001 - reported on the child's stderr; the supervisor sees no result
         _child.print_traceback(exc)
     finally:
         os._exit(1)
 
 
-def start(control: socket.socket, selector: selectors.BaseSelector, children: dict[int, Forked],
-          libc: ctypes.CDLL, opened: dict[str, tuple[int, bool]], forker: _clone.Forker) -> bool:
+def start(control: socket.socket, selector: selectors.BaseSelector, children: dict[int, Forked], libc: ctypes.CDLL,
+          opened: dict[str, tuple[int, bool]], roots: tuple[list[str], list[str]], forker: _clone.Forker) -> bool:
     """Fork a child for the next call on the control socket (as root, as the init of a PID namespace of its own;
     with a cgroup v2 fd, into that cgroup where the kernel can: _clone.py); False on EOF."""
     message, fds, _, _ = socket.recv_fds(control, _MAX_MESSAGE, 8)
@@ -158,7 +159,7 @@ def start(control: socket.socket, selector: selectors.BaseSelector, children: di
     status_read, status_write = os.pipe() if forker.own_namespace >= 0 else (-1, -1)
     pid, in_namespace, placed = forker.fork_child(cgroup)
     if pid == 0:
-        become_child(0 if in_namespace else server, header, fds, libc, opened,
+        become_child(0 if in_namespace else server, header, fds, libc, opened, roots,
                      status_write if in_namespace else None)
     reply = socket.socket(fileno=fds[0])
     for fd in (*fds[1:], status_write, cgroup):
@@ -211,7 +212,8 @@ def finish(child: Forked, selector: selectors.BaseSelector, children: dict[int, 
     del children[child.pid]
 
 
-def serve_forever(control: socket.socket, opened: dict[str, tuple[int, bool]], forker: _clone.Forker) -> None:
+def serve_forever(control: socket.socket, opened: dict[str, tuple[int, bool]], roots: tuple[list[str], list[str]],
+                  forker: _clone.Forker) -> None:
     parent = os.getppid()
     libc = ctypes.CDLL(None, use_errno=True)
     children: dict[int, Forked] = {}
@@ -224,7 +226,7 @@ def serve_forever(control: socket.socket, opened: dict[str, tuple[int, bool]], f
         for key, _ in events:
             kind, pid = key.data
             if kind == "control":
-                if not start(control, selector, children, libc, opened, forker):
+                if not start(control, selector, children, libc, opened, roots, forker):
                     return
                 continue
             child = children.get(pid)
@@ -283,7 +285,7 @@ def main() -> None:
         os.close(fd)
     try:
         forker = _clone.Forker(own_pid_namespace(config.get("pid_namespace", True)), config.get("clone3", True))
-        serve_forever(control, opened, forker)
+        serve_forever(control, opened, (config.get("read_roots", []), config.get("list_roots", [])), forker)
     finally:
         os._exit(0)  # the children die with this process (their parent-death signal)
 

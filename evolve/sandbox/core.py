@@ -213,7 +213,7 @@ class Sandbox:
                     raise OSError("no unused uid is mapped in this user namespace to run the candidate as")
                 os.chown(workdir, uid, uid)
                 os.chown(program, uid, uid)
-            job = self._job(driver, program, target, payload, workdir, uid)
+            job = self._job(driver, program, target, payload, workdir, uid, roots=False)  # a forked child's
             result_read, result_write = os.pipe()
             pipes += [result_read, result_write]
             request_read, request_write = os.pipe() if session else (-1, -1)
@@ -223,6 +223,7 @@ class Sandbox:
                 process = self._fork_server.spawn(workdir, self._environment(workdir), result_write, request_read,
                                                   cgroup.path if cgroup is not None and cgroup.v2 else None)
             if process is None:
+                job = self._job(driver, program, target, payload, workdir, uid, roots=True)
                 arguments = [str(result_write)] + ([str(request_read)] if session else [])
                 process = subprocess.Popen(
                     [sys.executable, "-I", "-S", "-B", str(_HARNESS), *arguments], cwd=workdir,
@@ -263,7 +264,10 @@ class Sandbox:
             self._children_started += 1
             return self._children_started
 
-    def _job(self, driver: bool, program: Path, target: str, payload: Any, workdir: Path, uid: int | None) -> bytes:
+    def _job(self, driver: bool, program: Path, target: str, payload: Any, workdir: Path, uid: int | None,
+             roots: bool) -> bytes:
+        """The job line; without `roots` it leaves out the read roots (hundreds where site-packages is split around
+        a hidden package), which a forked child takes from its fork server, made from the same lists."""
         limits = self.limits
         if uid is not None:
             nproc: int | None = limits.max_processes
@@ -273,8 +277,9 @@ class Sandbox:
             nproc = limits.max_processes + sum(1 for _, owner, _ in processes() if owner == os.getuid())
         return json.dumps({
             "driver": driver, "program": str(program), "target": target, "payload": payload,
-            "workdir": str(workdir), "site_dirs": list(self._site_dirs), "read_roots": list(self._read_roots),
-            "list_roots": list(self._list_roots), "expose": [*self._expose, str(workdir.parent)],
+            "workdir": str(workdir), "site_dirs": list(self._site_dirs),
+            "read_roots": list(self._read_roots) if roots else None,
+            "list_roots": list(self._list_roots) if roots else None, "expose": [*self._expose, str(workdir.parent)],
             "uid": uid, "limits": {
                 "cpu_s": max(1, int(limits.cpu_time_s + 0.999)), "memory_bytes": limits.memory_mb * 1024 * 1024,
                 "file_bytes": min(_MAX_FILE_BYTES, limits.max_written_mb * 1024 * 1024), "nproc": nproc,

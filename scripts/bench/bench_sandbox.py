@@ -143,7 +143,8 @@ def confinement_steps(sandbox: Sandbox, opened: dict[str, tuple[int, bool]], wor
     libc = ctypes.CDLL(None, use_errno=True)
     uid = 1_234_567
     steps = {
-        "job decoded": lambda: json.loads(sandbox._job(False, Path(workdir, "c.py"), "solve", [1], Path(workdir), uid)),
+        "job decoded": lambda: json.loads(sandbox._job(False, Path(workdir, "c.py"), "solve", [1], Path(workdir), uid,
+                                                       roots=False)),  # a forked child's: the server has the roots
         "network and mount namespaces": lambda: _isolation.enter_namespaces(libc, pid=False),
         "folder tmpfs": lambda: _isolation.private_folder(libc, workdir, 64 << 20, 20_000, uid),
         "interpreter exposed": lambda: _isolation.expose(libc, [*sandbox._expose, str(Path(workdir).parent)]),
