@@ -16,7 +16,8 @@ from evolve.records import Evaluation
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = ROOT / "programs"
 SOLUTIONS = Path(__file__).parent / "solutions"
-SHIPPED = list_problems(PROGRAMS)
+# the folders directly in programs/: imported ones (programs/humaneval/, programs/generated/) are not shipped
+SHIPPED = [name for name in list_problems(PROGRAMS) if (PROGRAMS / name).is_dir()]
 
 
 def evaluate(problem: Problem, code: str, timeout_s: float | None = None) -> Evaluation:
