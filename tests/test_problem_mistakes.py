@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from evolve.problems.evaluation import evaluate_program
-from evolve.problems.problem import Problem, ProblemError, list_problems, load_problem
+from evolve.problems.problem import KNOWN_LISTED, Problem, ProblemError, list_problems, load_problem
 from evolve.records import Evaluation
 
 PROGRAMS = Path(__file__).resolve().parents[1] / "programs"
@@ -126,11 +126,32 @@ def test_evaluator_without_evaluate_function_is_named_at_load(tmp_path: Path) ->
     assert message.startswith(str(folder / "evaluator.py")) and "evaluate" in message
 
 
-def test_unknown_problem_name_lists_the_problems_there() -> None:
+def unknown_name_error(name: str, programs: Path) -> str:
     with pytest.raises(ProblemError) as error:
-        load_problem("symbolic_regresion", PROGRAMS)
-    assert "no such problem folder" in str(error.value)
-    assert ", ".join(list_problems(PROGRAMS)) in str(error.value)
+        load_problem(name, programs)
+    return str(error.value)
+
+
+def test_unknown_problem_name_suggests_the_close_one_and_names_or_counts_the_problems_there() -> None:
+    message = unknown_name_error("symbolic_regresion", PROGRAMS)  # however many problems are imported under programs/
+    names = list_problems(PROGRAMS)
+    assert "no such problem folder" in message and "did you mean symbolic_regression?" in message
+    listed = ", ".join(names) if len(names) <= KNOWN_LISTED else f"{len(names)} of them, `evolve problems` lists them"
+    assert f"(problems in {PROGRAMS}: {listed})" in message
+
+
+def test_unknown_problem_name_lists_a_few_problems_and_counts_many(tmp_path: Path) -> None:
+    for count in (3, KNOWN_LISTED + 180):  # hundreds imported (evolve import generated) keep the message short
+        programs = tmp_path / str(count)
+        for index in range(count):
+            (programs / "generated" / f"gl_d1_{index:04d}").mkdir(parents=True)
+            (programs / "generated" / f"gl_d1_{index:04d}" / "problem.toml").write_text("")
+        message = unknown_name_error("gl_d1_000", programs)
+        assert "did you mean gl_d1_0" in message and len(message) < 400
+        if count == 3:
+            assert message.endswith("(problems in " + str(programs) + ": gl_d1_0000, gl_d1_0001, gl_d1_0002)")
+        else:
+            assert message.endswith(f": {count} of them, `evolve problems` lists them)")
 
 
 def test_weighted_reduction_is_the_weighted_mean_and_solved_needs_every_condition(tmp_path: Path) -> None:
