@@ -1,5 +1,6 @@
-"""Seeded generation of composed-operation problems: a chain of `difficulty` operations, its reference function,
-visible examples and hidden tests, kept only when every step matters and no earlier problem behaves the same."""
+"""Seeded generation of composed-operation problems: a chain of operations (as many as the level's steps, some drawn
+from the easy tier only), its reference function, visible examples and hidden tests, kept only when every step
+matters and no earlier problem behaves the same."""
 
 from __future__ import annotations
 
@@ -30,6 +31,40 @@ Function = Callable[[Any], Any]
 
 
 @dataclass(frozen=True)
+class Level:
+    """A difficulty level: how many operations are composed and, per step, whether it comes from the easy tier
+    (operations.EASY), from outside it, or from anywhere. Levels 1-4 are the plain step counts, any operation at
+    every step; 2ee (both steps easy) and 2e (a step that is not easy, then an easy one) lie between one step and
+    two, disjoint from each other and both parts of level 2."""
+
+    name: str  # as `--difficulty` spells it and problem names carry it (gl_d2e_0007)
+    easy: tuple[bool | None, ...]  # one entry per step: True easy only, False not easy, None any
+    stream: int  # the seeded stream is Random(seed * 1000 + stream)
+    words: str  # what the level is, for problem.toml
+
+    @property
+    def steps(self) -> int:
+        return len(self.easy)
+
+
+LEVELS: dict[str, Level] = {
+    **{str(steps): Level(str(steps), (None,) * steps, steps, "operations composed") for steps in DIFFICULTIES},
+    "2e": Level("2e", (False, True), 21, "two operations composed, the first from outside the easy tier, the "
+                "second from it"),
+    "2ee": Level("2ee", (True, True), 22, "two operations composed, both from the easy tier"),
+}
+
+
+def level(difficulty: int | str) -> Level:
+    """The level `difficulty` names: 1-4 (as a number or its digits), 2e or 2ee; anything else is an error."""
+    found = LEVELS.get(str(difficulty).strip().lower())
+    if found is None:
+        raise ProblemError(f"--difficulty {difficulty}: choose one of {', '.join(LEVELS)} (1-4: the number of "
+                           "operations composed; 2ee: two, both easy; 2e: two, only the second easy)")
+    return found
+
+
+@dataclass(frozen=True)
 class Case:
     """One input and the reference function's answer to it."""
 
@@ -42,12 +77,13 @@ class GeneratedProblem:
     """One generated problem: its operations, the visible examples and the hidden tests."""
 
     name: str
-    difficulty: int
+    difficulty: int  # the number of operations composed
     seed: int
     index: int  # 1-based place in the (seed, difficulty) stream
     operations: tuple[Operation, ...]
     examples: tuple[Case, ...]
     tests: tuple[Case, ...]
+    level: str = ""  # the level's name when it is not the plain step count (2e, 2ee)
 
     @property
     def takes(self) -> str:
@@ -77,9 +113,9 @@ class GeneratedProblem:
         return f"Take {WHAT[self.takes]} `{self.parameter}`, {steps}, and return the result."
 
 
-def problem_name(difficulty: int, seed: int, index: int) -> str:
+def problem_name(difficulty: int | str, seed: int, index: int) -> str:
     """gl_d2_0007: the seventh problem of difficulty 2 of seed 0; other seeds carry theirs (gl_s3_d2_0007), so
-    problems of different seeds never share a name."""
+    problems of different seeds never share a name; a level other than a step count carries its name (gl_d2e_0007)."""
     stream = f"d{difficulty}" if seed == 0 else f"s{seed}_d{difficulty}"
     return f"gl_{stream}_{index:04d}"
 
@@ -118,12 +154,12 @@ def behaviour(function: Function, arguments: list[Any]) -> tuple[str, ...]:
     return tuple(repr(function(argument)) for argument in arguments)
 
 
-def _chain(rng: Random, difficulty: int) -> tuple[Operation, ...]:
+def _chain(rng: Random, chosen: Level) -> tuple[Operation, ...]:
     takes = rng.choices([LIST, TEXT], weights=[3, 2])[0]
     operations: list[Operation] = []
-    for _ in range(difficulty):
+    for easy in chosen.easy:
         operations.append(draw(rng, operations[-1].gives if operations else takes, operations[-1] if operations
-                               else None))
+                               else None, easy))
     return tuple(operations)
 
 
@@ -137,14 +173,12 @@ def _shorter(operations: tuple[Operation, ...]) -> Iterator[tuple[Operation, ...
 
 
 class _Stream:
-    """The problems of one (seed, difficulty), drawn in order; each kept one is remembered for the next."""
+    """The problems of one (seed, level), drawn in order; each kept one is remembered for the next."""
 
-    def __init__(self, difficulty: int, seed: int) -> None:
-        if difficulty not in DIFFICULTIES:
-            raise ProblemError(f"--difficulty {difficulty}: choose one of {', '.join(map(str, DIFFICULTIES))} "
-                               "(the number of operations composed)")
-        self.difficulty, self.seed = difficulty, seed
-        self.rng = Random(seed * 1000 + difficulty)
+    def __init__(self, difficulty: int | str, seed: int) -> None:
+        self.level = level(difficulty)
+        self.difficulty, self.seed = self.level.steps, seed
+        self.rng = Random(seed * 1000 + self.level.stream)
         self.kept: list[tuple[GeneratedProblem, Function]] = []
         self.seen: set[tuple[str, tuple[str, ...]]] = set()
         singles = {takes: every_instance(takes) for takes in (LIST, TEXT)}
@@ -201,7 +235,7 @@ class _Stream:
 
     def next(self) -> GeneratedProblem:
         for _ in range(TRIES):
-            operations = _chain(self.rng, self.difficulty)
+            operations = _chain(self.rng, self.level)
             key = (operations[0].takes, tuple(operation.slug for operation in operations))
             if key in self.seen:
                 continue
@@ -215,12 +249,13 @@ class _Stream:
                 continue
             examples, tests = cases
             index = len(self.kept) + 1
-            problem = GeneratedProblem(problem_name(self.difficulty, self.seed, index), self.difficulty, self.seed,
-                                       index, operations, tuple(examples), tuple(tests))
+            label = "" if self.level.name == str(self.difficulty) else self.level.name
+            problem = GeneratedProblem(problem_name(self.level.name, self.seed, index), self.difficulty, self.seed,
+                                       index, operations, tuple(examples), tuple(tests), label)
             self.kept.append((problem, function))
             return problem
-        raise ProblemError(f"difficulty {self.difficulty}, seed {self.seed}: no new distinct problem after "
-                           f"{len(self.kept)} (the space of {self.difficulty}-step compositions is used up); "
+        raise ProblemError(f"difficulty {self.level.name}, seed {self.seed}: no new distinct problem after "
+                           f"{len(self.kept)} (the space of this level's compositions is used up); "
                            "ask for fewer or another difficulty")
 
 
@@ -239,10 +274,18 @@ def _passes(function: Function, tests: list[Case] | tuple[Case, ...]) -> bool:
                for answer, case in zip(answers, tests, strict=True))
 
 
-def generate(count: int, difficulty: int, seed: int) -> list[GeneratedProblem]:
-    """The first `count` problems of the (seed, difficulty) stream: the same arguments give the same problems, and
-    a larger count extends a smaller one."""
+def generate(count: int, difficulty: int | str, seed: int) -> list[GeneratedProblem]:
+    """The first `count` problems of the (seed, difficulty) stream (a step count 1-4 or a level of LEVELS): the same
+    arguments give the same problems, and a larger count extends a smaller one."""
     if count < 1:
         raise ProblemError(f"--count {count}: generate at least one problem")
     stream = _Stream(difficulty, seed)
     return [stream.next() for _ in range(count)]
+
+
+def passing_pairs(problems: list[GeneratedProblem]) -> list[tuple[str, str]]:
+    """(a, b) for each problem a whose reference passes every hidden test of another problem b. One stream never
+    holds such a pair; a pool mixing streams (levels or seeds) may, and should leave one of each pair out."""
+    functions = {problem.name: compile_chain(problem.operations) for problem in problems}
+    return [(a.name, b.name) for a, b in itertools.permutations(problems, 2)
+            if a.takes == b.takes and _passes(functions[a.name], b.tests)]

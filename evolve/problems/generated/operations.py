@@ -141,11 +141,33 @@ def every_instance(takes: str) -> list[Operation]:
     return [instantiate(kind, value) for kind in KINDS if kind.takes == takes for value in (kind.values or (None,))]
 
 
-def draw(rng: Random, takes: str, previous: Operation | None) -> Operation:
+# The easy tier (levels 2e and 2ee of generator.LEVELS), by one rule: a step is easy when it handles each element
+# alone or the whole value in one built-in call that needs no order or position: an element-wise map (of numbers or
+# characters), a filter by a test of the element alone, the reversal of the whole value, one arithmetic operation on
+# a number, or sum / len / max / min / str.count / a case change of the whole string. Not easy: what depends on order
+# or position or on other elements (sorting, first or drop k, repeats, running sums, appending, words as units,
+# title case) and the counts that are a filter then a count.
+EASY: frozenset[tuple[str, str]] = frozenset(
+    [(LIST, kind) for kind in ("double", "add", "subtract", "multiply", "square", "negate", "absolute", "remainder",
+                               "keep_even", "keep_odd", "keep_above", "keep_below", "remove", "reverse")]
+    + [(LIST, kind) for kind in ("sum", "count", "largest", "smallest")]
+    + [(NUMBER, kind) for kind in ("add", "multiply", "square", "remainder")]
+    + [(TEXT, kind) for kind in ("reverse", "upper", "lower", "swapcase", "no_vowels", "no_spaces", "join_with",
+                                 "double_chars", "length", "letter")])
+
+
+def is_easy(kind: OperationKind | Operation) -> bool:
+    """Whether `kind` is in the easy tier (EASY: its kind and the type it takes)."""
+    return (kind.takes, kind.kind) in EASY
+
+
+def draw(rng: Random, takes: str, previous: Operation | None, easy: bool | None = None) -> Operation:
     """A random operation taking `takes`, never of the same kind or group and types as `previous` (add 3 then add 4
-    is one addition)."""
+    is one addition); `easy` True: from the easy tier only, False: from outside it, None: any (the draw as it always
+    was)."""
     kinds = [kind for kind in KINDS if kind.takes == takes and (previous is None or _group(kind.kind, kind.takes)
-                                                                != _group(previous.kind, previous.takes))]
+                                                                != _group(previous.kind, previous.takes))
+             and (easy is None or is_easy(kind) == easy)]
     kind = rng.choice(kinds)
     return instantiate(kind, rng.choice(kind.values) if kind.values else None)
 
