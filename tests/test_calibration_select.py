@@ -145,3 +145,82 @@ def test_the_pilot_is_read_from_a_real_store_with_its_problems_named_once_under_
     out = tmp_path / "study_cpu.toml"
     select.write_study(SCRIPTS.parent / "experiments/calibration/study_cpu.template.toml", out, test, [])
     assert '"programs/humaneval/he_007"' in out.read_text()
+
+
+def test_the_band_is_a_parameter_judging_the_crack_share_of_tasks_cracked_in_some_cells(select: ModuleType) -> None:
+    def cells(*cracks: int | None) -> list[object]:
+        return [select.PilotCell("gl_d2e_0001", seed, True, crack, 1.0 if crack else 0.5)
+                for seed, crack in enumerate(cracks)]
+
+    wide = select.Band(0.1, 0.9)
+    assert select.in_band(cells(5, 9, 40, None)) is False and select.in_band(cells(5, 9, 40, None), wide) is True
+    assert select.in_band(cells(5, None, None, None), wide) is True  # 0.25
+    assert select.in_band(cells(5, None)) is select.in_band(cells(5, None), wide) is True  # two cells: one crack
+    assert select.in_band(cells(20, 20), select.Band(late_crack=10)) is True  # the stand-ins are parameters too
+    assert select.HUMANEVAL_BAND == select.Band(0.1, 0.7, select.LATE_CRACK, select.NEAR_MISS)
+
+
+def generated_pilot(select: ModuleType, in_band: int) -> list[object]:
+    """Two cells per task, one cracked, at an iteration that makes the task easier as its number falls, then three
+    tasks out of band (cracked early in both cells, nowhere near in both)."""
+    cell = select.PilotCell
+    cells = []
+    for number in range(1, in_band + 1):
+        task = f"generated/gl_d2e_{number:04d}"
+        cells += [cell(task, 100, True, number % 97 + 1, 1.0), cell(task, 101, True, None, 0.5)]
+    for number, crack, best in ((901, 2, 1.0), (902, None, 0.1), (903, 3, 1.0)):
+        cells += [cell(f"generated/gl_d2_{number}", seed, True, crack, best) for seed in (100, 101)]
+    return cells
+
+
+def test_issue_60s_train_list_takes_the_band_beyond_the_test_list_from_both_sides_of_its_median_in_turn(
+        select: ModuleType) -> None:
+    cells = generated_pilot(select, 170)
+    test, train, pending = select.split_lists(cells, select.Band(0.1, 0.9), 100, 50, train_spans_band=True)
+    assert pending == [] and len(test) == 100 and len(train) == 70 and not set(test) & set(train)
+    by_task: dict[str, list[object]] = {}
+    for cell in cells:
+        by_task.setdefault(cell.problem, []).append(cell)
+    ordered = sorted(set(test) | set(train), key=lambda task: select.ease(by_task[task]))
+    harder, easier = set(ordered[:85]), set(ordered[85:])
+    assert train[0] in harder and train[1] in easier  # in turn, from below and above the median
+    assert len(set(train) & harder) == len(set(train) & easier) == 35
+    crack = [by_task[task][0].first_crack for task in train]
+    assert min(crack) < 20 and max(crack) > 80  # the train list spans the band, not one end of it
+    assert select.split_lists(cells, select.Band(0.1, 0.9), 100, 50)[1] != train  # the option changes the rule
+
+
+def test_with_too_few_in_band_issue_60s_rule_fills_the_test_list_first_then_the_train_list_from_the_nearest(
+        select: ModuleType) -> None:
+    test, train, _ = select.split_lists(generated_pilot(select, 101), select.Band(0.1, 0.9), 100, 50,
+                                        train_spans_band=True)
+    assert len(test) == 100 and not set(test) & set(train)
+    assert train[1:] == ["generated/gl_d2_903", "generated/gl_d2_902", "generated/gl_d2_901"]
+
+
+def test_the_pilot_only_selection_of_a_generated_pool_writes_the_lists_and_no_study(
+        select: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from evolve.store.program_store import ProgramStore
+
+    db = tmp_path / "pilot.db"
+    store = ProgramStore(str(db))
+    store.save_experiment("pilot", "{}")
+    for number, cracks in ((1, (4, None)), (2, (60, None)), (3, (2, 3))):
+        for seed, crack_at in zip((100, 101), cracks, strict=True):
+            run = store.create_run(f"cell-{number}-{seed}", f"programs/generated/gl_d2e_{number:04d}", "base", seed,
+                                   "{}", 100, "pilot")
+            for iteration in range(1, 5 if crack_at is None else crack_at + 1):
+                solved = iteration == crack_at
+                store.add_program(run, "pass", None, 0, iteration, "base", "", {"t": float(solved)},
+                                  0.5 + solved / 2, solved)
+            store.set_run_status(run, "finished")
+    store.close()
+    out = tmp_path / "lists" / "candidates.txt"  # its folder is made
+    monkeypatch.setattr("sys.argv", ["calibration_select.py", "--pilot-only", "--pilot", str(db), "--out", str(out),
+                                     "--band", "0.1", "0.9", "--test-size", "1", "--train-size", "1",
+                                     "--train-spans-band", "--no-study", "--study", str(tmp_path / "study.toml")])
+    select.main()
+    assert (out.parent / "test_problems.txt").read_text() == "programs/generated/gl_d2e_0001\n"
+    assert (out.parent / "train_problems.txt").read_text() == "programs/generated/gl_d2e_0002\n"  # the harder
+    assert "ceiling" in (out.parent / "selection.tsv").read_text() and not (tmp_path / "study.toml").exists()
+    assert not out.exists()  # no screen: no candidates written
