@@ -63,7 +63,8 @@ def _parser() -> argparse.ArgumentParser:
                  type=Path)
     imports.add_argument("--ids", default=None, help="task numbers and ranges, e.g. 0-19,32 (default: all)")
     imports.add_argument("--count", type=int, default=10, help="generated: how many problems (default 10)")
-    imports.add_argument("--difficulty", type=int, default=1, help="generated: operations composed, 1-4 (default 1)")
+    imports.add_argument("--difficulty", default="1", help="generated: operations composed, 1-4, or a level between "
+                         "one and two: 2ee (two easy steps), 2e (then an easy one) (default 1)")
     imports.add_argument("--seed", type=int, default=0, help="generated: the seed of the problems (default 0)")
     imports.add_argument("--force", action="store_true", help="rewrite folders that exist")
 
