@@ -5,11 +5,11 @@ them first: `evolve import humaneval --ids 0-3 --out /tmp/he4`), G completions o
 cost does not depend on which tokens; 128 of 128 is the capped worst case), advantages drawn at random, then
 `trainer.optimise` as a step runs it, timed whole and by part (reference forward, policy forward, backward). Each
 --variants entry TREE:DTYPE[:COMPUTE] (TREE a folder whose evolve/ the child imports: `.` for this tree, or a
-`git worktree add /tmp/base REV` of another commit; DTYPE the weights', COMPUTE the trainer's compute_dtype where
+`git worktree add ../base REV` of another commit; DTYPE the weights', COMPUTE the trainer's compute_dtype where
 the tree has it) runs in a fresh process, in turn, --rounds times; medians are printed with every round in brackets.
 
     .venv/bin/python scripts/bench/bench_train_step.py --programs-dir /tmp/he4 --rounds 3 \
-        --variants /tmp/base:float32,/tmp/base:bfloat16,.:float32:float32,.:float32:auto,.:bfloat16:auto
+        --variants ../base:float32,../base:bfloat16,.:float32:float32,.:float32:auto,.:bfloat16:auto
 """
 
 from __future__ import annotations
