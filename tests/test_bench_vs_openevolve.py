@@ -125,7 +125,8 @@ def test_an_evolve_run_is_measured_from_its_process_tree_and_store(bench: Module
     server_port = server.start()
     try:
         setting = bench.Setting(10, 2, 2, 2, 3, 0.05)
-        run = bench.Bench(f"http://127.0.0.1:{server_port}", tmp_path / "src", evolve_problem, openevolve_problem, 120)
+        run = bench.Bench(f"http://127.0.0.1:{server_port}", tmp_path / "src", None, evolve_problem, openevolve_problem,
+                          120)
         (tmp_path / "run").mkdir()
         measure = bench.run_evolve(setting, run, tmp_path / "run", 0)
     finally:
