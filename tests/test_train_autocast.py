@@ -65,7 +65,7 @@ def test_bfloat16_matmuls_keep_a_groups_logprobs_loss_and_gradient_within_tolera
         parts.loss.backward()
         gradient = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
         assert entropy is not None
-        return logp.detach(), entropy, float(parts.loss), gradient
+        return logp.detach(), entropy, float(parts.loss.detach()), gradient
 
     (logp32, entropy32, loss32, grad32), (logp16, entropy16, loss16, grad16) = group(False), group(True)
     real = mask.bool()
