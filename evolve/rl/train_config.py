@@ -111,14 +111,18 @@ class TrainConfig(BaseModel):
         return torch.device(self.device)
 
     @property
-    def autocast_dtype(self) -> torch.dtype | None:
-        """The dtype torch.autocast runs the loss's forward passes in, None for none (float32 throughout)."""
+    def matmul_dtype(self) -> Literal["float32", "bfloat16"]:
+        """compute_dtype resolved: "auto" is bfloat16 on a CPU with native bfloat16, else float32."""
         from evolve.policies.cpu import native_bfloat16
 
-        wanted = self.compute_dtype
-        if wanted == "auto":
-            wanted = "bfloat16" if self.torch_device.type == "cpu" and native_bfloat16() else "float32"
-        return torch.bfloat16 if wanted == "bfloat16" else None
+        if self.compute_dtype != "auto":
+            return self.compute_dtype
+        return "bfloat16" if self.torch_device.type == "cpu" and native_bfloat16() else "float32"
+
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        """The dtype torch.autocast runs the loss's forward passes in, None for none (float32 throughout)."""
+        return torch.bfloat16 if self.matmul_dtype == "bfloat16" else None
 
     @model_validator(mode="after")
     def _engines_need_lora(self) -> TrainConfig:

@@ -274,7 +274,7 @@ async def _train(config: TrainConfig, console: Console, resume: bool, held_out: 
                               config.vllm_gpu_memory, config.vllm_max_model_len, config.vllm_dtype)
     elif config.rollout_engine == "llamacpp":
         sampler = llamacpp_sampler(config, out, base_path, model, tasks)
-    computed = f", matmuls {config.autocast_dtype}".replace("torch.", "") if config.autocast_dtype else ""
+    computed = f", matmuls {config.matmul_dtype}" if config.autocast_dtype else ""
     kind = (f"LoRA r={config.lora.r}" if config.lora.enabled else "full fine-tuning") + \
         f", {config.dtype}{computed} on {config.torch_device}"
     prompts = f"{len(tasks)} prompt{'s' * (len(tasks) != 1)}"
@@ -297,7 +297,7 @@ async def _train(config: TrainConfig, console: Console, resume: bool, held_out: 
                 record = {"step": step, "algo": config.algo, **step_stats(config, groups, advantages), **trained,
                           "gen_s": sum(g.seconds_generating for g in groups), "rollout_s": rollout_s,
                           "train_s": seconds - rollout_s, "seconds": seconds, "evaluations": scorer.evaluations,
-                          "matmul_dtype": str(config.autocast_dtype or torch.float32).removeprefix("torch.")}
+                          "matmul_dtype": config.matmul_dtype}
                 records.append(record)
                 save_state(out, model, optimizer, step, records)
                 with log_path.open("a") as log:
