@@ -21,8 +21,8 @@ start)
         echo "the calibration already runs (log: $LOG)"; exit 0
     fi
     [ -x .venv/bin/evolve ] || bash scripts/install.sh
-    .venv/bin/evolve import generated --count 133 --difficulty 1 --seed 0 >/dev/null
-    .venv/bin/evolve import generated --count 400 --difficulty 2ee --seed 0 >/dev/null
+    .venv/bin/evolve import generated --count 133 --difficulty 1 --seed 0 --force >/dev/null
+    .venv/bin/evolve import generated --count 400 --difficulty 2ee --seed 0 --force >/dev/null
     for toml in $(pieces); do  # a packed store replaces the local one only when it holds more answers
         db=${toml%.toml}.db
         [ -f "$db.xz" ] && .venv/bin/python scripts/study/store_pack.py unpack "$db.xz" "$db" >/dev/null
