@@ -224,3 +224,44 @@ def test_the_pilot_only_selection_of_a_generated_pool_writes_the_lists_and_no_st
     assert (out.parent / "train_problems.txt").read_text() == "programs/generated/gl_d2e_0002\n"  # the harder
     assert "ceiling" in (out.parent / "selection.tsv").read_text() and not (tmp_path / "study.toml").exists()
     assert not out.exists()  # no screen: no candidates written
+
+
+def pilot_store(db: Path, cells: dict[tuple[str, int], int | None | str]) -> Path:
+    """A real store holding one pilot cell per (problem, seed): cracked at that iteration, not cracked (None) or still
+    running ("running")."""
+    from evolve.store.program_store import ProgramStore
+
+    store = ProgramStore(str(db))
+    store.save_experiment("piece", "{}")
+    for (problem, seed), crack_at in cells.items():
+        run = store.create_run(f"{problem}-{seed}", f"programs/generated/{problem}", "base", seed, "{}", 100, "piece")
+        last = 4 if not isinstance(crack_at, int) else crack_at
+        for iteration in range(1, last + 1):
+            solved = iteration == crack_at
+            store.add_program(run, "pass", None, 0, iteration, "base", "", {"t": float(solved)}, 0.5 + solved / 2,
+                              solved)
+        if crack_at != "running":
+            store.set_run_status(run, "finished")
+    store.close()
+    return db
+
+
+def test_the_rule_reads_the_stores_of_several_pieces_and_with_allow_pending_judges_the_finished_tasks(
+        select: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = pilot_store(tmp_path / "piece_01.db", {("gl_d1_0001", 100): 5, ("gl_d1_0001", 101): None,
+                                                    ("gl_d1_0002", 100): 2, ("gl_d1_0002", 101): 3})
+    second = pilot_store(tmp_path / "piece_02.db", {("gl_d2ee_0001", 100): None, ("gl_d2ee_0001", 101): 70,
+                                                     ("gl_d2ee_0002", 100): 9, ("gl_d2ee_0002", 101): "running"})
+    out = tmp_path / "candidates.txt"
+    argv = ["calibration_select.py", "--pilot-only", "--pilot", str(first), str(second), "--out", str(out),
+            "--band", "0.1", "0.9", "--test-size", "1", "--train-size", "1", "--train-spans-band", "--no-study"]
+    monkeypatch.setattr("sys.argv", argv)
+    with pytest.raises(SystemExit, match="not finished"):
+        select.main()
+    monkeypatch.setattr("sys.argv", [*argv, "--allow-pending"])
+    select.main()
+    table = (tmp_path / "selection.tsv").read_text()
+    assert "generated/gl_d2ee_0002\t100: 9, 1.000, 101: -, 0.500\tpending" in table  # its second cell runs
+    assert "generated/gl_d1_0002\t100: 2, 1.000, 101: 3, 1.000\tceiling" in table
+    listed = (tmp_path / "test_problems.txt").read_text() + (tmp_path / "train_problems.txt").read_text()
+    assert sorted(listed.split()) == ["programs/generated/gl_d1_0001", "programs/generated/gl_d2ee_0001"]

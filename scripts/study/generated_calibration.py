@@ -94,17 +94,18 @@ def toml_list(problems: list[str]) -> str:
     return f"[\n{rows},\n]"
 
 
-def plan() -> None:
+def plan(folder: Path = FOLDER) -> None:
+    """Write the pool and the pieces' experiment files into `folder` (the same bytes every time)."""
     levels = pool()
-    FOLDER.mkdir(parents=True, exist_ok=True)
-    (FOLDER / "pool.txt").write_text("".join(f"{name}\n" for names in levels for name in names))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "pool.txt").write_text("".join(f"{name}\n" for names in levels for name in names))
     cut = pieces(levels)
     for number, problems in enumerate(cut, start=1):
         text = PIECE.format(number=number, pieces=len(cut), count=len(problems), folder=FOLDER,
                             problems=toml_list(problems), seeds=", ".join(map(str, SEEDS)))
-        (FOLDER / f"piece_{number:02d}.toml").write_text(text)
+        (folder / f"piece_{number:02d}.toml").write_text(text)
     print(f"pool: {sum(map(len, levels))} problems ({', '.join(str(len(names)) for names in levels)} by level); "
-          f"{len(cut)} pieces in {FOLDER}")
+          f"{len(cut)} pieces in {folder}")
 
 
 def finished_stores() -> list[Path]:

@@ -1,0 +1,79 @@
+"""Issue 60's calibration of the generated pool: its registered plan is what the script writes, and the power check
+simulated from the pilot's rates finds a real difference and not a null one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+from tests.script_modules import SCRIPTS, load_script
+from tests.test_calibration_select import pilot_store
+
+COMMITTED = SCRIPTS.parent / "experiments/generated/calibration"
+
+
+@pytest.fixture(scope="module")
+def calibration() -> ModuleType:
+    return load_script("generated_calibration")
+
+
+@pytest.fixture(scope="module")
+def power() -> ModuleType:
+    return load_script("generated_power")
+
+
+def test_the_committed_pool_and_pieces_are_what_the_plan_writes(calibration: ModuleType, tmp_path: Path) -> None:
+    calibration.plan(tmp_path)
+    written = sorted(path.name for path in tmp_path.iterdir())
+    assert written == sorted(path.name for path in COMMITTED.iterdir() if path.suffix in (".txt", ".toml")
+                             and path.name in written)
+    for name in written:
+        assert (tmp_path / name).read_text() == (COMMITTED / name).read_text(), name
+
+
+def test_the_pool_is_difficulty_1_then_2ee_each_problem_once_and_no_two_alike_on_their_tests(
+        calibration: ModuleType) -> None:
+    from evolve.engine.experiment_spec import load_experiment
+    from evolve.problems.generated.generator import generate, passing_pairs
+
+    pool = (COMMITTED / "pool.txt").read_text().split()
+    assert len(pool) == len(set(pool)) == 526
+    levels = ["_d1_" in name for name in pool]
+    assert levels == sorted(levels, reverse=True) and sum(levels) == 133  # every difficulty-1 problem, first
+    in_pieces = [problem for path in sorted(COMMITTED.glob("piece_*.toml"))
+                 for problem in load_experiment(path).problems]
+    assert in_pieces == pool
+    spec = load_experiment(COMMITTED / "piece_05.toml")
+    assert (spec.iterations, spec.answers_per_iteration, spec.seeds) == (100, 3, (100, 101))
+    assert spec.run.stop_when_solved and spec.policies[0].weights == "q8_0"
+    names = {path.rsplit("/", 1)[1] for path in pool}
+    drawn = [problem for problem in generate(133, 1, 0) + generate(400, "2ee", 0) if problem.name in names]
+    assert not passing_pairs(drawn)
+
+
+def test_the_logit_shift_moves_the_mean_rate_by_the_difference_asked(power: ModuleType) -> None:
+    rates = np.array([0.05, 0.3, 0.5, 0.8, 0.97])
+    shift = power.logit_shift(rates, 0.12)
+    assert np.mean(power.expit(power.logit(rates) + shift) - rates) == pytest.approx(0.12, abs=1e-6)
+    assert power.logit_shift(rates, 0.0) == 0.0
+
+
+def test_the_simulated_power_finds_a_large_difference_and_keeps_a_null_one_under_its_level(power: ModuleType) -> None:
+    listed = [(1, 2)] * 60 + [(2, 2)] * 20 + [(0, 2)] * 20
+    large = power.power(listed, seeds=2, difference=0.3, tau=0.0, families=(3,), studies=40, samples=500)
+    null = power.power(listed, seeds=2, difference=0.0, tau=0.0, families=(3,), studies=200, samples=500)
+    assert large[3] >= 0.9
+    assert null[3] <= 0.05  # a one-sided hit at 0.05 / 3 happens in about 1 % of null studies
+
+
+def test_only_finished_in_band_tasks_of_the_pilot_stores_enter_the_power_check(power: ModuleType,
+                                                                              tmp_path: Path) -> None:
+    db = pilot_store(tmp_path / "piece.db", {("gl_d1_0001", 100): 5, ("gl_d1_0001", 101): None,
+                                             ("gl_d1_0002", 100): 2, ("gl_d1_0002", 101): 3,
+                                             ("gl_d1_0003", 100): 50, ("gl_d1_0003", 101): 60,
+                                             ("gl_d1_0004", 100): None, ("gl_d1_0004", 101): "running"})
+    band = power.cracks_by_task(power.read_pilot(db))
+    assert band == {"generated/gl_d1_0001": (1, 2), "generated/gl_d1_0003": (2, 2)}
