@@ -191,7 +191,7 @@ def test_experiment_killed_mid_way_resumes_as_a_whole_with_one_run_per_cell(tmp_
     table = (tmp_path / "report" / "table.csv").read_text().splitlines()
     assert len(table) == 1 + 2 and all(",ok," in line for line in table[1:])
     report = json.loads((tmp_path / "report" / "report.json").read_text())
-    assert [c["seeds"] for c in report["curves"]] == [2] * 2 * 4  # two metrics against four axes, on 2 seeds
+    assert [c["seeds"] for c in report["curves"]] == [2] * 2 * 5  # two metrics against five axes, on 2 seeds
 
 
 def _iterations_done(db: str) -> int:

@@ -154,7 +154,7 @@ def test_page_escapes_names_marks_states_and_is_self_contained(results: Experime
     assert "policy failed: every call errored (12 errors)" in page
     assert "not run" in page and "partial: 2/3 seeds" in page
     assert "Clopper-Pearson" in page and "betting" in page and "95%" in page and "bootstrap" not in page
-    assert page.count('class="chart"') == 2 * 4 + len(PROBLEMS)  # two metrics x four axes, one per problem
+    assert page.count('class="chart"') == 2 * 5 + len(PROBLEMS)  # two metrics x five axes, one per problem
     for run_id in range(1, len(SCRIPTS) + 1):
         assert f"evolve lineage {run_id}</code>" in page
     lowered = page.lower()
@@ -220,7 +220,7 @@ def test_report_renders_every_chart_in_headless_chromium(results: ExperimentResu
     page.wait_for_load_state("load")
 
     charts = page.locator(".chart")
-    axes = ("iterations", "evaluations", "tokens", "wall_s")
+    axes = ("iterations", "answers", "evaluations", "tokens", "wall_s")
     expected = {**{(metric, None, axis): 2 for metric in ("cracked_share", "best_score") for axis in axes},
                 ("best_score", "alpha", "iterations"): 2, ("best_score", "beta", "iterations"): 2}
     assert charts.count() == len(expected)
@@ -322,7 +322,7 @@ def test_every_chart_is_also_a_standalone_svg_named_for_what_it_draws(results: E
     (tmp_path / "figures" / "from_an_older_report.svg").write_text("<svg/>")
     files = write_report(results, tmp_path)
     assert files[-1] == tmp_path / "figures"
-    axes = ("iterations", "evaluations", "tokens", "wall_s")
+    axes = ("iterations", "answers", "evaluations", "tokens", "wall_s")
     expected = {f"{metric}-{axis}.svg" for metric in ("cracked_share", "best_score") for axis in axes}
     expected |= {"best_score-iterations-alpha.svg", "best_score-iterations-beta.svg"}
     assert {path.name for path in (tmp_path / "figures").iterdir()} == expected  # the stale one is gone

@@ -325,7 +325,7 @@ def test_files_and_terminal_carry_every_number(results: ExperimentResults, tmp_p
     assert {p.name for p in written} == {"table.csv", "cells.csv", "curves.csv", "objectives.csv", "budgets.csv",
                                          "differences.csv"}
     curves = list(csv.DictReader((tmp_path / "curves.csv").open()))
-    assert {row["axis"] for row in curves} == {"iterations", "evaluations", "tokens", "wall_s"}
+    assert {row["axis"] for row in curves} == {"iterations", "answers", "evaluations", "tokens", "wall_s"}
     table = {(r["problem"], r["policy"]): r for r in csv.DictReader((tmp_path / "table.csv").open())}
     assert table[("beta", "A")]["median_first_iteration_km"] == "4.0" and table[("beta", "A")]["seeds_censored"] == "1"
     write_json(results, tmp_path / "report.json")

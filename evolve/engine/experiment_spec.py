@@ -70,6 +70,11 @@ class ExperimentSpec(StrictModel):
         default_factory=dict, description="the seeds of an arm that runs only some of `seeds`, by its name ({arm = "
         "[seed, ...]}); every other arm runs every seed. A study's checkpoints of one algorithm share its seeds "
         "this way ([evolution] checkpoint_seeds = \"split\")")
+    arm_selection: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="[arm_selection]: keys of [selection] an arm runs with instead of the "
+        "experiment's, by its name (an ablation of the search at equal answers: {lexicase = {strategy = "
+        "\"lexicase\"}}); strategy = \"seed\" makes the arm plain sampling: every parent the seed program, no "
+        "inspirations, nothing of the run's history in the prompt (as `evolve sample`)")
     iterations: StrictInt = Field(ge=1, description="iterations per cell")
     answers_per_iteration: StrictInt = Field(0, ge=0, le=256, description="candidate answers per iteration for every "
                                        "policy (a policy with answers = a makes answers_per_iteration / a requests); "
@@ -109,6 +114,20 @@ class ExperimentSpec(StrictModel):
                 raise ValueError(f"arm_seeds.{arm} = {list(seeds)} must be distinct seeds among seeds = "
                                  f"{list(self.seeds)}, at least one" + (f"; not among them: {', '.join(unknown)}"
                                                                         if unknown else ""))
+        return self
+
+    @model_validator(mode="after")
+    def _arm_selection_is_valid_selection_of_an_arm(self) -> ExperimentSpec:
+        arms = self.arm_names()
+        for arm in self.arm_selection:
+            if arm not in arms:
+                raise ValueError(f"arm_selection: '{arm}' is no arm of the experiment (arms: {', '.join(arms)})")
+            try:
+                self.selection_of(arm)
+            except ValidationError as exc:
+                problems = "; ".join(f"{'.'.join(map(str, error['loc'])) or 'selection'}: {error['msg']}"
+                                     for error in exc.errors())
+                raise ValueError(f"arm_selection.{arm}: {problems}") from None
         return self
 
     @model_validator(mode="after")
@@ -186,6 +205,21 @@ class ExperimentSpec(StrictModel):
         arm = self.ensemble(name)
         return tuple(self.policy(member) for member in arm.members) if arm is not None else (self.policy(name),)
 
+    def selection_of(self, arm: str) -> SelectionConfig:
+        """The selection settings arm `arm`'s cells run with: [selection] with the arm's arm_selection keys over it
+        (a table, such as map_elites, merged key by key); plain sampling (strategy "seed") on one island with no
+        inspirations, as `evolve sample` runs it."""
+        changed = self.arm_selection.get(arm)
+        if not changed:
+            return self.selection
+        merged = self.selection.model_dump()
+        for key, value in changed.items():
+            merged[key] = {**merged[key], **value} if isinstance(value, dict) and isinstance(merged.get(key), dict) \
+                else value
+        if merged.get("strategy") == "seed":
+            merged.update(islands=1, inspirations=0)
+        return SelectionConfig.model_validate(merged)
+
     def cell_config(self, problem: str, policy: str, seed: int) -> RunConfig:
         """The config a new cell (problem, policy, seed) starts with; its run seed is `seeds.cell_seed(seed,
         problem's name)`: the same for every policy, another for every problem (a stored cell keeps its own)."""
@@ -197,8 +231,8 @@ class ExperimentSpec(StrictModel):
                          stop_when_solved=self.run.stop_when_solved, target_score=self.run.target_score)
         arm = self.ensemble(policy)
         if arm is None:
-            return RunConfig(run=run, policy=self.policy(policy), selection=self.selection)
-        return RunConfig(run=run, policies=self.arm_policies(policy), selection=self.selection,
+            return RunConfig(run=run, policy=self.policy(policy), selection=self.selection_of(policy))
+        return RunConfig(run=run, policies=self.arm_policies(policy), selection=self.selection_of(policy),
                          ensemble=EnsembleSection(choice=arm.choice, bandit=arm.bandit, exploration=arm.exploration))
 
 

@@ -129,13 +129,14 @@ def cell_result(store: ProgramStore, spec: ExperimentSpec, run_id: int | None, k
             best = scalar_t if best is None else max(best, scalar_t)
         best_by.append(best)
     steps = [Step(0, 0, 0, 0.0, *by_iteration.get(0, (None, False)))]
-    evaluations = tokens = 0
+    evaluations = tokens = answers = 0
     # commit order: the run's clock where it has one, else iteration order (concurrent iterations commit out of order)
     for cost in sorted(costs, key=lambda c: (c.elapsed_s is None, c.elapsed_s or 0.0, c.iteration)):
         evaluations += cost.evaluations
         tokens += cost.completion_tokens
+        answers += answers_asked(spec, policy, (cost,))
         steps.append(Step(cost.iteration, evaluations, tokens, cost.elapsed_s,
-                          *by_iteration.get(cost.iteration, (None, False))))
+                          *by_iteration.get(cost.iteration, (None, False)), answers))
     clocks = [c.elapsed_s for c in costs]
     return CellResult(
         problem, policy, seed, run_id, info.status, info.iterations_target, done, min(solved_at, default=None),

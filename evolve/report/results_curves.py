@@ -1,4 +1,5 @@
-"""Curves of an experiment against four cost axes: iterations, programs evaluated, generated tokens and wall time.
+"""Curves of an experiment against five cost axes: iterations, answers, programs evaluated, generated tokens and
+wall time.
 
 A cell (one run) is a list of `Step`s, one per committed iteration in the order they were committed, each with
 the run's cumulative cost when it was committed and the best scalar / solved flag of that iteration's programs.
@@ -21,9 +22,9 @@ import numpy as np
 
 from evolve.report.stats import curve_bands
 
-Axis = Literal["iterations", "evaluations", "tokens", "wall_s"]
-AXES: tuple[Axis, ...] = ("iterations", "evaluations", "tokens", "wall_s")
-AXIS_LABELS: dict[str, str] = {"iterations": "iteration", "evaluations": "programs evaluated",
+Axis = Literal["iterations", "answers", "evaluations", "tokens", "wall_s"]
+AXES: tuple[Axis, ...] = ("iterations", "answers", "evaluations", "tokens", "wall_s")
+AXIS_LABELS: dict[str, str] = {"iterations": "iteration", "answers": "answers", "evaluations": "programs evaluated",
                                "tokens": "generated tokens", "wall_s": "wall time (s)"}
 Metric = Literal["cracked_share", "best_score"]
 GRID_POINTS = 61  # points of a cost axis' grid (integer axes with a smaller total use every integer)
@@ -39,10 +40,11 @@ class Step:
     wall_s: float | None  # the run's active wall clock at the commit; None where the store has no clock
     best: float | None  # the best scalar of this iteration's programs (current rule); None: no program
     solved: bool  # some program of this iteration solves the problem (current rule)
+    answers: int = 0  # candidate answers asked so far (m per request, failed ones included), this iteration's too
 
     def coordinate(self, axis: Axis) -> float | None:
-        return {"iterations": self.iteration, "evaluations": self.evaluations, "tokens": self.tokens,
-                "wall_s": self.wall_s}[axis]
+        return {"iterations": self.iteration, "answers": self.answers, "evaluations": self.evaluations,
+                "tokens": self.tokens, "wall_s": self.wall_s}[axis]
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ def grid(axis: Axis, upper: float, iterations: int) -> np.ndarray:
     """The points a policy's curves are drawn at: every iteration, else 0..upper evenly (integers when few)."""
     if axis == "iterations":
         return np.arange(iterations + 1, dtype=float)
-    if axis in ("evaluations", "tokens") and upper < GRID_POINTS:
+    if axis in ("answers", "evaluations", "tokens") and upper < GRID_POINTS:
         return np.arange(int(upper) + 1, dtype=float)
     points = np.linspace(0.0, upper, GRID_POINTS)
     return np.round(points) if axis != "wall_s" else points
