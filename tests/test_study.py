@@ -66,6 +66,23 @@ def test_split_checkpoint_seeds_give_each_algorithms_seeds_to_its_checkpoints_in
                                StudyPaths.of(spec, tmp_path / "all")).cells()) == (1 + 6) * 5
 
 
+def test_a_sampling_arm_samples_the_bases_seed_prompt_on_every_seed_and_is_an_arm_of_its_own(tmp_path: Path) -> None:
+    from evolve.report.study_arms import study_arms
+    from evolve.study.plan import StudyPaths, experiment_spec
+
+    text = STUDY.replace("seeds = [0]", "seeds = [0, 1, 2, 3]\ncheckpoint_seeds = \"split\"\nsampling_arm = true")
+    spec = load_study(write(tmp_path, text))
+    experiment = experiment_spec(spec, StudyPaths.of(spec, tmp_path / "study"))
+    sampling, base = experiment.policy("sampling"), experiment.policy("base")
+    assert sampling.model_copy(update={"name": "base"}) == base  # the base's model and settings, another name
+    assert experiment.seeds_of("sampling") == (0, 1, 2, 3) and len(experiment.cells()) == (1 + 3 + 1) * 4
+    assert experiment.cell_config(experiment.problems[0], "sampling", 0).selection.strategy == "seed"
+    assert experiment.cell_config(experiment.problems[0], "base", 0).selection.strategy == "islands"
+    assert spec.arms()["sampling"] == [(None, "sampling")] and "sampling" not in spec.policy_answers()
+    assert [arm.name for arm in study_arms(experiment.arm_names())] == ["base", "vpo", "grpo", "multi-rlvr",
+                                                                       "sampling"]
+
+
 def test_a_studys_cells_run_seed_by_seed_so_a_study_cut_short_has_paired_every_arm(tmp_path: Path) -> None:
     from evolve.study.plan import StudyPaths, experiment_spec
 

@@ -30,6 +30,7 @@ StudyAlgo = Literal["vpo", "grpo", "multi-rlvr"]
 Claim = Literal["methods", "checkpoints"]
 SINGLE_ANSWER = ("grpo",)
 BASE_POLICY = "base"
+SAMPLING_ARM = "sampling"  # [evolution] sampling_arm: the base's plain sampling at equal answers
 # TrainConfig keys the study sets itself: [training.settings] may not name them
 STUDY_TRAIN_KEYS = ("algo", "base", "problems", "programs_dir", "steps", "group_size", "prompts_per_step", "answers",
                     "seed", "out")
@@ -115,6 +116,10 @@ class EvolutionSection(StrictModel):
     order: CellOrder = Field("seeds", description=CELL_ORDER + "; a study, run in pieces, takes 'seeds'")
     run: CellDefaults = CellDefaults()
     selection: SelectionConfig = SelectionConfig()
+    sampling_arm: bool = Field(False, description="an arm 'sampling' beside the base: the base model's plain sampling "
+                               "of each test problem's seed program (strategy 'seed': no history, no inspirations) "
+                               "with the same answers per iteration, token cap, problems and evolution seeds, so the "
+                               "report pairs every evolution arm with it at equal answers")
 
 
 class StudySpec(StrictModel):
@@ -200,6 +205,8 @@ class StudySpec(StrictModel):
         arms: dict[str, list[tuple[int | None, str]]] = {BASE_POLICY: [(None, BASE_POLICY)]}
         for run in self.training_runs():
             arms.setdefault(run.algo, []).append((run.seed, run.name))
+        if self.evolution.sampling_arm:
+            arms[SAMPLING_ARM] = [(None, SAMPLING_ARM)]
         return arms
 
     def policy_answers(self) -> dict[str, int]:
