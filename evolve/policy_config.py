@@ -63,6 +63,9 @@ class BasePolicySection(StrictModel):
     template: str = Field("default", description="built-in template name or a template folder")
     api: Literal["chat", "completions"] = Field("chat", description="completions: the template renders the text")
     prefill: bool = Field(True, description="open the answer with the block's first line")
+    feedback: bool = Field(True, description="show the evaluator's short message about the parent (an error; for "
+                           "a test-vector problem a failed test's input and the parent's answer, never an expected "
+                           "value); false: the score alone (an ablation)")
     # sampling
     temperature: float = Field(0.8, ge=0.0, le=5.0, description="sampling temperature; 0: greedy")
     top_p: float = Field(0.95, gt=0.0, le=1.0, description="nucleus sampling: the smallest set of tokens holding "

@@ -124,6 +124,17 @@ def test_short_feedback_is_shown_and_long_feedback_is_not() -> None:
     assert "region_3: mean" not in user_text(long.messages)
 
 
+def test_a_policy_with_feedback_off_shows_the_score_but_not_the_evaluators_message() -> None:
+    from evolve.policy_config import LlamaCppPolicySection
+
+    parent = program(PARENT_CODE, 0.25, feedback="f(2) raised ZeroDivisionError")
+    off = PromptOptions.from_policy(LlamaCppPolicySection(feedback=False))
+    shown, hidden = build_prompt(request(parent)), build_prompt(request(parent), off)
+    assert "ZeroDivisionError" in user_text(shown.messages) and "ZeroDivisionError" not in user_text(hidden.messages)
+    assert "score 0.25" in user_text(hidden.messages)  # the score stays
+    assert PromptOptions.from_policy(LlamaCppPolicySection()).feedback  # on unless a policy says otherwise
+
+
 def test_docstrings_are_hidden_from_the_rewrite_prompt_but_kept_for_diffs() -> None:
     parent = program(PARENT_CODE, 0.25)
     assert "Approximate the hidden" not in user_text(build_prompt(request(parent)).messages)

@@ -45,12 +45,14 @@ class PromptOptions:
     example: bool = True  # the template's worked example of a rewrite, in the answer format asked for (m tags)
     docstrings: bool = False  # show the block's docstrings
     imports: bool = True  # name the imports outside the block
+    feedback: bool = True  # the evaluator's short message about the parent
 
     @classmethod
     def from_policy(cls, policy: BasePolicySection) -> PromptOptions:
         """What a policy's prompting settings ask for; fields a policy section does not have keep their defaults."""
         return cls(edit_format=policy.edit_format, answers=policy.answers, answer_tag=policy.answer_tag,
-                   max_new_tokens_cap=policy.max_new_tokens, api=policy.api, prefill=policy.prefill)
+                   max_new_tokens_cap=policy.max_new_tokens, api=policy.api, prefill=policy.prefill,
+                   feedback=policy.feedback)
 
 
 @dataclass(frozen=True)
@@ -253,7 +255,7 @@ def build_prompt(request: MutationRequest, options: PromptOptions = PromptOption
         description=_description(request, problem), code=shown, target=_name_of(block), score=score_summary(parent),
         scalar=parent.scalar, scores=dict(parent.scores), imports=_imports(parent.code) if options.imports else "",
         context=context_code(parent.code, problem.context),
-        inspiration=_inspiration(request, docstrings), feedback=_feedback(parent),
+        inspiration=_inspiration(request, docstrings), feedback=_feedback(parent) if options.feedback else "",
         edit_format=options.edit_format, answers=options.answers, tag=options.answer_tag,
         example=options.example and not diff,
         iteration=request.iteration, island=request.island, objectives=list(request.objective_names),
