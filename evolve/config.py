@@ -71,6 +71,10 @@ class SelectionConfig(StrictModel):
     exploitation_ratio: float = Field(0.7, ge=0.0, le=1.0, description="parent drawn from the elite archive")
     inspirations: StrictInt = Field(2, ge=0, le=16, description="other good programs shown in the prompt "
                                     "beside the parent")
+    restart_interval: StrictInt = Field(0, ge=0, description="every N iterations the island whose best program "
+                                        "ranks lowest restarts from the seed program alone, and from then on draws "
+                                        "its parents and inspirations from its own members only (migrants join "
+                                        "them); 0: never (an ablation: restarts from the seed)")
     lexicase_epsilon: float = Field(0.0, ge=0.0, allow_inf_nan=False,
                                     description="epsilon-lexicase tolerance per objective")
     map_elites: MapElitesSection = MapElitesSection()

@@ -35,15 +35,16 @@ def selection_state(selector: Selector) -> tuple[object, ...]:
 
     return ([programs(island.programs) for island in selector.islands], programs(selector.archive),
             sorted(selector.grid.cells.items()), selector.grid.occupied,
-            {name: (r.low, r.high) for name, r in selector.grid.ranges.items()}, selector.seed_program)
+            {name: (r.low, r.high) for name, r in selector.grid.ranges.items()}, selector.seed_program,
+            sorted(selector.isolated))
 
 
-@pytest.mark.parametrize("strategy", ["islands", "lexicase"])
+@pytest.mark.parametrize(("strategy", "restart_interval"), [("islands", 0), ("lexicase", 0), ("islands", 11)])
 def test_a_resumed_selection_state_equals_the_uninterrupted_process_at_the_same_iteration(
-        store_url: str, strategy: str) -> None:
+        store_url: str, strategy: str, restart_interval: int) -> None:
     config = RunConfig.model_validate({"run": {"iterations": 80}, "selection": {
         "strategy": strategy, "islands": 3, "population_size": 6, "archive_size": 5, "migration_interval": 7,
-        "map_elites": {"bins": 4}}})
+        "restart_interval": restart_interval, "map_elites": {"bins": 4}}})
     problem = load_problem(config.run.problem, ROOT / "programs")
     store = ProgramStore(store_url)
     run_id = store.create_run("r", problem.name, "p", 0, config.model_dump_json(), 80)
@@ -63,6 +64,7 @@ def test_a_resumed_selection_state_equals_the_uninterrupted_process_at_the_same_
                                 artifacts={"feedback": f"run {iteration}.{k}"})
                     for k in range(rng.randint(0, 2))]
         uninterrupted._commit(iteration, [AttemptRecord("policy_call", prompt="p"), *children], island, parent.id)
+    assert bool(uninterrupted.selector.isolated) == bool(restart_interval)  # some island restarted
     resumed = Controller(config, problem, ProgramStore(store_url, mode="existing"),
                          policy=None, run_id=run_id)  # type: ignore[arg-type]
     assert resumed.restore()

@@ -229,3 +229,42 @@ def test_a_migrant_that_would_be_evicted_at_once_is_not_reported() -> None:
         selector.add(p)
     assert [(p.id, d) for p, d in selector.maybe_migrate(5)] == [(3, 0)]
     assert set(selector.islands[1].programs) == {2, 3}
+
+
+def test_a_restart_leaves_the_weakest_island_the_seed_alone_once_per_interval() -> None:
+    config = SelectionConfig(islands=3, restart_interval=10, migration_count=0)
+    selector = Selector(config, OBJECTIVES, 0)
+    seed = program(0, 0.0, 0.0)
+    seed = Program(**{**seed.__dict__, "iteration": 0})
+    selector.add(seed)
+    for pid in range(1, 31):
+        selector.add(program(pid, (pid * 37 % 100) / 100, (pid * 61 % 100) / 100, island=pid % 3))
+    bests = [island.best().scalar for island in selector.islands]
+    archive = dict(selector.archive)
+    assert selector.maybe_restart(9) is None
+    restarted = selector.maybe_restart(10)
+    assert restarted == bests.index(min(bests))
+    assert [p.id for p in selector.islands[restarted].programs.values()] == [0]  # the seed alone
+    assert selector.islands[restarted].programs[0].island == restarted
+    assert selector.archive == archive  # the elites are kept; only the island forgets
+    assert selector.maybe_restart(10) is None  # once per interval
+    assert selector.maybe_restart(7) is None and SelectionConfig().restart_interval == 0
+
+
+def test_a_restarted_island_draws_parents_and_inspirations_from_its_own_members_only() -> None:
+    config = SelectionConfig(islands=2, restart_interval=5, migration_count=0, inspirations=2)
+    selector = Selector(config, OBJECTIVES, 3)
+    selector.add(Program(**{**program(0, 0.0, 0.0).__dict__, "iteration": 0}))
+    for pid in range(1, 21):
+        selector.add(program(pid, (pid * 37 % 100) / 100, (pid * 61 % 100) / 100, island=pid % 2))
+    restarted = selector.maybe_restart(5)
+    assert restarted is not None
+    for pid in range(21, 25):  # children of the restarted island's seed
+        selector.add(program(pid, 0.01 * pid, 0.0, island=restarted))
+    own = set(selector.islands[restarted].programs)
+    drawn = [selector.sample(i, island=restarted) for i in range(300)]
+    assert {parent.id for _, parent, _ in drawn} <= own
+    assert {p.id for _, _, inspirations in drawn for p in inspirations} <= own
+    other = 1 - restarted
+    assert any(parent.id not in selector.islands[other].programs for _, parent, _ in
+               (selector.sample(i, island=other) for i in range(300)))  # the other still draws global elites

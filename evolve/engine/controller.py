@@ -153,8 +153,9 @@ class Controller:
         restored = False
         stored_ids: list[int] = []  # for the novelty index, which needs the code the headers lack
         for event in self.store.replay(self.run_id, with_scores=self.selector.reads_scores()):
-            if isinstance(event, int):  # an iteration's commit: _commit migrates after admitting its children
+            if isinstance(event, int):  # an iteration's commit: _commit migrates, then restarts, after admitting
                 self.selector.maybe_migrate(event)
+                self.selector.maybe_restart(event)
             else:
                 self._admit(event)
                 restored = True
@@ -356,6 +357,7 @@ class Controller:
         for program in programs:
             self._admit(program)
         self.selector.maybe_migrate(iteration)
+        self.selector.maybe_restart(iteration)
         outcome_kinds = [r.kind for r in records if isinstance(r, AttemptRecord) and r.kind != "policy_call"]
         self.stats.outcomes.update(outcome_kinds)
         self.stats.outcomes.update(["child"] * len(programs))

@@ -1,4 +1,5 @@
-"""Parent and inspiration selection: islands with ring migration, a MAP-Elites grid, an elite archive, lexicase.
+"""Parent and inspiration selection: islands with ring migration and restarts, a MAP-Elites grid, an elite archive,
+lexicase.
 
 Strategy "seed" is plain sampling (`evolve sample`): every iteration's parent is the seed program (iteration 0)
 with no inspirations, so each request is the prompt evolution's first iteration sends.
@@ -94,6 +95,8 @@ class Selector:
         self.archive: dict[int, Program] = {}  # the archive_size best programs ever added
         self.seed_program: Program | None = None  # the iteration-0 program, the parent of strategy "seed"
         self._migrated: set[int] = set()
+        self._restarted_at: set[int] = set()  # iterations whose restart happened
+        self.isolated: set[int] = set()  # restarted islands: parents and inspirations from their own members only
         self._archive_floor: Program | None = None  # the archive's worst by rank; None: work it out when needed
 
     def empty(self) -> bool:
@@ -190,22 +193,25 @@ class Selector:
             index = (index + 1) % len(self.islands)
         members = self.islands[index].members()
         parent = self._parent(index, members, rng)
-        return index, parent, self._inspirations(members, parent, rng)
+        return index, parent, self._inspirations(index, members, parent, rng)
 
     def _parent(self, index: int, members: list[Program], rng: random.Random) -> Program:
         if self.config.strategy == "lexicase":
             return lexicase(members, self.objectives, rng, self.config.lexicase_epsilon)
+        isolated = index in self.isolated
         draw = rng.random()
         if draw < self.config.exploration_ratio:
             return rng.choice(members)
         if draw < self.config.exploration_ratio + self.config.exploitation_ratio:
             elites = sorted(self.archive.values(), key=lambda program: program.id)
             local = [program for program in elites if program.id in self.islands[index].programs]
-            return rng.choice(local or elites)
-        return self.grid.draw(rng) or rng.choice(members)
+            return rng.choice(local or (members if isolated else elites))
+        return (None if isolated else self.grid.draw(rng)) or rng.choice(members)
 
-    def _inspirations(self, members: list[Program], parent: Program, rng: random.Random) -> tuple[Program, ...]:
-        """The island's best (unless it is the parent), then elites of other grid cells, then island members."""
+    def _inspirations(self, index: int, members: list[Program], parent: Program,
+                      rng: random.Random) -> tuple[Program, ...]:
+        """The island's best (unless it is the parent), then elites of other grid cells (not for a restarted
+        island), then island members."""
         count = self.config.inspirations
         if count == 0:
             return ()
@@ -215,7 +221,8 @@ class Selector:
             chosen[island_best.id] = island_best
         taken_cells = {self.grid.cell_of(parent), self.grid.cell_of(island_best)}
         # Two extra draws cover the two cells that may be taken; distinct cells hold distinct elites.
-        for elite in self.grid.draw_distinct(rng, count + 2):
+        elsewhere = () if index in self.isolated else self.grid.draw_distinct(rng, count + 2)
+        for elite in elsewhere:
             if len(chosen) >= count:
                 break
             if elite.id != parent.id and elite.id not in chosen and self.grid.cell_of(elite) not in taken_cells:
@@ -227,6 +234,24 @@ class Selector:
                 if program.id != parent.id and program.id not in chosen:
                     chosen[program.id] = program
         return tuple(chosen.values())
+
+    def maybe_restart(self, iteration: int) -> int | None:
+        """Every restart_interval iterations (once each), the island whose best program ranks lowest (the first of
+        equals) restarts from the seed program alone: its members are forgotten (the archive and the grid keep
+        theirs) and it is isolated from then on (see _parent, _inspirations). The island restarted, or None."""
+        interval = self.config.restart_interval
+        if (not interval or self.config.strategy == "seed" or self.seed_program is None or iteration <= 0
+                or iteration % interval or iteration in self._restarted_at):
+            return None
+        self._restarted_at.add(iteration)
+        held = [index for index, island in enumerate(self.islands) if island.programs]
+        weakest = min(held, key=lambda index: (rank(self.islands[index].best()), index))
+        island = self.islands[weakest]
+        island.programs, island._floor = {}, None
+        island.put(self.seed_program if self.seed_program.island == weakest
+                   else dataclasses.replace(self.seed_program, island=weakest))
+        self.isolated.add(weakest)
+        return weakest
 
     def maybe_migrate(self, iteration: int) -> list[tuple[Program, int]]:
         """Every migration_interval iterations (once each), copy each island's migration_count best programs to
