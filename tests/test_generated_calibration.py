@@ -77,3 +77,15 @@ def test_only_finished_in_band_tasks_of_the_pilot_stores_enter_the_power_check(p
                                              ("gl_d1_0004", 100): None, ("gl_d1_0004", 101): "running"})
     band = power.cracks_by_task(power.read_pilot(db))
     assert band == {"generated/gl_d1_0001": (1, 2), "generated/gl_d1_0003": (2, 2)}
+
+
+def test_the_crack_table_counts_finished_problems_by_level_with_the_registered_rule(calibration: ModuleType,
+                                                                                   tmp_path: Path) -> None:
+    db = pilot_store(tmp_path / "piece.db", {("gl_d1_0001", 100): 5, ("gl_d1_0001", 101): 9,  # ceiling
+                                             ("gl_d1_0002", 100): 60, ("gl_d1_0002", 101): None,  # in band
+                                             ("gl_d2ee_0001", 100): None, ("gl_d2ee_0001", 101): None,  # floor
+                                             ("gl_d2ee_0002", 100): 50, ("gl_d2ee_0002", 101): 40,  # in band, late
+                                             ("gl_d2ee_0003", 100): 3, ("gl_d2ee_0003", 101): "running"})
+    table = calibration.crack_table(calibration.read_pilot(db)).splitlines()
+    assert table[2] == "| 1 | 2 | 3 of 4 (0.75) | 9 | 1 | 1 | 0 |"
+    assert table[3] == "| 2ee | 2 | 2 of 4 (0.50) | 50 | 1 | 0 | 1 |"  # the running problem is left out

@@ -13,10 +13,12 @@ The same command writes the same files: the pool comes from the seeded generator
 - The pilot budget is the CPU study's: 100 iterations x 3 answers, stop when solved, Q8_0 weights, two evolution
   seeds no study uses (100, 101); six cells at a time (levels_pilot.toml: about 66 answers a minute).
 - `select` applies calibration_select.py's rule to every finished piece's store with the thresholds registered in
-  experiments/generated/calibration/README.md.
+  experiments/generated/calibration/README.md; `table` prints the crack rates by level of the problems whose two
+  cells have finished, as docs/generated_problems.md shows them.
 
     .venv/bin/python scripts/study/generated_calibration.py plan
     .venv/bin/python scripts/study/generated_calibration.py select
+    .venv/bin/python scripts/study/generated_calibration.py table
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import subprocess
 import sys
 from pathlib import Path
 from random import Random
+
+from calibration_select import Band, PilotCell, in_band, read_pilot
 
 from evolve.problems.generated.generator import generate, passing_pairs
 
@@ -38,6 +42,7 @@ BAND = ("0.1", "0.9")
 LATE_CRACK = "43.9"  # 1 - (1 - h)^100 = 0.9 at h = 1/43.93: a mean first crack later than that is a rate under 0.9
 NEAR_MISS = "0.8"  # the HumanEval study's: 10 of 12 tests passed in both cells
 TEST_SIZE, TRAIN_SIZE = 100, 50
+RULE = Band(float(BAND[0]), float(BAND[1]), float(LATE_CRACK), float(NEAR_MISS))
 
 PIECE = """\
 # Issue 60's calibration, piece {number} of {pieces}, written by scripts/study/generated_calibration.py plan (see
@@ -124,11 +129,49 @@ def select() -> None:
     raise SystemExit(subprocess.call(command))
 
 
+def level_of(problem: str) -> str:
+    """gl_d2ee_0007 -> 2ee, gl_d1_0042 -> 1."""
+    return problem.rsplit("/", 1)[-1].split("_")[1].removeprefix("d")
+
+
+def crack_table(cells: list[PilotCell]) -> str:
+    """Markdown: per level, the problems whose cells have all finished, their cells cracked, the median first crack
+    of the cracked ones, and the rule's verdicts (in band, ceiling: cracked early in both, floor: neither)."""
+    by_task: dict[str, list[PilotCell]] = {}
+    for cell in cells:
+        by_task.setdefault(cell.problem, []).append(cell)
+    rows = ["| level | problems finished | cells cracked | median first crack (iteration) "
+            "| in band | ceiling | floor |",
+            "|---|---:|---:|---:|---:|---:|---:|"]
+    for level in dict.fromkeys(level_of(task) for task in sorted(by_task, key=level_of)):
+        done = {task: group for task, group in by_task.items()
+                if level_of(task) == level and in_band(group, RULE) is not None}
+        if not done:
+            continue
+        group_cells = [cell for group in done.values() for cell in group]
+        cracks = sorted(cell.first_crack for cell in group_cells if cell.first_crack is not None)
+        band = sum(bool(in_band(group, RULE)) for group in done.values())
+        ceiling = sum(not in_band(group, RULE) and all(c.first_crack is not None for c in group)
+                      for group in done.values())
+        median = f"{cracks[len(cracks) // 2]}" if cracks else "-"
+        rows.append(f"| {level} | {len(done)} | {len(cracks)} of {len(group_cells)} "
+                    f"({len(cracks) / len(group_cells):.2f}) | {median} | {band} | {ceiling} | "
+                    f"{len(done) - band - ceiling} |")
+    return "\n".join(rows)
+
+
+def table() -> None:
+    stores = finished_stores()
+    if not stores:
+        raise SystemExit(f"no piece store in {FOLDER}: bash scripts/study/generated_calibration.sh start")
+    print(crack_table([cell for store in stores for cell in read_pilot(store)]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("step", choices=("plan", "select"))
+    parser.add_argument("step", choices=("plan", "select", "table"))
     args = parser.parse_args()
-    plan() if args.step == "plan" else select()
+    {"plan": plan, "select": select, "table": table}[args.step]()
 
 
 if __name__ == "__main__":
