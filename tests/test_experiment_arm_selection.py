@@ -100,3 +100,62 @@ def test_a_table_of_selection_is_merged_key_by_key_for_the_arm(tmp_path: Path) -
     grid = spec.selection_of("sampling").map_elites
     assert grid.bins == 4 and grid.features == spec.selection.map_elites.features
     assert spec.selection_of("evolution") == spec.selection
+
+
+BUDGETS = """\
+problems = ["number"]
+seeds = [0]
+iterations = 4
+answers_per_iteration = 3
+parallel_cells = 2
+[run]
+programs_dir = "{programs}"
+concurrency = 1
+[[policies]]
+name = "three"
+backend = "openai"
+url = "{url}"
+prefill = false
+[[policies]]
+name = "one"
+backend = "openai"
+url = "{url}"
+prefill = false
+[arm_budget]
+one = {{ answers_per_iteration = 1, iterations = 12 }}
+"""
+
+
+def test_an_arm_budget_splits_the_same_answers_into_more_iterations_and_the_report_compares_them_on_answers(
+        tmp_path: Path) -> None:
+    number_problem(tmp_path / "programs")
+    with ScriptedPolicyServer("climber") as server:
+        spec = load_experiment(write(tmp_path, BUDGETS.format(programs=tmp_path / "programs", url=server.url)))
+        assert (spec.iterations_of("one"), spec.answers_per_iteration_of("one")) == (12, 1)
+        assert (spec.iterations_of("three"), spec.answers_per_iteration_of("three")) == (4, 3)
+        outcome = ExperimentRunner(spec).run()
+    assert outcome.finished, outcome
+    store = ProgramStore(spec.db)
+    results = collect(store, spec, samples=200)
+    store.close()
+    cells = {c.policy: c for c in results.cells}
+    assert (cells["one"].iterations_done, cells["three"].iterations_done) == (12, 4)
+    assert cells["one"].answers == cells["three"].answers == 12  # equal answers, split otherwise
+    assert [s.answers for s in cells["one"].steps] == list(range(13))
+    answers = {c.policy: c.x[-1] for c in results.curves if c.axis == "answers" and c.metric == "best_score"}
+    assert answers == {"one": 12, "three": 12}
+    iterations = {c.policy: c.x[-1] for c in results.curves if c.axis == "iterations" and c.metric == "best_score"}
+    assert iterations == {"one": 12, "three": 4}
+    assert results.arm_budgets == {"one": (1, 12)} and results.iterations_of("one") == 12
+
+
+@pytest.mark.parametrize(("budget", "fragment"), [
+    ("one = { answers_per_iteration = 1, iterations = 10 }", "= 10 answers a cell; the experiment's is 12"),
+    ("nobody = { answers_per_iteration = 1, iterations = 12 }", "'nobody' is no arm of the experiment"),
+])
+def test_an_arm_budget_of_other_answers_or_no_arm_is_one_error_naming_it(tmp_path: Path, budget: str,
+                                                                        fragment: str) -> None:
+    text = BUDGETS.format(programs=tmp_path, url="http://127.0.0.1:9").replace(
+        "one = { answers_per_iteration = 1, iterations = 12 }", budget)
+    with pytest.raises(ConfigError, match=fragment):
+        load_experiment(write(tmp_path, text))

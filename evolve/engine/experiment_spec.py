@@ -55,6 +55,15 @@ class EnsembleArm(EnsembleSection):
     members: tuple[str, ...] = Field(min_length=2, max_length=16, description="names of [[policies]] entries")
 
 
+class ArmBudget(StrictModel):
+    """An arm's own split of the experiment's answers per cell: fewer answers per iteration over more iterations, or
+    the reverse (an ablation of answers per iteration at equal answers)."""
+
+    answers_per_iteration: StrictInt = Field(ge=1, le=256, description="candidate answers per iteration of this arm")
+    iterations: StrictInt = Field(ge=1, description="iterations per cell of this arm: answers_per_iteration x "
+                                  "iterations must equal the experiment's")
+
+
 class ExperimentSpec(StrictModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="the experiment's name in the "
                       "store and reports; default: the file's stem")
@@ -75,6 +84,10 @@ class ExperimentSpec(StrictModel):
         "experiment's, by its name (an ablation of the search at equal answers: {lexicase = {strategy = "
         "\"lexicase\"}}); strategy = \"seed\" makes the arm plain sampling: every parent the seed program, no "
         "inspirations, nothing of the run's history in the prompt (as `evolve sample`)")
+    arm_budget: dict[str, ArmBudget] = Field(
+        default_factory=dict, description="[arm_budget]: an arm's own answers per iteration and iterations, by its "
+        "name, their product the experiment's answers per cell ({one_answer = {answers_per_iteration = 1, "
+        "iterations = 300}} beside 3 x 100); every other arm runs answers_per_iteration x iterations")
     iterations: StrictInt = Field(ge=1, description="iterations per cell")
     answers_per_iteration: StrictInt = Field(0, ge=0, le=256, description="candidate answers per iteration for every "
                                        "policy (a policy with answers = a makes answers_per_iteration / a requests); "
@@ -164,15 +177,42 @@ class ExperimentSpec(StrictModel):
     def _answers_divide_the_iteration(self) -> ExperimentSpec:
         per_iteration = self.answers_per_iteration_of_cells()
         for index, policy in enumerate(self.policies):
-            if per_iteration % policy.answers:
+            if per_iteration % policy.answers and policy.name not in self.arm_budget:
                 raise ValueError(f"answers_per_iteration = {per_iteration} is not a multiple of policies[{index}]."
                                  f"answers = {policy.answers} (policy '{policy.name}'); every policy must get the "
                                  "same candidate answers per iteration")
         return self
 
+    @model_validator(mode="after")
+    def _an_arms_budget_spends_the_same_answers(self) -> ExperimentSpec:
+        arms, answers = self.arm_names(), self.answers_per_iteration_of_cells() * self.iterations
+        for arm, budget in self.arm_budget.items():
+            if arm not in arms:
+                raise ValueError(f"arm_budget: '{arm}' is no arm of the experiment (arms: {', '.join(arms)})")
+            if budget.answers_per_iteration * budget.iterations != answers:
+                raise ValueError(f"arm_budget.{arm}: {budget.answers_per_iteration} answers x {budget.iterations} "
+                                 f"iterations = {budget.answers_per_iteration * budget.iterations} answers a cell; "
+                                 f"the experiment's is {answers} (answers_per_iteration x iterations): an arm's "
+                                 "budget splits the same answers differently")
+            for policy in self.arm_policies(arm):
+                if budget.answers_per_iteration % policy.answers:
+                    raise ValueError(f"arm_budget.{arm}: answers_per_iteration = {budget.answers_per_iteration} "
+                                     f"is not a multiple of policy '{policy.name}''s answers = {policy.answers}")
+        return self
+
     def answers_per_iteration_of_cells(self) -> int:
         """What every cell gets: answers_per_iteration, or the largest policy's answers when it is 0."""
         return self.answers_per_iteration or max(policy.answers for policy in self.policies)
+
+    def answers_per_iteration_of(self, arm: str) -> int:
+        """What arm `arm`'s cells get: its arm_budget's, else answers_per_iteration_of_cells()."""
+        budget = self.arm_budget.get(arm)
+        return budget.answers_per_iteration if budget else self.answers_per_iteration_of_cells()
+
+    def iterations_of(self, arm: str) -> int:
+        """Iterations per cell of arm `arm`: its arm_budget's, else `iterations`."""
+        budget = self.arm_budget.get(arm)
+        return budget.iterations if budget else self.iterations
 
     def arm_names(self) -> tuple[str, ...]:
         """Every arm: the policies, then the ensembles."""
@@ -223,11 +263,12 @@ class ExperimentSpec(StrictModel):
     def cell_config(self, problem: str, policy: str, seed: int) -> RunConfig:
         """The config a new cell (problem, policy, seed) starts with; its run seed is `seeds.cell_seed(seed,
         problem's name)`: the same for every policy, another for every problem (a stored cell keeps its own)."""
-        run = RunSection(problem=problem, iterations=self.iterations, seed=cell_seed(seed, problem_key(problem)),
+        run = RunSection(problem=problem, iterations=self.iterations_of(policy),
+                         seed=cell_seed(seed, problem_key(problem)),
                          db=self.db, programs_dir=self.run.programs_dir, concurrency=self.run.concurrency,
                          eval_workers=self.run.eval_workers, warm_evaluators=self.run.warm_evaluators,
                          evaluator_recycle=self.run.evaluator_recycle, name=f"{self.name}/{problem}/{policy}/s{seed}",
-                         answers_per_iteration=self.answers_per_iteration_of_cells(),
+                         answers_per_iteration=self.answers_per_iteration_of(policy),
                          stop_when_solved=self.run.stop_when_solved, target_score=self.run.target_score)
         arm = self.ensemble(policy)
         if arm is None:

@@ -99,7 +99,7 @@ def _header(results: ExperimentResults, kind: str) -> str:
                    f"{_count(len(results.problems), 'problem')} &times; {_count(seeds, 'seed')} "
                    f"({', '.join(escape(str(s)) for s in results.seeds)})" + _arm_seeds(results)),
         ("iterations", f"{results.iterations} per cell, {results.answers_per_iteration} candidate answers each "
-                       "(a policy writing m per request makes answers / m requests)"),
+                       "(a policy writing m per request makes answers / m requests)" + _arm_budgets(results)),
         ("intervals", f"{level}: Clopper-Pearson for cracked k/n; betting (Waudby-Smith and Ramdas) for means of "
                       f"scores in {results.score_range[0]:g}..{results.score_range[1]:g} and for paired differences; "
                       f"p-values of the differences Holm-adjusted"),
@@ -118,6 +118,13 @@ def _header(results: ExperimentResults, kind: str) -> str:
             f"still leave room for a fourth that does not. {_few_seeds(seeds)}First-crack times are Kaplan-Meier "
             f"estimates in which a seed that never cracked counts as censored at its budget. Cracked follows each "
             f"problem's current solved rule, applied to the stored score vectors.</p></header>")
+
+
+def _arm_budgets(results: ExperimentResults) -> str:
+    if not results.arm_budgets:
+        return ""
+    return "; the same answers split otherwise: " + "; ".join(
+        f"{escape(arm)} {iterations} x {answers}" for arm, (answers, iterations) in results.arm_budgets.items())
 
 
 def _arm_seeds(results: ExperimentResults) -> str:
@@ -148,11 +155,13 @@ def _notes(results: ExperimentResults) -> str:
         if row.state == "policy_failed":
             notes.append(f"{escape(row.policy)} on {escape(row.problem)}: policy failed, every call errored "
                          f"({row.policy_errors} errors).")
-    other = [c for c in results.cells if c.run_id is not None and c.iterations_target != results.iterations]
+    other = [c for c in results.cells
+             if c.run_id is not None and c.iterations_target != results.iterations_of(c.policy)]
     if other:
         budgets = ", ".join(sorted({str(c.iterations_target) for c in other}))
-        notes.append(f"{len(other)} cells were run with a budget of {budgets} iterations, not {results.iterations}; "
-                     f"their best score is carried flat past their last iteration.")
+        notes.append(f"{len(other)} cells were run with a budget of {budgets} iterations, not their arm's "
+                     f"({results.iterations} unless the arm has its own); their best score is carried flat past "
+                     f"their last iteration.")
     if not notes:
         return ""
     return '<div class="notes"><ul>' + "".join(f"<li>{note}</li>" for note in notes) + "</ul></div>"
@@ -220,7 +229,8 @@ def _chart(results: ExperimentResults, colours: dict[str, str], metric: str, pro
     pool = results.curves if problem is None else results.problem_curves
     curves = [c for p in results.policies for c in pool if c.policy == p and c.metric == metric
               and c.problem == problem and c.axis == axis]
-    x_range = (0, results.iterations) if axis == "iterations" else (0, max((c.x[-1] for c in curves), default=1))
+    longest = max([results.iterations, *(iterations for _, iterations in results.arm_budgets.values())])
+    x_range = (0, longest) if axis == "iterations" else (0, max((c.x[-1] for c in curves), default=1))
     svg = line_chart(_series(curves, colours), title, AXIS_LABELS[axis], y_label, y_range, width, height,
                      x_range=x_range)
     drawn = {c.policy for c in curves}

@@ -134,6 +134,11 @@ class ExperimentResults:
     notes: tuple[str, ...]  # what a reader must know before trusting the numbers (plain text)
     instructions: tuple[ArmInstructions, ...] = ()  # per arm with [prompt_evolution]: its instructions, pooled
     arm_seeds: dict[str, tuple[int, ...]] = field(default_factory=dict)  # arms running only some of the seeds
+    arm_budgets: dict[str, tuple[int, int]] = field(default_factory=dict)  # (answers per iteration, iterations)
+
+    def iterations_of(self, arm: str) -> int:
+        """Iterations per cell of arm `arm`: its own budget's, else the experiment's."""
+        return self.arm_budgets[arm][1] if arm in self.arm_budgets else self.iterations
 
 
     def row(self, problem: str, policy: str) -> ProblemPolicyRow:

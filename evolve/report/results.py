@@ -97,7 +97,7 @@ def cell_result(store: ProgramStore, spec: ExperimentSpec, run_id: int | None, k
                 judge: _Judge | None = None, vectors: Iterable[StoredScores] | None = None) -> CellResult:
     """The cell's numbers; `vectors`: the run's `store.score_vectors` (by default streamed from the store)."""
     problem, policy, seed = key
-    horizon = spec.iterations
+    horizon = spec.iterations_of(policy)
     rule: Literal["current", "stored"] = "current" if judge is not None and judge.problem is not None else "stored"
     if run_id is None:
         return CellResult(problem, policy, seed, None, "not_run", horizon, 0, None, None, (None,) * (horizon + 1),
@@ -155,7 +155,7 @@ def answers_asked(spec: ExperimentSpec, arm: str, costs: Iterable[IterationCost]
     sizes = {policy.answers for policy in spec.arm_policies(arm)}
     if len(sizes) == 1:
         return sizes.pop() * sum(c.policy_calls + c.policy_errors for c in costs)
-    return spec.answers_per_iteration_of_cells() * sum(1 for c in costs if c.policy_calls + c.policy_errors)
+    return spec.answers_per_iteration_of(arm) * sum(1 for c in costs if c.policy_calls + c.policy_errors)
 
 
 def cell_statuses(store: ProgramStore, spec: ExperimentSpec) -> dict[CellKey, str]:
@@ -197,7 +197,8 @@ def collect(store: ProgramStore, spec: ExperimentSpec, samples: int = 100_000, c
     policies = spec.arm_names()  # a policy's arms, then the ensembles'
 
     def complete(cell: CellResult) -> bool:  # curves use whole cells only: every iteration done, policy alive
-        return (cell.run_id is not None and (cell.iterations_done >= spec.iterations or cell.stopped_early)
+        return (cell.run_id is not None and (cell.iterations_done >= spec.iterations_of(cell.policy)
+                                             or cell.stopped_early)
                 and not cell.policy_failed)
 
     table, curves, problem_curves, objectives = [], [], [], []
@@ -208,14 +209,16 @@ def collect(store: ProgramStore, spec: ExperimentSpec, samples: int = 100_000, c
             objectives += _objective_reach(problem, policy, row_cells, judges[problem])
             whole = [c.steps for c in row_cells if complete(c)]
             for axis in AXES:
-                curve = problem_curve(policy, problem, whole, axis, spec.iterations, confidence, score_range)
+                curve = problem_curve(policy, problem, whole, axis, spec.iterations_of(policy), confidence,
+                                      score_range)
                 if curve is not None:
                     problem_curves.append(curve)
         seeds_cells = [[by_key[(problem, policy, seed)].steps for problem in spec.problems]
                        for seed in spec.seeds_of(policy)
                        if all(complete(by_key[(problem, policy, seed)]) for problem in spec.problems)]
         for axis in AXES:
-            drawn = policy_curves(policy, spec.problems, seeds_cells, axis, spec.iterations, confidence, score_range)
+            drawn = policy_curves(policy, spec.problems, seeds_cells, axis, spec.iterations_of(policy), confidence,
+                                  score_range)
             if seeds_cells and not drawn:
                 notes.append(f"{policy}: no curves against {AXIS_LABELS[axis]}: some of its runs were stored "
                              f"without that cost (an older store).")
@@ -237,7 +240,8 @@ def collect(store: ProgramStore, spec: ExperimentSpec, samples: int = 100_000, c
         budgets=tuple(_budget(p, [c for c in cells if c.policy == p], spec) for p in policies),
         differences=differences, notes=tuple(notes),
         instructions=instructions_by_arm(store, ((c.policy, c.run_id) for c in cells)),
-        arm_seeds={arm: spec.seeds_of(arm) for arm in spec.arm_seeds})
+        arm_seeds={arm: spec.seeds_of(arm) for arm in spec.arm_seeds},
+        arm_budgets={arm: (budget.answers_per_iteration, budget.iterations) for arm, budget in spec.arm_budget.items()})
 
 
 def _row(problem: str, policy: str, cells: list[CellResult], confidence: float,

@@ -180,6 +180,8 @@ def render_report(results: ExperimentResults, console: Console) -> None:
     level = f"{results.confidence:.0%}"
     console.print(f"[bold]experiment {results.name}[/]  {results.description}", highlight=False)
     some = "".join(f" ({arm}: seeds {', '.join(map(str, seeds))})" for arm, seeds in results.arm_seeds.items())
+    some += "".join(f" ({arm}: {iterations} iterations x {answers} answers)"
+                    for arm, (answers, iterations) in results.arm_budgets.items())
     console.print(f"{len(results.policies)} policies x {len(results.problems)} problems x {len(results.seeds)} seeds"
                   f"{some}, {results.iterations} iterations per cell, "
                   f"{results.answers_per_iteration} candidate answers each; store {results.db}", highlight=False)

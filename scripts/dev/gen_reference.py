@@ -196,7 +196,8 @@ def file_references() -> tuple[FileReference, ...]:
          Section("selection", config.SelectionConfig, "As in evolve.toml.", skip=("map_elites",)),
          Section("[[policies]]", policy_config.BasePolicySection, "One table per policy: the `[policy]` keys of "
                  "evolve.toml, its backend's keys included."),
-         Section("[[ensembles]]", experiment_spec.EnsembleArm, experiment_spec.EnsembleArm.__doc__ or "")))
+         Section("[[ensembles]]", experiment_spec.EnsembleArm, experiment_spec.EnsembleArm.__doc__ or ""),
+         Section("arm_budget.ARM", experiment_spec.ArmBudget, experiment_spec.ArmBudget.__doc__ or "")))
     study = FileReference(
         "Study files (`evolve study FILE`)",
         "A study trains, samples, evolves and reports in one resumable command; see experiments/study_small.toml.",
