@@ -260,8 +260,9 @@ def _charts(results: ExperimentResults, colours: dict[str, str]) -> list[str]:
                "the best ranking scalar of the programs committed by x (x = 0 is the seed program), averaged over "
                "problems")
             + f", then the mean over seeds with its pointwise {level} band; drawn as steps, since nothing changes "
-            "between commits. Four axes: iterations (policy calls); programs evaluated, generated tokens and the "
-            "run's active wall time, each cumulative in the order the iterations were committed. On a cost axis a "
+            "between commits. Five axes: iterations; candidate answers asked for (m per request, so arms with "
+            "other answers per iteration or m compare at equal answers); programs evaluated, generated tokens and "
+            "the run's active wall time, each cumulative in the order the iterations were committed. On a cost axis a "
             "policy's curve stops at the smallest total that every one of its seeds reached, so no seed is carried "
             "past its budget. Curves rest on complete seeds (every problem ran its budget).</p>"
             + f'<div class="multiples">{"".join(charts)}</div></section>')
