@@ -281,3 +281,58 @@ def test_a_frozen_heads_fused_gradient_equals_autograd_through_the_whole_model()
     assert len(plain) == len(fused[2]) > 0 and all(grad.abs().sum() > 0 for grad in plain)
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(fused[2], plain, strict=True))
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(fused[2], checkpointed, strict=True))
+
+
+def test_rl_loss_subtracts_the_entropy_bonus_with_its_coefficient_and_needs_the_entropy() -> None:
+    logp = torch.log(torch.tensor([[0.25, 0.5]]))
+    entropy = torch.tensor([[1.0, 3.0]], requires_grad=True)
+    parts = rl_loss(logp, logp, None, torch.tensor([0.0]), torch.ones(1, 2), entropy=entropy, entropy_coef=0.1)
+    assert float(parts.loss.detach()) == pytest.approx(-0.1 * 2.0)  # minus the coefficient x the mean entropy
+    parts.loss.backward()
+    assert close(entropy.grad, [[-0.05, -0.05]])  # raising the entropy lowers the loss
+    with pytest.raises(ValueError, match="needs the tokens' entropy"):
+        rl_loss(logp, logp, None, torch.tensor([0.0]), torch.ones(1, 2), entropy_coef=0.1)
+
+
+@pytest.mark.parametrize("trained_head", [False, True])
+def test_the_entropys_gradient_equals_autograd_through_the_whole_model(trained_head: bool) -> None:
+    """entropy_grad: the fused frozen-head path keeps dH/d hidden from its forward pass, the checkpointed path (a
+    trained head) differentiates the entropy it recomputes; both give plain autograd's adapter gradients for a loss
+    mixing log-probs and entropy, and without entropy_grad the entropy carries no gradient."""
+    from peft import LoraConfig, get_peft_model
+
+    from evolve.rl.loss import _decoder_and_head
+
+    torch.manual_seed(4)
+    model = get_peft_model(_tiny_llama(), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    for name, param in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(param, std=0.1)
+    head = _decoder_and_head(model)[1]  # type: ignore[index]
+    head.weight.requires_grad_(trained_head)
+    prompt, completions = torch.randint(0, 50, (6,)), torch.randint(0, 50, (3, 7))
+    weights, entropy_weights = torch.linspace(-1, 1, 7), torch.linspace(0.5, -0.5, 7)
+
+    def adapter_grads() -> list[torch.Tensor]:
+        grads = [param.grad.clone() for name, param in model.named_parameters() if "lora" in name]
+        model.zero_grad()
+        return grads
+
+    logp, entropy = completion_logprobs(model, prompt, completions, temperature=0.7, entropy_grad=True)
+    assert entropy is not None and entropy.requires_grad
+    ((logp * weights).sum() + (entropy * entropy_weights).sum()).backward()
+    ours = adapter_grads()
+
+    full = torch.cat([prompt.expand(3, 6), completions], dim=1)
+    logits = model(input_ids=full).logits.float()[:, 5:-1] / 0.7
+    expected = torch.log_softmax(logits, -1).gather(-1, completions.unsqueeze(-1)).squeeze(-1)
+    expected_entropy = -(torch.softmax(logits, -1) * torch.log_softmax(logits, -1)).sum(-1)
+    ((expected * weights).sum() + (expected_entropy * entropy_weights).sum()).backward()
+    plain = adapter_grads()
+    head.weight.requires_grad_(False)
+
+    assert torch.allclose(entropy.detach(), expected_entropy.detach(), atol=1e-5)
+    assert len(plain) == len(ours) > 0 and all(grad.abs().sum() > 0 for grad in plain)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(ours, plain, strict=True))
+    _, no_grad = completion_logprobs(model, prompt, completions, temperature=0.7, with_entropy=True)
+    assert no_grad is not None and not no_grad.requires_grad

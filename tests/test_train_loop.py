@@ -298,3 +298,30 @@ def test_a_multi_answer_rollout_may_generate_m_times_the_per_answer_cap_of_a_grp
     with pytest.raises(ValidationError, match=r"m \* max_new_tokens = 3 \* 2048 = 6144 tokens .* per answer"):
         TrainConfig(rollouts="vllm", answers=3, max_new_tokens=2048, vllm_max_model_len=4096)
     assert TrainConfig(rollouts="vllm", algo="grpo", max_new_tokens=2048, vllm_max_model_len=4096).m == 1
+
+
+def test_an_entropy_bonus_alone_raises_the_policys_entropy_and_none_leaves_it_unmoved() -> None:
+    import numpy as np
+
+    from evolve.rl.loss import completion_logprobs
+    from evolve.rl.trainer import TrainConfig, optimise, reference_scope
+
+    def mean_entropy(model: torch.nn.Module) -> float:
+        with torch.no_grad():
+            return float(np.mean([completion_logprobs(model, prompt, completion, with_entropy=True)[1].mean()
+                                  for prompt, completion, _ in batches]))
+
+    torch.manual_seed(2)
+    batches = [(torch.randint(0, 50, (6,)), torch.randint(0, 50, (3, 5)), torch.ones(3, 5)) for _ in range(2)]
+    advantages = [np.zeros(3), np.zeros(3)]  # no reward signal: only the entropy term moves the policy
+    moved = {}
+    for coef in (0.0, 0.5):
+        torch.manual_seed(0)
+        model = _tiny_llama()
+        before = mean_entropy(model)
+        config = TrainConfig(prompts_per_step=2, kl_coef=0.0, entropy_coef=coef, device="cpu")
+        stats = optimise(model, reference_scope(model, model), batches, advantages, config,
+                         torch.optim.SGD(model.parameters(), lr=5.0))
+        assert stats["entropy"] == pytest.approx(before, rel=1e-4)  # logged before the update, as before
+        moved[coef] = mean_entropy(model) - before
+    assert moved[0.0] == pytest.approx(0.0, abs=1e-6) and moved[0.5] > 1e-3

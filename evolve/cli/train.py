@@ -12,7 +12,8 @@ from evolve.cli.conventions import add_out_flag
 # flag -> TrainConfig key, for the flags that are plain overrides
 _FLAGS = {"algo": "algo", "base": "base", "steps": "steps", "out": "out", "group_size": "group_size",
           "answers": "answers", "lr": "lr", "seed": "seed", "prompts_per_step": "prompts_per_step",
-          "max_new_tokens": "max_new_tokens", "kl_coef": "kl_coef", "save_every": "save_every",
+          "max_new_tokens": "max_new_tokens", "kl_coef": "kl_coef", "entropy_coef": "entropy_coef",
+          "save_every": "save_every",
           "threads": "threads", "programs_dir": "programs_dir", "sampler": "sampler", "rollouts": "rollouts",
           "device": "device", "dtype": "dtype", "compute_dtype": "compute_dtype", "parents_db": "parents_db",
           "k": "max_at_k_k", "ppo_epochs": "epochs", "minibatches": "minibatches"}
@@ -37,6 +38,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--prompts-per-step", type=int, help="groups per step (default 1)")
     train.add_argument("--max-new-tokens", type=int, help="completion cap (default 384)")
     train.add_argument("--kl-coef", type=float, help="k3 KL coefficient (default 1e-3)")
+    train.add_argument("--entropy-coef", type=float, help="entropy bonus coefficient (default 0: none)")
     train.add_argument("--ppo-epochs", type=int, help="passes over each step's rollouts (default 1)")
     train.add_argument("--minibatches", type=int, help="AdamW steps per pass; the step's groups split in order "
                        "(default 1; at most --prompts-per-step)")

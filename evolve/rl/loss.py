@@ -31,9 +31,10 @@ _LOGIT_POSTPROCESSING = ("final_logit_softcapping", "logit_scale", "logits_scali
 
 def completion_logprobs(
     model: torch.nn.Module, prompt_ids: Tensor, completion_ids: Tensor, temperature: float = 1.0,
-    with_entropy: bool = False, lengths: Tensor | None = None,
+    with_entropy: bool = False, lengths: Tensor | None = None, entropy_grad: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
-    """log p(token t | prompt, tokens < t) for each completion token ``[G, C]``, and the entropy there if asked.
+    """log p(token t | prompt, tokens < t) for each completion token ``[G, C]``, and the entropy there if asked
+    (``entropy_grad``: with its gradient, for an entropy term in the loss; otherwise it carries none).
 
     The prompt is run once (batch 1) and its KV cache repeated for the G rows, so a group costs one prompt
     forward instead of G; gradients still flow through the shared prompt. Logits are divided by the sampling
@@ -70,7 +71,8 @@ def completion_logprobs(
         else:  # a cache per bucket, each from the one prompt forward (its tensors are never changed in place)
             cache = _repeated_cache(prompt_cache, len(members))
         bucket_ids = completion_ids[:, :bucket_width] if len(buckets) == 1 else completion_ids[members, :bucket_width]
-        chosen, entropy = _rows_logprobs(body, split, cache, prompt_ids[-1:], bucket_ids, temperature, with_entropy)
+        chosen, entropy = _rows_logprobs(body, split, cache, prompt_ids[-1:], bucket_ids, temperature,
+                                         with_entropy or entropy_grad, entropy_grad)
         parts.append((members, chosen, entropy))
     if len(parts) == 1 and parts[0][1].shape[1] == width:
         return parts[0][1], parts[0][2]
@@ -81,7 +83,7 @@ def completion_logprobs(
         return torch.cat(padded)[order]
 
     chosen = gather([part[1] for part in parts])
-    entropy = gather([part[2] for part in parts if part[2] is not None]) if with_entropy else None
+    entropy = gather([part[2] for part in parts if part[2] is not None]) if with_entropy or entropy_grad else None
     return chosen, entropy
 
 
@@ -114,21 +116,22 @@ def _repeated_cache(prompt_cache: object, rows: int) -> object:
 
 def _rows_logprobs(body: torch.nn.Module, split: tuple[torch.nn.Module, torch.nn.Linear] | None, cache: object,
                    last_prompt_id: Tensor, completion_ids: Tensor, temperature: float,
-                   with_entropy: bool) -> tuple[Tensor, Tensor | None]:
+                   with_entropy: bool, entropy_grad: bool = False) -> tuple[Tensor, Tensor | None]:
     """completion_logprobs on rows that share one prompt, given its cache already repeated for them."""
     rows = completion_ids.shape[0]
     # the last prompt token predicts the first completion token; completion token t-1 predicts token t
     inputs = torch.cat([last_prompt_id.expand(rows, 1), completion_ids[:, :-1]], dim=1)
     output = body(input_ids=inputs, past_key_values=cache, use_cache=cache is not None)
     if split is None:
-        return _token_logprobs(output.logits, completion_ids, temperature, with_entropy)
+        return _token_logprobs(output.logits, completion_ids, temperature, with_entropy, entropy_grad)
     head = split[1]
     hidden = output.last_hidden_state
     step = max(1, LOGIT_CHUNK_ELEMENTS // max(1, rows * head.out_features))
     chunks = []
     fused = torch.is_grad_enabled() and not head.weight.requires_grad and head.bias is None
     for start in range(0, completion_ids.shape[1], step):
-        args = (head, hidden[:, start:start + step], completion_ids[:, start:start + step], temperature, with_entropy)
+        args = (head, hidden[:, start:start + step], completion_ids[:, start:start + step], temperature, with_entropy,
+                entropy_grad)
         if fused:
             chunks.append(_frozen_head_logprobs(*args))
         elif torch.is_grad_enabled():
@@ -155,8 +158,8 @@ def _decoder_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn
 
 
 def _projected_logprobs(head: torch.nn.Linear, hidden: Tensor, ids: Tensor, temperature: float,
-                        with_entropy: bool) -> tuple[Tensor, Tensor]:
-    chosen, entropy = _token_logprobs(head(hidden), ids, temperature, with_entropy)
+                        with_entropy: bool, entropy_grad: bool = False) -> tuple[Tensor, Tensor]:
+    chosen, entropy = _token_logprobs(head(hidden), ids, temperature, with_entropy, entropy_grad)
     return chosen, entropy if entropy is not None else chosen.new_zeros(())
 
 
@@ -167,43 +170,53 @@ class _FrozenHeadLogprobs(torch.autograd.Function):
     ``[G, k, hidden]``: keeping it costs no recompute of the ``[G, k, vocab]`` logits in the backward pass (the
     checkpointed path runs the projection three times, this one twice) and no more memory than the hidden states.
     Only for a head whose weight takes no gradient (LoRA's frozen base): the weight's own gradient would need the
-    logits again. The entropy, when asked, comes from the same softmax and carries no gradient.
+    logits again. The entropy, when asked, comes from the same softmax; with ``entropy_grad`` its gradient is kept
+    the same way, dH/d hidden = -(p (log p + H)) W / T, another ``[G, k, hidden]``.
     """
 
     @staticmethod
     def forward(ctx: torch.autograd.function.FunctionCtx, hidden: Tensor, weight: Tensor, ids: Tensor,
-                temperature: float, with_entropy: bool) -> tuple[Tensor, Tensor]:
+                temperature: float, with_entropy: bool, entropy_grad: bool = False) -> tuple[Tensor, Tensor]:
         shifted = torch.nn.functional.linear(hidden, weight).float().div_(temperature)
         shifted = shifted.sub_(torch.logsumexp(shifted, dim=-1, keepdim=True))  # log-softmax, in place
         chosen = shifted.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
         probs = shifted.exp()
-        entropy = -(probs * shifted).sum(-1) if with_entropy else chosen.new_zeros(())
+        entropy = -(probs * shifted).sum(-1) if with_entropy or entropy_grad else chosen.new_zeros(())
+        saved = []
+        if entropy_grad:  # dH/dz = -p (log p + H), taken before probs is overwritten below
+            along = (probs * (shifted + entropy.unsqueeze(-1))).neg_().div_(temperature)
+            saved.append(torch.matmul(along.to(weight.dtype), weight))
         direction = probs.neg_().scatter_add_(-1, ids.unsqueeze(-1), torch.ones_like(chosen).unsqueeze(-1))
-        ctx.save_for_backward(torch.matmul(direction.div_(temperature).to(weight.dtype), weight))
+        ctx.save_for_backward(torch.matmul(direction.div_(temperature).to(weight.dtype), weight), *saved)
         ctx.hidden_dtype = hidden.dtype  # type: ignore[attr-defined]
-        ctx.mark_non_differentiable(entropy)
+        if not entropy_grad:
+            ctx.mark_non_differentiable(entropy)
         return chosen, entropy
 
     @staticmethod
     def backward(ctx: torch.autograd.function.FunctionCtx, grad_chosen: Tensor,
-                 _grad_entropy: Tensor) -> tuple[Tensor | None, ...]:
-        (jacobian,) = ctx.saved_tensors  # type: ignore[attr-defined]
-        hidden_grad = (grad_chosen.unsqueeze(-1) * jacobian).to(ctx.hidden_dtype)  # type: ignore[attr-defined]
-        return hidden_grad, None, None, None, None
+                 grad_entropy: Tensor) -> tuple[Tensor | None, ...]:
+        jacobian, *entropy_jacobian = ctx.saved_tensors  # type: ignore[attr-defined]
+        hidden_grad = grad_chosen.unsqueeze(-1) * jacobian
+        if entropy_jacobian and grad_entropy is not None:
+            hidden_grad = hidden_grad + grad_entropy.unsqueeze(-1) * entropy_jacobian[0]
+        return hidden_grad.to(ctx.hidden_dtype), None, None, None, None, None  # type: ignore[attr-defined]
 
 
 def _frozen_head_logprobs(head: torch.nn.Linear, hidden: Tensor, ids: Tensor, temperature: float,
-                          with_entropy: bool) -> tuple[Tensor, Tensor]:
-    chosen, entropy = _FrozenHeadLogprobs.apply(hidden, head.weight, ids, temperature, with_entropy)
+                          with_entropy: bool, entropy_grad: bool = False) -> tuple[Tensor, Tensor]:
+    chosen, entropy = _FrozenHeadLogprobs.apply(hidden, head.weight, ids, temperature, with_entropy, entropy_grad)
     return chosen, entropy
 
 
 def _token_logprobs(logits: Tensor, ids: Tensor, temperature: float,
-                    with_entropy: bool) -> tuple[Tensor, Tensor | None]:
+                    with_entropy: bool, entropy_grad: bool = False) -> tuple[Tensor, Tensor | None]:
     logits = logits.float() / temperature
     chosen = logits.gather(-1, ids.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
     entropy = None
-    if with_entropy:
+    if entropy_grad:
+        entropy = _entropy(logits)
+    elif with_entropy:
         with torch.no_grad():  # row by row: the [C, vocab] temporaries of one row, not [G, C, vocab]
             entropy = torch.stack([_entropy(row) for row in logits])
     return chosen, entropy
@@ -281,9 +294,11 @@ class LossParts:
 def rl_loss(
     logp: Tensor, old_logp: Tensor, ref_logp: Tensor | None, advantages: Tensor, mask: Tensor,
     clip: float = 0.2, kl_coef: float = 1e-3, denom: float | None = None, clip_ratio_c: float = 3.0,
+    entropy: Tensor | None = None, entropy_coef: float = 0.0,
 ) -> LossParts:
-    """Dual-clip PPO policy-gradient loss plus ``kl_coef`` x k3 KL to the reference, masked mean over completion
-    tokens (``denom``: see masked_mean)."""
+    """Dual-clip PPO policy-gradient loss plus ``kl_coef`` x k3 KL to the reference, minus ``entropy_coef`` x the
+    token entropy ``[G, C]`` (a bonus for keeping the distribution spread; give it with its gradient), masked mean
+    over completion tokens (``denom``: see masked_mean)."""
     mask = mask.to(logp.dtype)
     pg = clipped_pg_loss(logp, old_logp, advantages, clip, clip_ratio_c)
     per_token = pg.loss
@@ -292,6 +307,10 @@ def rl_loss(
         kl_tokens = k3_kl(logp, ref_logp)
         per_token = pg.loss + kl_coef * kl_tokens
         kl = masked_mean(kl_tokens.detach(), mask)
+    if entropy_coef:
+        if entropy is None:
+            raise ValueError("entropy_coef > 0 needs the tokens' entropy (completion_logprobs(entropy_grad=True))")
+        per_token = per_token - entropy_coef * entropy
     return LossParts(
         loss=masked_mean(per_token, mask, denom),
         pg_loss=float(masked_mean(pg.loss.detach(), mask)),

@@ -55,6 +55,9 @@ class TrainConfig(BaseModel):
     clip_ratio_c: float = Field(3.0, gt=1, description="dual clip: a negative-advantage token's loss is at most "
                                 "clip_ratio_c * |A| (veRL's default 3)")
     kl_coef: float = Field(1e-3, ge=0, description="weight of the KL penalty to the reference (the base) model")
+    entropy_coef: float = Field(0.0, ge=0, description="weight of an entropy bonus: the loss minus this x the mean "
+                                "token entropy of the completions (keeps GRPO from collapsing onto a few short "
+                                "answers; 0: none, as the paper)")
     epochs: int = Field(1, ge=1, description="PPO epochs: passes over each step's rollouts (--ppo-epochs)")
     minibatches: int = Field(1, ge=1, description="AdamW steps per pass, the step's groups split in order; at most "
                              "prompts_per_step")

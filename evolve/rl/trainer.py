@@ -146,19 +146,20 @@ def optimise(model: Any, reference: Callable[[], contextlib.AbstractContextManag
                 prompt, completion, mask = batches[index]
                 with computed():  # the backward pass runs in the dtypes its forward chose
                     logp, entropy = completion_logprobs(model, prompt, completion, config.temperature,
-                                                        with_entropy=epoch == 0, lengths=mask.sum(1))
+                                                        with_entropy=epoch == 0, lengths=mask.sum(1),
+                                                        entropy_grad=config.entropy_coef > 0)
                 old = olds[index]
                 if old is None:  # the first minibatch of the first pass: the parameters have not moved yet
                     old = olds[index] = logp.detach()
                 adv = torch.as_tensor(advantages[index], dtype=torch.float32, device=device)
                 parts = rl_loss(logp, old, refs[index], adv, mask, config.clip, config.kl_coef, denom=run_tokens,
-                                clip_ratio_c=config.clip_ratio_c)
+                                clip_ratio_c=config.clip_ratio_c, entropy=entropy, entropy_coef=config.entropy_coef)
                 parts.loss.backward()
                 if epoch == config.epochs - 1:
                     for key in ("pg_loss", "kl", "clip_frac", "dual_clip_frac", "ppo_kl"):
                         sums[key] += getattr(parts, key) * parts.tokens / max(total, 1.0)
-                if entropy is not None:
-                    sums["entropy"] += float((entropy * mask).sum()) / max(total, 1.0)
+                if entropy is not None and epoch == 0:
+                    sums["entropy"] += float((entropy.detach() * mask).sum()) / max(total, 1.0)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.grad_clip))
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
