@@ -74,7 +74,7 @@ def test_the_pilot_status_counts_answers_cells_and_the_most_left(tmp_path: Path)
     design.write_text('problems = ["p", "q"]\nseeds = [100, 101]\n')
     out = subprocess.run([sys.executable, str(SCRIPT.parent / "pilot_status.py"), str(db), str(design)],
                          capture_output=True, text=True, check=True).stdout.splitlines()
-    assert out[0] == "3 answers; cells: 1 finished, 1 running"
+    assert out[0] == "3 answers in 0.0 hours of running; cells: 1 finished, 1 running"
     assert out[1].startswith("3 of 4 cells unfinished: at most 899 answers left; ")  # 3 x 300 less the running 1
 
 
@@ -84,3 +84,11 @@ def test_the_pilots_pace_is_measured_since_its_last_pause_not_across_it() -> Non
     assert status.answers_a_minute(steady) == 2.0
     assert status.answers_a_minute([-20.0, -19.5, *steady]) == 2.0  # the last piece, not the one before the stop
     assert status.answers_a_minute([]) == 0.0 and status.answers_a_minute([3.0]) == 0.0
+
+
+def test_the_pilots_running_time_leaves_out_the_stops_between_pieces() -> None:
+    status = script_module("pilot_status")
+    piece = [minute / 2 for minute in range(21)]  # 10 minutes of answers
+    assert status.active_hours(piece) == 10 / 60
+    assert status.active_hours([*piece, *(600 + minute for minute in piece)]) == 20 / 60  # a 10-hour stop between
+    assert status.active_hours([]) == 0.0

@@ -28,6 +28,12 @@ def answers_a_minute(minutes: list[float], pause: float = PAUSE_MINUTES) -> floa
     return (len(minutes) - start - 1) / span if span > 0 else 0.0
 
 
+def active_hours(minutes: list[float], pause: float = PAUSE_MINUTES) -> float:
+    """Hours the pilot ran, from the sorted times (minutes) its answers were stored: the gaps between answers summed,
+    a gap longer than `pause` (a stop between pieces) left out."""
+    return sum(gap for gap in (b - a for a, b in zip(minutes, minutes[1:], strict=False)) if gap <= pause) / 60
+
+
 def main(argv: list[str]) -> int:
     if len(argv) not in (1, 2):
         print(__doc__, file=sys.stderr)
@@ -35,7 +41,11 @@ def main(argv: list[str]) -> int:
     db = Path(argv[0])
     store = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     status = dict(store.execute("SELECT status, COUNT(*) FROM runs GROUP BY status").fetchall())
-    print(f"{attempts(db)} answers; cells: " + ", ".join(f"{n} {name}" for name, n in sorted(status.items())))
+    stored = [row[0] for row in store.execute(
+        f"SELECT (julianday(created_at) - julianday('2000-01-01')) * 1440 FROM attempts WHERE {ANSWER_KINDS} "
+        "ORDER BY created_at")]
+    print(f"{attempts(db)} answers in {active_hours(stored):.1f} hours of running; cells: "
+          + ", ".join(f"{n} {name}" for name, n in sorted(status.items())))
     if len(argv) == 2:
         design = tomllib.loads(Path(argv[1]).read_text())
         planned = len(design["problems"]) * len(design["seeds"])
