@@ -159,3 +159,13 @@ def test_an_arm_budget_of_other_answers_or_no_arm_is_one_error_naming_it(tmp_pat
         "one = { answers_per_iteration = 1, iterations = 12 }", budget)
     with pytest.raises(ConfigError, match=fragment):
         load_experiment(write(tmp_path, text))
+
+
+def test_a_policy_with_its_own_budget_in_an_ensemble_without_one_is_refused_before_anything_runs(
+        tmp_path: Path) -> None:
+    text = BUDGETS.format(programs=tmp_path, url="http://127.0.0.1:9").replace(
+        'name = "one"\nbackend = "openai"', 'name = "one"\nanswers = 2\nbackend = "openai"').replace(
+        "one = { answers_per_iteration = 1, iterations = 12 }", "one = { answers_per_iteration = 2, iterations = 6 }")
+    assert load_experiment(write(tmp_path, text)).iterations_of("one") == 6  # its own budget divides its m
+    with pytest.raises(ConfigError, match="policy 'one' in ensemble 'both'"):
+        load_experiment(write(tmp_path, text + '[[ensembles]]\nname = "both"\nmembers = ["three", "one"]\n'))

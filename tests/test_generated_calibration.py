@@ -59,6 +59,8 @@ def test_the_logit_shift_moves_the_mean_rate_by_the_difference_asked(power: Modu
     shift = power.logit_shift(rates, 0.12)
     assert np.mean(power.expit(power.logit(rates) + shift) - rates) == pytest.approx(0.12, abs=1e-6)
     assert power.logit_shift(rates, 0.0) == 0.0
+    with pytest.raises(ValueError, match="no shift raises these rates"):
+        power.logit_shift(np.array([0.9, 0.95]), 0.2)  # at most 0.075 of room above them
 
 
 def test_the_simulated_power_finds_a_large_difference_and_keeps_a_null_one_under_its_level(power: ModuleType) -> None:

@@ -139,9 +139,10 @@ class ExperimentRunner:
         return outcome
 
     def _run(self, outcome: ExperimentOutcome) -> None:
+        features = {feature for arm in self.spec.arm_names()  # an arm's own [arm_selection] grid included
+                    for feature in self.spec.selection_of(arm).map_elites.features}
         for problem in self.spec.problems:  # a missing or broken problem folder stops us before any model loads
-            check_features(self.spec.selection.map_elites.features,
-                           load_problem(problem, Path(self.spec.run.programs_dir)))
+            check_features(tuple(sorted(features)), load_problem(problem, Path(self.spec.run.programs_dir)))
         refuse_policies_trained_on_tests(self.spec)  # before any model loads, too
         for policy in self.spec.policies:
             load_template(policy.template)

@@ -175,12 +175,17 @@ class ExperimentSpec(StrictModel):
 
     @model_validator(mode="after")
     def _answers_divide_the_iteration(self) -> ExperimentSpec:
-        per_iteration = self.answers_per_iteration_of_cells()
-        for index, policy in enumerate(self.policies):
-            if per_iteration % policy.answers and policy.name not in self.arm_budget:
-                raise ValueError(f"answers_per_iteration = {per_iteration} is not a multiple of policies[{index}]."
-                                 f"answers = {policy.answers} (policy '{policy.name}'); every policy must get the "
-                                 "same candidate answers per iteration")
+        for arm in self.arm_names():  # an ensemble's members run at the ensemble's answers per iteration
+            if arm in self.arm_budget:
+                continue  # checked with the budget below
+            per_iteration = self.answers_per_iteration_of_cells()
+            for policy in self.arm_policies(arm):
+                if per_iteration % policy.answers:
+                    index = next(i for i, section in enumerate(self.policies) if section.name == policy.name)
+                    where = "" if arm == policy.name else f" in ensemble '{arm}'"
+                    raise ValueError(f"answers_per_iteration = {per_iteration} is not a multiple of policies[{index}]."
+                                     f"answers = {policy.answers} (policy '{policy.name}'{where}); every policy must "
+                                     "get the same candidate answers per iteration")
         return self
 
     @model_validator(mode="after")

@@ -14,7 +14,8 @@ The same command writes the same files: the pool comes from the seeded generator
   seeds no study uses (100, 101); six cells at a time (levels_pilot.toml: about 66 answers a minute).
 - `select` applies calibration_select.py's rule to every finished piece's store with the thresholds registered in
   experiments/generated/calibration/README.md; `table` prints the crack rates by level of the problems whose two
-  cells have finished, as docs/generated_problems.md shows them.
+  cells have finished, as docs/generated_problems.md shows them; `enough` exits 0 once 150 are in band (the runner
+  then starts no further piece).
 
     .venv/bin/python scripts/study/generated_calibration.py plan
     .venv/bin/python scripts/study/generated_calibration.py select
@@ -160,6 +161,22 @@ def crack_table(cells: list[PilotCell]) -> str:
     return "\n".join(rows)
 
 
+def in_band_count() -> int:
+    """Problems the registered rule puts in band among the pieces' stores here (their cells all finished)."""
+    cells = [cell for store in finished_stores() for cell in read_pilot(store)]
+    by_task: dict[str, list[PilotCell]] = {}
+    for cell in cells:
+        by_task.setdefault(cell.problem, []).append(cell)
+    return sum(bool(in_band(group, RULE)) for group in by_task.values())
+
+
+def enough() -> None:
+    """Exit 0 once the pieces run so far hold the lists' problems in band (the registered stopping rule), else 1."""
+    count = in_band_count()
+    print(f"{count} problems in band so far; the rule stops the pilot at {TEST_SIZE + TRAIN_SIZE}")
+    raise SystemExit(0 if count >= TEST_SIZE + TRAIN_SIZE else 1)
+
+
 def table() -> None:
     stores = finished_stores()
     if not stores:
@@ -169,9 +186,9 @@ def table() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("step", choices=("plan", "select", "table"))
+    parser.add_argument("step", choices=("plan", "select", "table", "enough"))
     args = parser.parse_args()
-    {"plan": plan, "select": select, "table": table}[args.step]()
+    {"plan": plan, "select": select, "table": table, "enough": enough}[args.step]()
 
 
 if __name__ == "__main__":

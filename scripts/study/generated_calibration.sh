@@ -30,12 +30,17 @@ start)
     nohup nice -n 5 bash scripts/study/generated_calibration.sh run >>"$LOG" 2>&1 &
     echo "started (pid $!), log: $LOG; stop it with: bash scripts/study/generated_calibration.sh save"
     ;;
-run)  # what `start` runs in the background: each piece to its end, packed when it ends, then the next
+run)  # what `start` runs in the background: each piece to its end, packed, then the next, until 150 are in band
     for toml in $(pieces); do
         db=${toml%.toml}.db
+        if .venv/bin/python scripts/study/generated_calibration.py enough; then break; fi  # the registered stop
         echo "== $(date -u +%FT%TZ) $toml"
-        .venv/bin/evolve experiment "$toml" --plain
+        rc=0
+        .venv/bin/evolve experiment "$toml" --plain || rc=$?
+        if [ "$rc" = 130 ]; then echo "interrupted: $toml resumes on the next start"; exit 130; fi
         .venv/bin/python scripts/study/store_pack.py pack "$db" "$db.xz"
+        # a cell that failed (rc 1) is retried by the next start; the pieces after it go on meanwhile
+        [ "$rc" = 0 ] || echo "== $toml ended with cells not finished (exit $rc); see above; going on"
     done
     .venv/bin/python scripts/study/generated_calibration.py select
     ;;
@@ -43,12 +48,16 @@ status)
     echo "$(pgrep -f "$PATTERN" >/dev/null && echo running || echo 'not running')"
     for toml in $(pieces); do
         db=${toml%.toml}.db
-        [ -f "$db" ] && echo "$(basename "$toml"): $(.venv/bin/python scripts/study/pilot_status.py "$db" "$toml")"
+        if [ -f "$db" ]; then
+            echo "$(basename "$toml"): $(.venv/bin/python scripts/study/pilot_status.py "$db" "$toml")"
+        fi
     done
+    .venv/bin/python scripts/study/generated_calibration.py enough || true
     ;;
 save|pack)
     if [ "$1" = save ]; then
         pkill -f "generated_calibration.sh run" || true  # the loop first, so no next piece starts
+        for _ in $(seq 1 120); do pgrep -f "store_pack.py pack" >/dev/null || break; sleep 1; done  # its pack ends
         if pgrep -f "$PATTERN" >/dev/null; then
             pkill -INT -of "$PATTERN"  # the oldest match: the command, not its sandboxed evaluators
             for _ in $(seq 1 120); do pgrep -f "$PATTERN" >/dev/null || break; sleep 1; done

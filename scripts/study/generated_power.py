@@ -51,9 +51,11 @@ def test_list(selection: Path | None, band: dict[str, tuple[int, int]], problems
         rows = [line.split("\t") for line in selection.read_text().splitlines()[1:] if line.strip()]
         listed = [row[0] for row in rows if row[3].startswith("test")]
         missing = [task for task in listed if task not in band]
-        if missing:
+        if missing:  # a top-up from near the band ("test (nearest)"), or a task whose pilot store was not given
             raise SystemExit(f"{len(missing)} test problems of {selection} are not in band in the stores given, "
-                             f"e.g. {missing[0]}")
+                             f"e.g. {missing[0]}: give every pilot store its tasks came from (HumanEval's: "
+                             "experiments/calibration/pilot.db); a list topped up from outside the band has no "
+                             "in-band rate to draw from")
         return [band[task] for task in listed], f"the {len(listed)} test problems of {selection}"
     if not band:
         raise SystemExit("no problem in band among the finished cells yet")
@@ -76,6 +78,8 @@ def logit_shift(rates: np.ndarray, difference: float) -> float:
     """The logit shift d with mean(expit(logit(rates) + d) - rates) = difference (bisection; 0 for no difference)."""
     if difference == 0:
         return 0.0
+    if difference >= float(np.mean(1 - rates)):
+        raise ValueError(f"no shift raises these rates by {difference} on average (at most {np.mean(1 - rates):.3f})")
     low, high = 0.0, 20.0
     for _ in range(60):
         middle = (low + high) / 2
@@ -124,6 +128,8 @@ def main() -> None:
     parser.add_argument("--studies", type=int, default=400)
     parser.add_argument("--samples", type=int, default=4000, help="sign patterns per permutation test")
     args = parser.parse_args()
+    if not 0 < args.difference < 1:
+        raise SystemExit(f"--difference {args.difference}: a difference in crack share, between 0 and 1")
     cells = [cell for store in args.stores for cell in read_pilot(store)]
     band = cracks_by_task(cells)
     listed, source = test_list(args.selection, band, args.problems, np.random.default_rng(0))
