@@ -4,12 +4,14 @@
 #   bash scripts/study/generated_calibration.sh status   # per piece: answers, cells finished; whether it runs
 #   bash scripts/study/generated_calibration.sh save     # Ctrl-C the running piece (resumable), pack every store
 # then commit experiments/generated/calibration/piece_*.db.xz. `start` on any machine carries on where `save` left
-# off: the pieces run in order, a finished piece is skipped (its cells are all finished in its store).
+# off: the pieces run in order, a finished piece is skipped (its cells are all finished in its store), and no piece
+# starts once $EVOLVE_CALIBRATION_IN_BAND (default 150) problems are in band.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 FOLDER=experiments/generated/calibration
 LOG=${EVOLVE_CALIBRATION_LOG:-/tmp/evolve-generated-calibration.log}
 PATTERN="evolve experiment $FOLDER/piece_"
+TARGET=${EVOLVE_CALIBRATION_IN_BAND:-150}  # problems in band at which no further piece starts (README: the stop)
 
 pieces() { ls "$FOLDER"/piece_*.toml | sort; }
 answers() { .venv/bin/python scripts/study/store_pack.py attempts "$1"; }
@@ -33,7 +35,7 @@ start)
 run)  # what `start` runs in the background: each piece to its end, packed, then the next, until 150 are in band
     for toml in $(pieces); do
         db=${toml%.toml}.db
-        if .venv/bin/python scripts/study/generated_calibration.py enough; then break; fi  # the registered stop
+        if .venv/bin/python scripts/study/generated_calibration.py enough --target "$TARGET"; then break; fi
         echo "== $(date -u +%FT%TZ) $toml"
         rc=0
         .venv/bin/evolve experiment "$toml" --plain || rc=$?
@@ -52,7 +54,7 @@ status)
             echo "$(basename "$toml"): $(.venv/bin/python scripts/study/pilot_status.py "$db" "$toml")"
         fi
     done
-    .venv/bin/python scripts/study/generated_calibration.py enough || true
+    .venv/bin/python scripts/study/generated_calibration.py enough --target "$TARGET" || true
     ;;
 save|pack)
     if [ "$1" = save ]; then
