@@ -19,7 +19,7 @@ from evolve.cli.main import main
 from evolve.config import ConfigError, RunConfig, SelectionConfig, load_config
 from evolve.engine.sampling import SampleError, answer_outcomes, plan_samples, sample_config
 from evolve.ports import free_port
-from evolve.records import Program
+from evolve.records import Program, code_key
 from evolve.search.selection import Selector
 from evolve.seeds import sample_seed
 from evolve.store.program_store import AttemptRecord, ChildRecord, ProgramStore
@@ -92,11 +92,24 @@ def test_each_request_gives_m_answers_scored_as_children_duplicates_and_failures
     config = sample_config(base_config(tmp_path / "s.db", "policy.answers=3"), "fizzbuzz", "fizzbuzz", 12)
     assert config.run.iterations == 4 and config.selection.strategy == "seed"
     run_id = stored_sampling_run(store, config, three_answer_requests())
-    scalars, solved, requests, failed, tokens = answer_outcomes(store, run_id, 3, 4)
+    scalars, solved, requests, failed, tokens, keys, patterns = answer_outcomes(store, run_id, 3, 4)
     assert (requests, failed, tokens) == (4, 1, 3 * 30)  # the failed request generated nothing
     assert scalars == [1.0, 0.25, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
     assert solved == [True, False, True] + [False] * 9
-    assert answer_outcomes(store, run_id, 3, 1) == ([1.0, 0.25, 1.0], [True, False, True], 1, 0, 30)
+    assert keys[:3] == [code_key("a = 1"), code_key("a = 2"), code_key("a = 1")] and keys[3:] == [None] * 9
+    assert patterns == [(1.0,), (0.25,), (1.0,)] + [None] * 9  # the duplicate scores as the program it repeats
+    first = answer_outcomes(store, run_id, 3, 1)
+    assert (first.scalars, first.solved, first.requests, first.failed, first.completion_tokens) == (
+        [1.0, 0.25, 1.0], [True, False, True], 1, 0, 30)
+
+
+def test_a_problems_sample_counts_its_distinct_programs_and_test_pass_patterns(tmp_path: Path) -> None:
+    from evolve.engine.sampling import ProblemSample
+
+    sample = ProblemSample("p", 1, 0.0, 4, 0, (1.0, 0.5, 1.0, 0.0), (True, False, True, False), 40,
+                           ("k1", "k2", "k1", None), ((1.0, 1.0), (1.0, 0.0), (1.0, 1.0), None))
+    assert (sample.distinct_programs, sample.distinct_patterns) == (2, 2)
+    assert ProblemSample("p", 1, 0.0, 1, 1, (0.0,), (False,)).distinct_programs == 0  # a failed request only
 
 
 def finished_sampling_store(db: Path) -> int:

@@ -243,6 +243,10 @@ def test_a_tiny_real_study_stopped_after_training_resumes_without_redoing_anythi
         cracked = report["evolution"]["cracked"][policy]
         assert cracked["problems"] == 1 and cracked["per_problem"]["run_length"]["seeds_run"] == 1
         assert report["sampling"][policy]["run_length"]["n"] == 2
+    curves = {(c["policy"], c["metric"]): c for c in report["sampling_k_curves"]}
+    assert set(curves) == {(policy, metric) for policy in ("base", *names) for metric in ("pass", "best")}
+    assert all(c["ks"] == [1, 2] and c["problems"] == 1 for c in curves.values())
+    assert {d["policy"] for d in report["sampling_diversity"]} == {"base", *names}
     for name in names:
         curve = report["training_curves"][name]
         assert curve["steps"] == [1] and 0.0 <= curve["reward"][0] <= 1.0
@@ -257,6 +261,7 @@ def test_a_tiny_real_study_stopped_after_training_resumes_without_redoing_anythi
         assert arm["spread"]["training_seeds"] == 2 and arm["pooled"]["cells"] == 2
     page = (folder / "report" / "report.html").read_text()
     assert 'id="training"' in page and f"<h1>Study {report['study']}</h1>" in page
+    assert "Sampling before evolution" in page and "pass@k against k" in page
     figures = {path.name for path in (folder / "report" / "figures").iterdir()}
     assert {"cracked_share-iterations.svg", "best_score-iterations-run_length.svg", "training-reward.svg"} <= figures
 

@@ -14,6 +14,7 @@ from evolve.report.charts import Series, line_chart, palette
 from evolve.report.results import ExperimentResults
 from evolve.report.reward_change import METHOD as REWARD_CHANGE_METHOD
 from evolve.report.reward_change import RewardChange
+from evolve.report.sampling_curves import K_METHOD, diversity, k_curves
 from evolve.report.study_arms import ARM_DIFFERENCES_METHOD, ARMS_METHOD, ArmReport, arm_json, arm_report, study_arms
 
 DIFFERENCES_METHOD = ("mean: betting interval (Waudby-Smith and Ramdas, fixed bets) of the per-problem differences, "
@@ -264,6 +265,9 @@ def study_json(name: str, facts: dict[str, Any], budgets: list[dict[str, Any]], 
         "training_reward_change": [asdict(c) | {"change": c.change} for c in changes or []],
         "sampling": sampling_summary(samples),
         "sampling_tokens": sampling_tokens(samples),
+        "sampling_k_method": K_METHOD,
+        "sampling_k_curves": [asdict(curve) for curve in k_curves(samples, results.confidence, results.score_range)],
+        "sampling_diversity": [asdict(d) for d in diversity(samples)],
         "evolution": {"iterations": results.iterations, "seeds": list(results.seeds),
                       "answers_per_iteration": results.answers_per_iteration, "problems": list(results.problems),
                       "cracked": cracked_by_policy(results),

@@ -26,6 +26,7 @@ def write_study_report(spec: StudySpec, paths: StudyPaths, store: Any, train_con
     from evolve.report.report_files import write_report
     from evolve.report.results import collect
     from evolve.report.reward_change import reward_change
+    from evolve.report.sampling_curves import diversity, k_curves, sampling_section_html
     from evolve.report.study_arms import arm_report, arms_section_html, render_arms
     from evolve.report.study_markdown import redone_lines, results_markdown
     from evolve.report.study_report import (
@@ -60,12 +61,14 @@ def write_study_report(spec: StudySpec, paths: StudyPaths, store: Any, train_con
              "redone": redone}
     arms = arm_report(results, facts["training_runs"], spec.claim, spec.training.seeds)
     render_arms(arms, console)
+    samples = sampled_results(spec, paths, store)
+    sampling = sampling_section_html(k_curves(samples, results.confidence, results.score_range), diversity(samples),
+                                     results.confidence)
     page = with_training_section(report_html(results, kind="Study"),
-                                 arms_section_html(arms) + training_section_html(curves, budgets, changes))
+                                 arms_section_html(arms) + sampling + training_section_html(curves, budgets, changes))
     files = write_report(results, paths.report, page=page)
     figures = sorted((paths.report / FIGURES_DIR).glob("*.svg"))
-    document = study_json(spec.name, facts, budgets, curves, sampled_results(spec, paths, store), results, seconds,
-                          arms=arms, changes=changes)
+    document = study_json(spec.name, facts, budgets, curves, samples, results, seconds, arms=arms, changes=changes)
     path = paths.report / "study_report.json"
     path.write_text(json.dumps(document, indent=1) + "\n")
     markdown = paths.report / "results.md"
