@@ -169,6 +169,7 @@ def test_sample_shows_and_writes_each_problems_tokens_per_answer_and_the_total(
     document = json.loads(report.read_text())
     fizz, run_length = document["problems"]
     assert (fizz["completion_tokens"], fizz["tokens_per_answer"]) == (90, 7.5)
+    assert (fizz["distinct_programs"], fizz["distinct_patterns"]) == (2, 2)  # a = 1 (twice) and a = 2
     assert (run_length["completion_tokens"], run_length["tokens_per_answer"]) == (120, 10.0)
     assert document["total"] == {"problems": 2, "answers": 24, "completion_tokens": 210, "tokens_per_answer": 8.75,
                                  "requests": 8, "failed_requests": 1, "max_new_tokens_per_answer": 384}

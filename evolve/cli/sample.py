@@ -187,6 +187,7 @@ def sample_json(samples: list[Any], ks: tuple[int, ...], base: Any, n: int, hard
                       "requests": s.requests, "c": s.c,
                       "failed_requests": s.failed_requests, "completion_tokens": s.completion_tokens,
                       "tokens_per_answer": s.tokens_per_answer,
+                      "distinct_programs": s.distinct_programs, "distinct_patterns": s.distinct_patterns,
                       "pass@k": {str(k): s.pass_at(k) for k in ks}, "best@k": {str(k): s.best_at(k) for k in ks},
                       "scalars": list(s.scalars)} for s in samples],
         "mean": means(samples, ks),
