@@ -91,3 +91,33 @@ def test_the_crack_table_counts_finished_problems_by_level_with_the_registered_r
     table = calibration.crack_table(calibration.read_pilot(db)).splitlines()
     assert table[2] == "| 1 | 2 | 3 of 4 (0.75) | 9 | 1 | 1 | 0 |"
     assert table[3] == "| 2ee | 2 | 2 of 4 (0.50) | 50 | 1 | 0 | 1 |"  # the running problem is left out
+
+
+def test_the_training_spread_reads_the_answers_to_the_seeds_own_prompt_and_a_groups_chance_of_spread(
+        calibration: ModuleType, tmp_path: Path) -> None:
+    from evolve.store.program_store import ProgramStore
+    from evolve.store.records import AttemptRecord, ChildRecord
+
+    def child(code: str, scalar: float, parent: int) -> ChildRecord:
+        return ChildRecord(code=code, parent_id=parent, island=0, policy="base", edit="", scores={"t": scalar},
+                           scalar=scalar, solved=scalar >= 1.0)
+
+    db = tmp_path / "piece.db"
+    store = ProgramStore(str(db))
+    store.save_experiment("piece", "{}")
+    run = store.create_run("cell", "programs/generated/gl_d1_0001", "base", 100, "{}", 100, "piece")
+    (seed,) = store.record_iteration(run, 0, [child("x = 0", 0.0, None)])  # type: ignore[arg-type]
+    call = AttemptRecord("policy_call", prompt="the seed's prompt")
+    store.record_iteration(run, 1, [call, child("x = 1", 0.5, seed.id), call,
+                                    AttemptRecord("duplicate", "same code", child_code="x = 1"),
+                                    call, AttemptRecord("edit_failed", "no code")], parent_id=seed.id)
+    (better,) = store.record_iteration(run, 2, [call, child("x = 2", 0.25, seed.id)], parent_id=seed.id)
+    store.record_iteration(run, 3, [AttemptRecord("policy_call", prompt="another parent's prompt"),
+                                    child("x = 3", 1.0, better.id)], parent_id=better.id)
+    store.record_iteration(run, 4, [AttemptRecord("policy_call", prompt="the seed with an inspiration"),
+                                    child("x = 4", 1.0, seed.id)], parent_id=seed.id)
+    store.close()
+    assert calibration.seed_prompt_rewards(db) == {"generated/gl_d1_0001": [0.5, 0.5, 0.0, 0.25]}
+    assert calibration.group_spread([0.0, 0.0, 1.0], 2) == pytest.approx(2 / 3)  # 1 - C(2, 2) / C(3, 2)
+    assert calibration.group_spread([0.0, 0.0], 8) == 0.0
+    assert calibration.group_spread([0.0, 1.0], 3) == pytest.approx(1 - 2 * 0.5 ** 3)  # fewer than the group

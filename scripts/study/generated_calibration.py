@@ -15,7 +15,8 @@ The same command writes the same files: the pool comes from the seeded generator
 - `select` applies calibration_select.py's rule to every finished piece's store with the thresholds registered in
   experiments/generated/calibration/README.md; `table` prints the crack rates by level of the problems whose two
   cells have finished, as docs/generated_problems.md shows them; `enough` exits 0 once 150 are in band (the runner
-  then starts no further piece).
+  then starts no further piece); `spread` the share of train problems whose answers to the seed prompt differ
+  in reward (issue 60's figure for training groups).
 
     .venv/bin/python scripts/study/generated_calibration.py plan
     .venv/bin/python scripts/study/generated_calibration.py select
@@ -25,14 +26,17 @@ The same command writes the same files: the pool comes from the seeded generator
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import subprocess
 import sys
+from math import comb
 from pathlib import Path
 from random import Random
 
 from calibration_select import Band, PilotCell, in_band, read_pilot
 
 from evolve.problems.generated.generator import generate, passing_pairs
+from evolve.records import code_key
 
 FOLDER = Path("experiments/generated/calibration")
 LEVELS = (("1", 133), ("2ee", 400))  # (level, problems drawn from its seed-0 stream)
@@ -43,6 +47,7 @@ BAND = ("0.1", "0.9")
 LATE_CRACK = "43.9"  # 1 - (1 - h)^100 = 0.9 at h = 1/43.93: a mean first crack later than that is a rate under 0.9
 NEAR_MISS = "0.8"  # the HumanEval study's: 10 of 12 tests passed in both cells
 TEST_SIZE, TRAIN_SIZE = 100, 50
+GROUP = 8  # the paper's group size: the spread figure is for groups of this many answers
 RULE = Band(float(BAND[0]), float(BAND[1]), float(LATE_CRACK), float(NEAR_MISS))
 
 PIECE = """\
@@ -178,6 +183,81 @@ def enough(target: int = TEST_SIZE + TRAIN_SIZE) -> None:
     raise SystemExit(0 if count >= target else 1)
 
 
+def seed_prompt_rewards(store: Path) -> dict[str, list[float]]:
+    """Per problem, the rewards (scalars: the share of tests passed) of the pilot's answers to the seed program's
+    own prompt, both cells pooled: the calls whose parent is the seed and whose prompt is the first such call's
+    (before any child could be an inspiration), the prompt a training group samples. A duplicate scores as the
+    program it repeats, an answer that gave no program 0 (as training rewards it)."""
+    connection = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
+    try:
+        rewards: dict[str, list[float]] = {}
+        for run_id, problem in connection.execute("SELECT c.run_id, c.problem FROM experiment_cells c"):
+            seed = connection.execute("SELECT id FROM programs WHERE run_id = ? AND iteration = 0",
+                                      (run_id,)).fetchone()
+            if seed is None:
+                continue
+            calls = connection.execute("SELECT id, prompt FROM attempts WHERE run_id = ? AND kind = 'policy_call' "
+                                       "AND parent_id = ? ORDER BY iteration, id", (run_id, seed[0])).fetchall()
+            first = calls[0][1] if calls else None
+            scalars = dict(connection.execute("SELECT p.code_key, s.scalar FROM programs p JOIN scores s "
+                                              "ON s.program_id = p.id WHERE p.run_id = ?", (run_id,)).fetchall())
+            by_program = dict(connection.execute("SELECT program_id, scalar FROM scores WHERE run_id = ?",
+                                                 (run_id,)).fetchall())
+            for call_id, prompt in calls:
+                if prompt != first:
+                    continue
+                for kind, program_id, code in connection.execute(
+                        "SELECT kind, program_id, child_code FROM attempts WHERE call_id = ?", (call_id,)):
+                    if kind == "child" and program_id in by_program:
+                        reward = by_program[program_id]
+                    elif kind == "duplicate" and code is not None:
+                        reward = scalars.get(code_key(code), 0.0)
+                    else:
+                        reward = 0.0
+                    rewards.setdefault(problem.removeprefix("programs/"), []).append(float(reward))
+        return rewards
+    finally:
+        connection.close()
+
+
+def spread() -> None:
+    """The share of the train list's problems (selection's train_problems.txt, else every problem in band) whose
+    answers to the seed prompt differ in reward: the groups a training step could learn from."""
+    rewards: dict[str, list[float]] = {}
+    for store in finished_stores():
+        for problem, values in seed_prompt_rewards(store).items():
+            rewards.setdefault(problem, []).extend(values)
+    listed = FOLDER / "train_problems.txt"
+    if listed.is_file():
+        tasks, source = [line.strip().removeprefix("programs/") for line in listed.read_text().split()], "train list"
+    else:
+        cells = [cell for store in finished_stores() for cell in read_pilot(store)]
+        by_task: dict[str, list[PilotCell]] = {}
+        for cell in cells:
+            by_task.setdefault(cell.problem, []).append(cell)
+        tasks, source = sorted(task for task, group in by_task.items() if in_band(group, RULE)), "in band so far"
+    counted = [task for task in tasks if rewards.get(task)]
+    varied = [task for task in counted if max(rewards[task]) > min(rewards[task])]
+    answers = sorted(len(rewards[task]) for task in counted)
+    print(f"{len(varied)} of {len(counted)} problems ({source}) have answers to the seed prompt that differ in reward"
+          + (f" ({len(varied) / len(counted):.0%}; median {answers[len(answers) // 2]} answers a problem, both "
+             "cells pooled)" if counted else ""))
+    if counted:
+        share = sum(group_spread(rewards[task], GROUP) for task in counted) / len(counted)
+        print(f"a group of {GROUP} of those answers has a reward spread with probability {share:.2f} (mean over the "
+              "problems; drawn without replacement, with replacement where a problem has fewer answers)")
+
+
+def group_spread(rewards: list[float], group: int) -> float:
+    """The chance that `group` answers drawn from `rewards` (without replacement when there are enough, else with
+    replacement from their shares) do not all score alike."""
+    counts = [rewards.count(value) for value in set(rewards)]
+    n = len(rewards)
+    if n >= group:
+        return 1.0 - sum(comb(count, group) for count in counts) / comb(n, group)
+    return 1.0 - sum((count / n) ** group for count in counts)
+
+
 def table() -> None:
     stores = finished_stores()
     if not stores:
@@ -187,13 +267,13 @@ def table() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("step", choices=("plan", "select", "table", "enough"))
+    parser.add_argument("step", choices=("plan", "select", "table", "enough", "spread"))
     parser.add_argument("--target", type=int, default=TEST_SIZE + TRAIN_SIZE,
                         help="enough: the problems in band at which the pilot stops (default 150)")
     args = parser.parse_args()
     if args.step == "enough":
         enough(args.target)
-    {"plan": plan, "select": select, "table": table}[args.step]()
+    {"plan": plan, "select": select, "table": table, "spread": spread}[args.step]()
 
 
 if __name__ == "__main__":
