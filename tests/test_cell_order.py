@@ -63,3 +63,89 @@ def test_the_next_arms_cells_start_with_the_problem_whose_cells_ran_their_whole_
         outcome = ExperimentRunner(load_experiment(path), on_event=record).run()
     assert outcome.finished, outcome
     assert started == [("a", "quick"), ("a", "slow"), ("b", "slow"), ("b", "quick")]
+
+
+def test_a_freed_slot_goes_to_the_waiting_cell_expected_longest_as_the_estimates_are_then() -> None:
+    import asyncio
+
+    from evolve.engine.cell_order import CellSlots
+
+    expected: dict[str, float] = {}
+    started: list[str] = []
+
+    async def batch() -> None:
+        slots = CellSlots(1, lambda waiting: longest_first(waiting, expected))
+
+        async def cell(name: str, learned: dict[str, float]) -> None:
+            async with slots.slot(_cell(name)):
+                started.append(name)
+                await asyncio.sleep(0)
+                expected.update(learned)  # what this cell's end teaches, before its slot frees
+
+        await asyncio.gather(cell("first", {"quick": 1.0, "slow": 90.0, "middle": 30.0}), cell("quick", {}),
+                             cell("middle", {}), cell("slow", {}))
+
+    asyncio.run(batch())
+    assert started == ["first", "slow", "middle", "quick"]  # not the order they began waiting in
+
+
+def test_a_cell_cancelled_while_waiting_or_as_it_was_handed_a_slot_loses_no_slot() -> None:
+    import asyncio
+
+    from evolve.engine.cell_order import CellSlots
+
+    async def scenario() -> list[str]:
+        slots = CellSlots(1, lambda waiting: waiting)
+        ran: list[str] = []
+        hold = asyncio.Event()
+
+        async def cell(name: str, wait: bool = False) -> None:
+            async with slots.slot(_cell(name)):
+                ran.append(name)
+                if wait:
+                    await hold.wait()
+
+        holder = asyncio.create_task(cell("holder", wait=True))
+        await asyncio.sleep(0)
+        waiter, late = asyncio.create_task(cell("cancelled")), asyncio.create_task(cell("late"))
+        await asyncio.sleep(0)
+        waiter.cancel()  # cancelled while waiting: leaves the queue
+        hold.set()
+        await asyncio.gather(holder, late, return_exceptions=True)
+        assert not slots.locked()
+        async with slots.slot(_cell("after")):
+            ran.append("after")
+        return ran
+
+    assert asyncio.run(scenario()) == ["holder", "late", "after"]
+
+
+def test_a_cell_cancelled_just_after_it_was_handed_a_slot_passes_the_slot_on() -> None:
+    import asyncio
+
+    from evolve.engine.cell_order import CellSlots
+
+    async def scenario() -> list[str]:
+        slots = CellSlots(1, lambda waiting: waiting)
+        ran: list[str] = []
+        hold = asyncio.Event()
+
+        async def cell(name: str, wait: bool = False) -> None:
+            async with slots.slot(_cell(name)):
+                ran.append(name)
+                if wait:
+                    await hold.wait()
+
+        holder = asyncio.create_task(cell("holder", wait=True))
+        await asyncio.sleep(0)
+        handed, late = asyncio.create_task(cell("handed")), asyncio.create_task(cell("late"))
+        await asyncio.sleep(0)
+        hold.set()
+        await asyncio.sleep(0)  # the holder ends and frees its slot: "handed" is given it, not yet resumed
+        handed.cancel()
+        # a slot lost with the cancelled cell would leave "late" waiting for ever: bound the wait (a hang guard only)
+        await asyncio.wait_for(asyncio.gather(holder, handed, late, return_exceptions=True), 120)
+        assert not slots.locked()
+        return ran
+
+    assert asyncio.run(scenario()) == ["holder", "late"]

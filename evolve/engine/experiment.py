@@ -19,10 +19,17 @@ from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from functools import cached_property
 from itertools import groupby
 from pathlib import Path
+from statistics import fmean
 from typing import Any, Protocol
 
 from evolve.config import ConfigError, RunConfig
-from evolve.engine.cell_order import iterations_by_problem, longest_first
+from evolve.engine.cell_order import (
+    CellSlots,
+    cell_spent,
+    iterations_by_problem,
+    longest_first,
+    spent_by_problem,
+)
 from evolve.engine.cells import CellProgress, ExperimentOutcome
 from evolve.engine.controller import Controller
 from evolve.engine.driving import end_tasks, resumed_config
@@ -98,6 +105,7 @@ class ExperimentRunner:
         self.spec = spec
         self.on_event: Observer = on_event or ignore
         self.executor = executor
+        self._spent: dict[str, list[int]] = {}  # per problem, the iterations its finished cells ran (cell_order)
         self.cells = {key: CellProgress(key) for key in spec.cells()}
         self._reported: dict[CellKey, str] = {}  # each cell's status as the events last told it
 
@@ -196,7 +204,10 @@ class ExperimentRunner:
 
     async def _run_policy(self, backend: Policy | Mapping[str, Policy], todo: list[CellProgress],
                           outcome: ExperimentOutcome) -> None:
-        cell_slots = asyncio.Semaphore(self.spec.parallel_cells)
+        spent = spent_by_problem(self.store, self.spec.name)  # grows as this batch's cells finish (_run_cell)
+        cell_slots = CellSlots(self.spec.parallel_cells, lambda waiting: longest_first(
+            waiting, {problem: fmean(iterations) for problem, iterations in spent.items()}))
+        self._spent = spent
         eval_slots = asyncio.Semaphore(self.spec.run.eval_workers)
         async with EvaluatorPool(self.spec.run.eval_workers, self.spec.run.evaluator_recycle) as eval_pool:
             unavailable = await run_sharing_backend(
@@ -207,11 +218,11 @@ class ExperimentRunner:
             if cell.status == "failed":
                 outcome.errors.append(f"{'/'.join(map(str, cell.key))}: {cell.detail}")
 
-    async def _run_cell(self, backend: Policy | Mapping[str, Policy], cell: CellProgress, cell_slots: asyncio.Semaphore,
+    async def _run_cell(self, backend: Policy | Mapping[str, Policy], cell: CellProgress, cell_slots: CellSlots,
                         eval_slots: asyncio.Semaphore, eval_pool: EvaluatorPool) -> None:
         cell.detail = "waiting for a cell slot (parallel_cells)" if cell_slots.locked() else "starting"
         self.on_change(cell)
-        async with cell_slots:
+        async with cell_slots.slot(cell):
             problem_name, policy_name, seed = cell.key
             if cell.run_id is None:
                 config = self.spec.cell_config(problem_name, policy_name, seed)
@@ -235,6 +246,8 @@ class ExperimentRunner:
             except LeaseHeldError as exc:  # another live process drives this cell: its status is not ours
                 cell.status, cell.detail = "failed", str(exc)
                 self.on_change(cell)
+            if cell.status == "finished":  # what it took tells the slot it frees which waiting cell to start
+                self._spent[problem_name].append(cell_spent(self.store, cell.run_id, config.run.iterations))
 
     async def _drive_cell(self, backend: Policy | Mapping[str, Policy], cell: CellProgress, run_id: int,
                           config: RunConfig, problem: Problem, eval_slots: asyncio.Semaphore,
