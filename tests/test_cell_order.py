@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from evolve.engine.cell_order import longest_first
 from evolve.engine.cells import CellProgress
 from evolve.engine.events import CellStarted
@@ -89,7 +91,8 @@ def test_a_freed_slot_goes_to_the_waiting_cell_expected_longest_as_the_estimates
     assert started == ["first", "slow", "middle", "quick"]  # not the order they began waiting in
 
 
-def test_a_cell_cancelled_while_waiting_or_as_it_was_handed_a_slot_loses_no_slot() -> None:
+@pytest.mark.parametrize("when", ["while waiting", "as it was handed the slot"])
+def test_a_cell_cancelled_while_waiting_or_as_it_was_handed_a_slot_loses_no_slot(when: str) -> None:
     import asyncio
 
     from evolve.engine.cell_order import CellSlots
@@ -107,45 +110,20 @@ def test_a_cell_cancelled_while_waiting_or_as_it_was_handed_a_slot_loses_no_slot
 
         holder = asyncio.create_task(cell("holder", wait=True))
         await asyncio.sleep(0)
-        waiter, late = asyncio.create_task(cell("cancelled")), asyncio.create_task(cell("late"))
+        cancelled, late = asyncio.create_task(cell("cancelled")), asyncio.create_task(cell("late"))
         await asyncio.sleep(0)
-        waiter.cancel()  # cancelled while waiting: leaves the queue
-        hold.set()
-        await asyncio.gather(holder, late, return_exceptions=True)
+        if when == "while waiting":
+            cancelled.cancel()  # it leaves the queue
+            hold.set()
+        else:
+            hold.set()
+            await asyncio.sleep(0)  # the holder frees its slot: "cancelled" is given it but has not resumed yet
+            cancelled.cancel()  # it must pass the slot on
+        # a slot lost with the cancelled cell would leave "late" waiting for ever: bound the wait (a hang guard only)
+        await asyncio.wait_for(asyncio.gather(holder, cancelled, late, return_exceptions=True), 120)
         assert not slots.locked()
         async with slots.slot(_cell("after")):
             ran.append("after")
         return ran
 
     assert asyncio.run(scenario()) == ["holder", "late", "after"]
-
-
-def test_a_cell_cancelled_just_after_it_was_handed_a_slot_passes_the_slot_on() -> None:
-    import asyncio
-
-    from evolve.engine.cell_order import CellSlots
-
-    async def scenario() -> list[str]:
-        slots = CellSlots(1, lambda waiting: waiting)
-        ran: list[str] = []
-        hold = asyncio.Event()
-
-        async def cell(name: str, wait: bool = False) -> None:
-            async with slots.slot(_cell(name)):
-                ran.append(name)
-                if wait:
-                    await hold.wait()
-
-        holder = asyncio.create_task(cell("holder", wait=True))
-        await asyncio.sleep(0)
-        handed, late = asyncio.create_task(cell("handed")), asyncio.create_task(cell("late"))
-        await asyncio.sleep(0)
-        hold.set()
-        await asyncio.sleep(0)  # the holder ends and frees its slot: "handed" is given it, not yet resumed
-        handed.cancel()
-        # a slot lost with the cancelled cell would leave "late" waiting for ever: bound the wait (a hang guard only)
-        await asyncio.wait_for(asyncio.gather(holder, handed, late, return_exceptions=True), 120)
-        assert not slots.locked()
-        return ran
-
-    assert asyncio.run(scenario()) == ["holder", "late"]
