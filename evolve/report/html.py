@@ -124,7 +124,8 @@ def _arm_budgets(results: ExperimentResults) -> str:
     if not results.arm_budgets:
         return ""
     return "; the same answers split otherwise: " + "; ".join(
-        f"{escape(arm)} {iterations} x {answers}" for arm, (answers, iterations) in results.arm_budgets.items())
+        f"{escape(arm)} {iterations} iterations x {answers} answers"
+        for arm, (answers, iterations) in results.arm_budgets.items())
 
 
 def _arm_seeds(results: ExperimentResults) -> str:
