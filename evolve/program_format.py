@@ -4,6 +4,9 @@ it; it imports nothing of evolve."""
 
 from __future__ import annotations
 
+import ast
+import textwrap
+
 EVOLVE_START = "# EVOLVE-BLOCK-START"
 EVOLVE_END = "# EVOLVE-BLOCK-END"
 _REASON_CHARS = 200
@@ -65,3 +68,22 @@ def block_indent(body: str) -> str:
     """The indentation of the block's first code line."""
     first = next((line for line in lines_of(body) if line.strip()), "")
     return first[: len(first) - len(first.lstrip())]
+
+
+def block_docstring(code: str) -> str:
+    """The docstring of the first function in the program's first EVOLVE block, as its source lines are written
+    (quotes included, dedented to the function body's indentation), or "" when there is none. For a benchmark
+    whose seed is its prompt (HumanEval, the generated problems) this is the specification."""
+    try:
+        body = textwrap.dedent(block_body(code))
+        tree = ast.parse(body)
+    except (EditError, SyntaxError):
+        return ""
+    function = next((node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+    if function is None or ast.get_docstring(function) is None:
+        return ""
+    first = function.body[0]
+    if first.lineno == function.lineno:  # `def f(): "doc"` on one line
+        return ""
+    lines = lines_of(body)[first.lineno - 1:first.end_lineno]
+    return textwrap.dedent("\n".join(lines))

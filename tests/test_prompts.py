@@ -290,3 +290,31 @@ def test_the_prompt_table_reaches_the_problem(tmp_path: Path) -> None:
     problem = load_problem("toy", tmp_path)
     assert problem.prompt == ProblemPrompt(True, "as_written", 0, "used")
     assert "\n" in problem.description and " ".join(problem.description.split()) == flat.description
+
+
+def test_a_benchmarks_specification_stays_in_the_prompt_whatever_a_child_did_to_its_docstring(tmp_path) -> None:
+    """A stub-seed benchmark (here a generated problem) keeps its specification in the seed's docstring; a child
+    that rewrote or dropped it is shown with the seed's, in a rewrite prompt (a diff's SEARCH must match the parent
+    as it is, so a diff prompt shows the parent unchanged); a problem that is no stub seed gets nothing."""
+    from evolve.problems.generated.folders import import_generated
+    from evolve.problems.problem import load_problem
+    from evolve.program_format import block_docstring
+
+    import_generated(1, 1, 0, tmp_path)
+    problem = load_problem("gl_d1_0001", tmp_path)
+    spec = problem.prompt.specification
+    assert spec.startswith('"""Take the list of integers') and ">>> " in spec and spec.endswith('"""')
+    assert spec == block_docstring(problem.initial_code)
+    name = problem.initial_code.split("def ", 1)[1].split("(", 1)[0]
+    signature = next(line for line in problem.initial_code.splitlines() if line.startswith("def "))
+    rewritten = f'# EVOLVE-BLOCK-START\n{signature}\n    """Something else."""\n    return 1\n# EVOLVE-BLOCK-END\n'
+    dropped = f"# EVOLVE-BLOCK-START\n{signature}\n    return 2\n# EVOLVE-BLOCK-END\n"
+    for code, body in ((rewritten, "return 1"), (dropped, "return 2")):
+        parent = program(code, 0.25)
+        shown = user_text(build_prompt(request(parent), problem=problem.prompt).messages)
+        assert spec.split("\n")[0] in shown and "Something else" not in shown and body in shown
+        diff = user_text(build_prompt(request(parent), PromptOptions(edit_format="diff"),
+                                      problem=problem.prompt).messages)
+        assert spec.split("\n")[0] not in diff  # the parent as it is
+    assert f"`{name}`" in shown
+    assert load_problem("fizzbuzz", ROOT / "programs").prompt.specification == ""

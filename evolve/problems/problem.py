@@ -26,7 +26,7 @@ from evolve.problems.objectives import (
     objective_order,
     parse_objectives,
 )
-from evolve.program_format import EVOLVE_END, EVOLVE_START, find_blocks
+from evolve.program_format import EVOLVE_END, EVOLVE_START, block_docstring, find_blocks
 from evolve.sandbox.core import ANSWER_PACKAGES, SandboxLimits
 from evolve.toml_files import StrictModel, format_validation_error, read_toml
 
@@ -104,6 +104,9 @@ class ProblemPrompt:
     description: Literal["flattened", "as_written"] = "flattened"
     description_chars: int = 700
     context: Literal["none", "used", "all"] = "none"
+    # the seed's docstring (a stub-seed benchmark's specification), shown in every rewrite prompt in place of the
+    # parent's, which a child may have rewritten or dropped; "" for other problems
+    specification: str = ""
 
 
 class ProblemFile(StrictModel):
@@ -367,7 +370,8 @@ def load_problem(name_or_path: str, programs_dir: Path | str = "programs") -> Pr
         limits=SandboxLimits(**spec.limits.model_dump()),
         features=spec.map_elites.features,
         provenance=" ".join(spec.provenance.split()),
-        prompt=ProblemPrompt(**spec.prompt.model_dump()),
+        prompt=ProblemPrompt(**spec.prompt.model_dump(), specification=block_docstring(initial_code)
+                             if spec.stub_seed and spec.prompt.docstrings else ""),
         stub_seed=spec.stub_seed,
     )
 

@@ -168,13 +168,34 @@ def _feedback(program: Program) -> str:
     return ""
 
 
-def _inspiration(request: MutationRequest, show_docstrings: bool) -> dict[str, str] | None:
+def with_docstring(block: str, docstring: str) -> str:
+    """`block` with its first function's docstring replaced by `docstring` (source lines, quotes included), or put
+    in after the signature where the function has none; the block unchanged when it does not parse or holds no
+    function with a body on lines of its own."""
+    tree = _tree(block)
+    function = next((node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))),
+                    None) if tree is not None else None
+    if function is None or function.body[0].lineno == function.lineno:
+        return block
+    first = function.body[0]
+    lines = block.split("\n")
+    indented = textwrap.indent(docstring, " " * first.col_offset).split("\n")
+    if ast.get_docstring(function) is not None:
+        lines[first.lineno - 1:first.end_lineno] = indented
+    else:
+        lines[first.lineno - 1:first.lineno - 1] = indented
+    return "\n".join(lines)
+
+
+def _inspiration(request: MutationRequest, show_docstrings: bool, specification: str = "") -> dict[str, str] | None:
     """The best inspiration that beats the parent, if it is short enough to show."""
     better = [p for p in request.inspirations if p.scalar > request.parent.scalar]
     if not better:
         return None
     best = max(better, key=lambda p: p.scalar)
     block = _block(best.code) if show_docstrings else without_docstrings(_block(best.code))
+    if specification:
+        block = with_docstring(block, specification)
     return {"code": block, "score": score_summary(best)} if len(block) <= _INSPIRATION_CHARS else None
 
 
@@ -251,11 +272,17 @@ def build_prompt(request: MutationRequest, options: PromptOptions = PromptOption
     diff = options.edit_format == "diff"
     docstrings = diff or options.docstrings or problem.docstrings  # a diff's SEARCH must match the block
     shown = block if docstrings else without_docstrings(block)
+    # a benchmark's specification stays in view whatever a child did to its docstring (not for a diff, whose
+    # SEARCH text must match the parent as it is)
+    specification = problem.specification if docstrings and not diff else ""
+    if specification:
+        shown = with_docstring(shown, specification)
     messages = template.messages(
         description=_description(request, problem), code=shown, target=_name_of(block), score=score_summary(parent),
         scalar=parent.scalar, scores=dict(parent.scores), imports=_imports(parent.code) if options.imports else "",
         context=context_code(parent.code, problem.context),
-        inspiration=_inspiration(request, docstrings), feedback=_feedback(parent) if options.feedback else "",
+        inspiration=_inspiration(request, docstrings, specification),
+        feedback=_feedback(parent) if options.feedback else "",
         edit_format=options.edit_format, answers=options.answers, tag=options.answer_tag,
         example=options.example and not diff,
         iteration=request.iteration, island=request.island, objectives=list(request.objective_names),
