@@ -123,6 +123,14 @@ def read_pilot(db: Path) -> list[PilotCell]:
             for problem, seed, status, crack, best in rows]
 
 
+def cells_by_task(cells: list[PilotCell]) -> dict[str, list[PilotCell]]:
+    """The pilot's cells grouped by their task, in the order the tasks first appear."""
+    by_task: dict[str, list[PilotCell]] = {}
+    for cell in cells:
+        by_task.setdefault(cell.problem, []).append(cell)
+    return by_task
+
+
 def in_band(cells: list[PilotCell], band: Band = HUMANEVAL_BAND) -> bool | None:
     """docs/study_cpu.md's rule on one task's pilot cells (with two cells, one crack is in any band holding 0.5):
     None until at least two have finished, all of them."""
@@ -180,9 +188,7 @@ def split_lists(cells: list[PilotCell], band_rule: Band = HUMANEVAL_BAND, test_s
     from below and above the band's median in turn, see spanning_train, and the test list the rest); too few in
     band, the test list takes what the train list would have, then both are topped up (test to `test_size`, then
     train to `train_min`) from the out-of-band tasks nearest the band, its two sides in turn."""
-    by_task: dict[str, list[PilotCell]] = {}
-    for cell in cells:
-        by_task.setdefault(cell.problem, []).append(cell)
+    by_task = cells_by_task(cells)
     verdicts = {task: in_band(task_cells, band_rule) for task, task_cells in by_task.items()}
     pending = sorted(task for task, verdict in verdicts.items() if verdict is None)
     band = sorted((task for task, verdict in verdicts.items() if verdict), key=task_number)
@@ -207,9 +213,7 @@ def selection_table(cells: list[PilotCell], test: list[str], train: list[str],
     """One row per pilot task (tab-separated, by task number): each cell's first crack and best score, the rule's
     verdict (in band; ceiling: cracked in every cell, early; floor: cracked in none, a best under NEAR_MISS) and the
     list it went to, `test`/`train` from the band or `test (nearest)`/`train (nearest)` from the top-up."""
-    by_task: dict[str, list[PilotCell]] = {}
-    for cell in cells:
-        by_task.setdefault(cell.problem, []).append(cell)
+    by_task = cells_by_task(cells)
     rows = ["task\tcells (seed: first crack or -, best)\tverdict\tlist"]
     for task in sorted(by_task, key=task_number):
         task_cells = sorted(by_task[task], key=lambda cell: cell.seed)

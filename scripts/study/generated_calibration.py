@@ -33,7 +33,7 @@ from math import comb
 from pathlib import Path
 from random import Random
 
-from calibration_select import Band, PilotCell, in_band, read_pilot
+from calibration_select import Band, PilotCell, cells_by_task, in_band, read_pilot
 
 from evolve.problems.generated.generator import generate, passing_pairs
 from evolve.records import code_key
@@ -143,9 +143,7 @@ def level_of(problem: str) -> str:
 def crack_table(cells: list[PilotCell]) -> str:
     """Markdown: per level, the problems whose cells have all finished, their cells cracked, the median first crack
     of the cracked ones, and the rule's verdicts (in band, ceiling: cracked early in both, floor: neither)."""
-    by_task: dict[str, list[PilotCell]] = {}
-    for cell in cells:
-        by_task.setdefault(cell.problem, []).append(cell)
+    by_task = cells_by_task(cells)
     rows = ["| level | problems finished | cells cracked | median first crack (iteration) "
             "| in band | ceiling | floor |",
             "|---|---:|---:|---:|---:|---:|---:|"]
@@ -169,9 +167,7 @@ def crack_table(cells: list[PilotCell]) -> str:
 def in_band_count() -> int:
     """Problems the registered rule puts in band among the pieces' stores here (their cells all finished)."""
     cells = [cell for store in finished_stores() for cell in read_pilot(store)]
-    by_task: dict[str, list[PilotCell]] = {}
-    for cell in cells:
-        by_task.setdefault(cell.problem, []).append(cell)
+    by_task = cells_by_task(cells)
     return sum(bool(in_band(group, RULE)) for group in by_task.values())
 
 
@@ -232,9 +228,7 @@ def spread() -> None:
         tasks, source = [line.strip().removeprefix("programs/") for line in listed.read_text().split()], "train list"
     else:
         cells = [cell for store in finished_stores() for cell in read_pilot(store)]
-        by_task: dict[str, list[PilotCell]] = {}
-        for cell in cells:
-            by_task.setdefault(cell.problem, []).append(cell)
+        by_task = cells_by_task(cells)
         tasks, source = sorted(task for task, group in by_task.items() if in_band(group, RULE)), "in band so far"
     counted = [task for task in tasks if rewards.get(task)]
     varied = [task for task in counted if max(rewards[task]) > min(rewards[task])]

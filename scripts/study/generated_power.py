@@ -26,7 +26,7 @@ import itertools
 from pathlib import Path
 
 import numpy as np
-from calibration_select import Band, PilotCell, in_band, read_pilot
+from calibration_select import Band, PilotCell, cells_by_task, in_band, read_pilot
 
 from evolve.report.stats import permutation_test
 
@@ -37,9 +37,7 @@ CHECKPOINTS = 2
 
 def cracks_by_task(cells: list[PilotCell]) -> dict[str, tuple[int, int]]:
     """(cracked cells, cells) of each task whose cells have all finished and which the registered rule puts in band."""
-    by_task: dict[str, list[PilotCell]] = {}
-    for cell in cells:
-        by_task.setdefault(cell.problem, []).append(cell)
+    by_task = cells_by_task(cells)
     return {task: (sum(cell.first_crack is not None for cell in group), len(group))
             for task, group in by_task.items() if in_band(group, REGISTERED)}
 
