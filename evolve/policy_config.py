@@ -63,6 +63,9 @@ class BasePolicySection(StrictModel):
     template: str = Field("default", description="built-in template name or a template folder")
     api: Literal["chat", "completions"] = Field("chat", description="completions: the template renders the text")
     prefill: bool = Field(True, description="open the answer with the block's first line")
+    prefill_docstring: bool = Field(False, description="with prefill, on a benchmark whose specification is the "
+                                    "seed's docstring (HumanEval, generated): open the answer with the signature "
+                                    "and that docstring, so the model writes the body only")
     feedback: bool = Field(True, description="show the evaluator's short message about the parent (an error; for "
                            "a test-vector problem a failed test's input and the parent's answer, never an expected "
                            "value); false: the score alone (an ablation)")

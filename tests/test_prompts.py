@@ -318,3 +318,35 @@ def test_a_benchmarks_specification_stays_in_the_prompt_whatever_a_child_did_to_
         assert spec.split("\n")[0] not in diff  # the parent as it is
     assert f"`{name}`" in shown
     assert load_problem("fizzbuzz", ROOT / "programs").prompt.specification == ""
+
+
+def test_the_docstring_prefill_opens_the_answer_with_the_specification_so_the_model_writes_the_body(tmp_path) -> None:
+    """With `prefill_docstring`, a stub-seed benchmark's answer starts with the signature and the seed's docstring
+    (whatever the parent did to its own), so the child keeps the specification as written; off by default, and a
+    problem without a specification, a diff or a block that is no documented function keeps the one-line prefill."""
+    from evolve.problems.generated.folders import import_generated
+    from evolve.search.prompts import docstring_prefill
+
+    import_generated(1, 1, 0, tmp_path)
+    problem = load_problem("gl_d1_0001", tmp_path)
+    spec = problem.prompt.specification
+    signature = next(line for line in problem.initial_code.splitlines() if line.startswith("def "))
+    dropped = program(f"# EVOLVE-BLOCK-START\n{signature}\n    return 2\n# EVOLVE-BLOCK-END\n", 0.25)
+    on = PromptOptions(prefill_docstring=True)
+    prompt = build_prompt(request(dropped), on, problem=problem.prompt)
+    assert prompt.prefill == signature + "\n" + "\n".join("    " + line if line else line
+                                                          for line in spec.split("\n"))
+    assert prompt.prefill.endswith('"""') and prompt.prefill in user_text(prompt.messages)
+    child = apply_rewrite(dropped.code, prompt.prefill + "\n    return len(numbers)\n")
+    assert spec.split("\n")[0] in child and "return len(numbers)" in child and "return 2" not in child
+    several = build_prompt(request(dropped), PromptOptions(prefill_docstring=True, answers=3), problem=problem.prompt)
+    assert several.prefill == "<response_1>\n" + prompt.prefill
+    assert build_prompt(request(dropped), problem=problem.prompt).prefill == signature  # off by default
+    assert build_prompt(request(dropped), PromptOptions(prefill_docstring=True, edit_format="diff"),
+                        problem=problem.prompt).prefill == "<<<<<<< SEARCH\n"
+    assert build_prompt(request(program(PARENT_CODE, 0.5)), on).prefill == "def f(x: float) -> float:"
+    assert docstring_prefill("import math\ndef f(x):\n    '''Doc.'''\n    return x") == ""
+    assert docstring_prefill("@cache\ndef f(x):\n    '''Doc.'''\n    return x") == ""
+    assert docstring_prefill("def f(x): return x") == ""
+    assert docstring_prefill("def f(\n    x,\n):\n    '''Doc\n    more.'''\n    return x") == \
+        "def f(\n    x,\n):\n    '''Doc\n    more.'''"

@@ -42,6 +42,7 @@ class PromptOptions:
     max_new_tokens_cap: int = 384  # per answer (policy.max_new_tokens): a completion of m answers gets m times it
     api: Literal["chat", "completions"] = "chat"  # completions: the template also renders the whole text
     prefill: bool = True  # open the answer with the block's first line (needs a backend that continues it)
+    prefill_docstring: bool = False  # and, for a benchmark with a specification, its docstring: the body is left
     example: bool = True  # the template's worked example of a rewrite, in the answer format asked for (m tags)
     docstrings: bool = False  # show the block's docstrings
     imports: bool = True  # name the imports outside the block
@@ -52,7 +53,7 @@ class PromptOptions:
         """What a policy's prompting settings ask for; fields a policy section does not have keep their defaults."""
         return cls(edit_format=policy.edit_format, answers=policy.answers, answer_tag=policy.answer_tag,
                    max_new_tokens_cap=policy.max_new_tokens, api=policy.api, prefill=policy.prefill,
-                   feedback=policy.feedback)
+                   prefill_docstring=policy.prefill_docstring, feedback=policy.feedback)
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,22 @@ def prefill_for(parent_code: str, edit_format: Literal["rewrite", "diff"] = "rew
     """
     start = DIFF_PREFILL if edit_format == "diff" else first_code_line(_block(parent_code))
     return f"<{tag}_1>\n{start}" if answers > 1 else start
+
+
+def docstring_prefill(block: str) -> str:
+    """The block from its `def` line through the end of that function's docstring (no newline after it: the model
+    writes the newline and the body's indentation, as after a one-line prefill), or "" when the block does not open
+    with a top-level function whose first statement is a docstring on lines of its own."""
+    tree = _tree(block)
+    if tree is None or not tree.body or not isinstance(tree.body[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return ""
+    function = tree.body[0]
+    lines = block.split("\n")
+    opening = function.lineno - 1
+    if (function.decorator_list or function.col_offset or ast.get_docstring(function) is None
+            or function.body[0].lineno == function.lineno or lines[opening].strip() != first_code_line(block)):
+        return ""
+    return "\n".join(lines[opening:function.body[0].end_lineno])
 
 
 def _is_one_definition(block: str) -> bool:
@@ -289,6 +306,9 @@ def build_prompt(request: MutationRequest, options: PromptOptions = PromptOption
     )
     prefill = prefill_for(parent.code, options.edit_format, options.answers, options.answer_tag) \
         if options.prefill else ""
+    opening = docstring_prefill(shown) if options.prefill and options.prefill_docstring and specification else ""
+    if opening:  # the specification as the answer's own start: the model writes the body only
+        prefill = f"<{options.answer_tag}_1>\n{opening}" if options.answers > 1 else opening
     stop: tuple[str, ...] = ("<|im_end|>",)
     if options.answers > 1:
         stop = (f"</{options.answer_tag}_{options.answers}>", *stop)
