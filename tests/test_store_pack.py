@@ -84,6 +84,8 @@ def test_the_pilots_pace_is_measured_since_its_last_pause_not_across_it() -> Non
     assert status.answers_a_minute(steady) == 2.0
     assert status.answers_a_minute([-20.0, -19.5, *steady]) == 2.0  # the last piece, not the one before the stop
     assert status.answers_a_minute([]) == 0.0 and status.answers_a_minute([3.0]) == 0.0
+    burst = [-20.0, -19.5, 0.0, 0.0, 0.0, 0.01, 0.02]  # a resumed piece's first seconds: no pace yet, not 300 a minute
+    assert status.answers_a_minute(burst) == 0.0
 
 
 def test_the_pilots_running_time_leaves_out_the_stops_between_pieces() -> None:

@@ -16,16 +16,19 @@ from store_pack import ANSWER_KINDS, attempts
 
 ANSWERS_PER_CELL = 300  # 100 iterations x 3 answers, unless the cell cracks sooner
 PAUSE_MINUTES = 5.0  # a longer gap between stored answers: the pilot was stopped
+SPAN_MINUTES = 5.0  # a pace measured over less time since the last pause is not given (a resumed piece's first
+# answers come in a burst: cells resumed together commit their interrupted iterations at once)
 
 
 def answers_a_minute(minutes: list[float], pause: float = PAUSE_MINUTES) -> float:
     """The pace of answers stored at these sorted times (minutes), counted after the last gap longer than `pause`
-    (a piece that started a while ago is not measured across the stop before it)."""
+    (a piece that started a while ago is not measured across the stop before it); 0 when that is under
+    SPAN_MINUTES."""
     start = len(minutes) - 1
     while start > 0 and minutes[start] - minutes[start - 1] <= pause:
         start -= 1
     span = minutes[-1] - minutes[start] if minutes else 0.0
-    return (len(minutes) - start - 1) / span if span > 0 else 0.0
+    return (len(minutes) - start - 1) / span if span >= SPAN_MINUTES else 0.0
 
 
 def active_hours(minutes: list[float], pause: float = PAUSE_MINUTES) -> float:
@@ -59,8 +62,9 @@ def main(argv: list[str]) -> int:
         left = unfinished * ANSWERS_PER_CELL - spent
         pace = answers_a_minute(recent)
         print(f"{unfinished} of {planned} cells unfinished: at most {left} answers left; "
-              f"{pace:.0f} answers a minute over the last half hour stored (since its last pause)"
-              + (f", so at most {left / pace / 60:.1f} hours at that pace" if pace else ""))
+              + (f"{pace:.0f} answers a minute over the last half hour stored (since its last pause), so at most "
+                 f"{left / pace / 60:.1f} hours at that pace" if pace else
+                 f"no pace yet (under {SPAN_MINUTES:.0f} minutes of answers since its last pause)"))
     store.close()
     return 0
 
