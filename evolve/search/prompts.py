@@ -113,14 +113,15 @@ def first_code_line(block: str) -> str:
 
 
 def prefill_for(parent_code: str, edit_format: Literal["rewrite", "diff"] = "rewrite", answers: int = 1,
-                tag: str = "response") -> str:
+                tag: str = "response", opening: str = "") -> str:
     """The start of the assistant turn; the policy's text continues it, so edits get prefill + text.
 
-    For a rewrite it is the block's first code line (e.g. its `def` line), ending without a newline so that the
-    model writes the newline and indentation itself (a prefill ending in "\\n" splits SmolLM2's newline-plus-indent
-    tokens, and the model then leaves the body empty). For a diff it opens the first SEARCH section.
+    For a rewrite it is `opening` when given (docstring_prefill's signature and specification), else the block's
+    first code line (e.g. its `def` line), ending without a newline so that the model writes the newline and
+    indentation itself (a prefill ending in "\\n" splits SmolLM2's newline-plus-indent tokens, and the model then
+    leaves the body empty). For a diff it opens the first SEARCH section.
     """
-    start = DIFF_PREFILL if edit_format == "diff" else first_code_line(_block(parent_code))
+    start = DIFF_PREFILL if edit_format == "diff" else opening or first_code_line(_block(parent_code))
     return f"<{tag}_1>\n{start}" if answers > 1 else start
 
 
@@ -134,7 +135,7 @@ def docstring_prefill(block: str) -> str:
     function = tree.body[0]
     lines = block.split("\n")
     opening = function.lineno - 1
-    if (function.decorator_list or function.col_offset or ast.get_docstring(function) is None
+    if (function.decorator_list or ast.get_docstring(function) is None
             or function.body[0].lineno == function.lineno or lines[opening].strip() != first_code_line(block)):
         return ""
     return "\n".join(lines[opening:function.body[0].end_lineno])
@@ -304,11 +305,10 @@ def build_prompt(request: MutationRequest, options: PromptOptions = PromptOption
         example=options.example and not diff,
         iteration=request.iteration, island=request.island, objectives=list(request.objective_names),
     )
-    prefill = prefill_for(parent.code, options.edit_format, options.answers, options.answer_tag) \
-        if options.prefill else ""
+    # with prefill_docstring the specification is the answer's own start: the model writes the body only
     opening = docstring_prefill(shown) if options.prefill and options.prefill_docstring and specification else ""
-    if opening:  # the specification as the answer's own start: the model writes the body only
-        prefill = f"<{options.answer_tag}_1>\n{opening}" if options.answers > 1 else opening
+    prefill = prefill_for(parent.code, options.edit_format, options.answers, options.answer_tag, opening) \
+        if options.prefill else ""
     stop: tuple[str, ...] = ("<|im_end|>",)
     if options.answers > 1:
         stop = (f"</{options.answer_tag}_{options.answers}>", *stop)
