@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from evolve.report.permutation import permutation_test
 from evolve.report.stats import (
     binomial_cdf,
     clopper_pearson,
     kaplan_meier,
     mean_interval,
     paired_difference,
-    permutation_test,
     sign_test,
 )
 
@@ -40,9 +40,12 @@ def test_sign_and_permutation_tests_give_the_exact_p_values() -> None:
     assert exact and p == pytest.approx(2 / 32)  # only all-plus and all-minus reach |sum| = 15
     p, exact = permutation_test(np.array([1.0, -1.0]))
     assert exact and p == 1.0
-    p, exact = permutation_test(np.arange(1.0, 23.0))  # 22 problems: Monte Carlo, seeded
+    p, exact = permutation_test(np.arange(1.0, 23.0))  # 22 problems on the lattice of integers: counted
+    assert exact and p == pytest.approx(2 / 2 ** 22)
+    uneven = np.sqrt(np.arange(2.0, 24.0))  # 22 problems off any lattice: Monte Carlo, seeded
+    p, exact = permutation_test(uneven)
     assert not exact and p == pytest.approx(1 / 100_001)
-    assert permutation_test(np.arange(1.0, 23.0)) == (p, exact)
+    assert permutation_test(uneven) == (p, exact)
 
 
 def test_permutation_and_sign_tests_reject_at_most_alpha_under_the_null() -> None:

@@ -177,8 +177,9 @@ def whole_seeds(spec: ExperimentSpec, statuses: Mapping[CellKey, str]) -> tuple[
 def collect(store: ProgramStore, spec: ExperimentSpec, samples: int = 100_000, confidence: float = 0.95,
             score_range: tuple[float, float] = (0.0, 1.0), pairs: Pairs = "all",
             whole_seeds_only: bool = False) -> ExperimentResults:
-    """Every number of the report. `samples`: Monte Carlo sign patterns for a permutation test over more than 20
-    problems (exact enumeration below); `pairs`: compare every pair of policies, or the first with each other;
+    """Every number of the report. `samples`: Monte Carlo sign patterns for a permutation test that cannot be exact
+    (more than 20 non-zero differences off any lattice: evolve/report/permutation.py); `pairs`: compare every pair
+    of policies, or the first with each other;
     `whole_seeds_only`: an interim report of an experiment under way, in which only the seeds every cell of which
     has finished count (`whole_seeds`), the other cells as not run: the cells finished first are the quick cracks, so
     counting every finished cell would flatter, and an unfinished one read as a failure would not."""

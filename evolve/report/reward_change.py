@@ -15,12 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from evolve.report.stats import permutation_test
+from evolve.report.permutation import permutation_test
 
 METHOD = ("per train problem: mean reward (its objectives' mean over the step's answers) over the last quarter of "
           "the steps that trained on it minus over the first quarter (at least one step each); across problems: "
           "mean of each side, problems up / down / unchanged, two-sided sign-flip permutation test of mean "
-          "change 0 (exact up to 20 problems); groups without spread: the prompts of all steps whose answers all got "
+          "change 0 (exact up to 20 problems, or beyond when the changes are multiples of one unit); groups "
+          "without spread: the prompts of all steps whose answers all got "
           "the same reward, so that no advantage and no gradient came from them, out of all prompts trained on")
 
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from itertools import product
 
 import numpy as np
+
+from evolve.report.permutation import permutation_test, snap_ties
 
 _BISECTIONS = 64  # halvings of [0, 1]: far below float resolution of any printed bound
 _PRODUCT_ROWS = 12  # factors multiplied before a log: each <= n * 2^40 (bisection stays 2^-40 of the mean
@@ -229,49 +230,6 @@ def sign_test(differences: np.ndarray) -> float:
     if n == 0:
         return 1.0
     return min(1.0, 2.0 * binomial_cdf(min(positive, negative), n, 0.5))
-
-
-def snap_ties(differences: np.ndarray) -> np.ndarray:
-    """`differences` with float noise around 0 set to 0 (|d| <= 1e-12 of the largest, or of 1): two per-problem values
-    equal on paper but summed in another order (0.1 + 0.2 against 0.3) differ by ~6e-17, which is a tie, not a win
-    (the CPU study's report counted two such wins before issue 58)."""
-    differences = np.asarray(differences, dtype=float).ravel()
-    scale = max(1.0, float(np.abs(differences).max(initial=0.0)))
-    return np.where(np.abs(differences) <= 1e-12 * scale, 0.0, differences)
-
-
-def permutation_test(differences: np.ndarray, exact_up_to: int = 20, samples: int = 100_000,
-                     seed: int = 0) -> tuple[float, bool]:
-    """Two-sided paired permutation (sign-flip) test of mean difference 0: (p-value, exact?).
-
-    Under the null each problem's difference is symmetric about 0, so every sign pattern is equally likely. A zero
-    difference adds nothing to the sum under either sign, so only the k non-zero differences are flipped: the share
-    of the 2^k patterns is the same as the share of all 2^n. Up to `exact_up_to` non-zero differences every pattern
-    is enumerated (exact p-value, whatever the number of ties); beyond, `samples` seeded random patterns give the
-    Monte Carlo p-value (hits + 1) / (samples + 1), itself a valid p-value, whose standard error against the exact
-    one is at most sqrt(p (1 - p) / samples): 0.0016 at p = 0.5 and the default 100,000 samples."""
-    differences = snap_ties(differences)
-    tolerance = 1e-12 * max(1.0, float(np.abs(differences).sum()))
-    differences = differences[differences != 0.0]
-    n = differences.size
-    if n == 0:
-        return 1.0, True
-    observed = abs(differences.sum())
-    if n <= exact_up_to:
-        hits = 0
-        chunk_bits = min(n, 16)
-        low_signs = np.array(list(product((1.0, -1.0), repeat=chunk_bits)))  # [2^chunk, chunk]
-        low_sums = low_signs @ differences[:chunk_bits]
-        for high_signs in product((1.0, -1.0), repeat=n - chunk_bits):
-            rest = float(np.dot(high_signs, differences[chunk_bits:])) if high_signs else 0.0
-            hits += int(np.sum(np.abs(low_sums + rest) >= observed - tolerance))
-        return hits / 2 ** n, True
-    rng = np.random.default_rng(seed)
-    hits = 0
-    for start in range(0, samples, 10_000):
-        signs = rng.choice((-1.0, 1.0), size=(min(10_000, samples - start), n))
-        hits += int(np.sum(np.abs(signs @ differences) >= observed - tolerance))
-    return (hits + 1) / (samples + 1), False
 
 
 @dataclass(frozen=True)

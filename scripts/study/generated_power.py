@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from calibration_select import Band, PilotCell, cells_by_task, in_band, read_pilot
 
-from evolve.report.stats import permutation_test
+from evolve.report.permutation import permutation_test
 
 REGISTERED = Band(0.1, 0.9, 43.9, 0.8)  # experiments/generated/calibration/README.md
 ALPHA = 0.05

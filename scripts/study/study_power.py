@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from evolve.report.stats import holm, mean_interval, permutation_test
+from evolve.report.permutation import permutation_test
+from evolve.report.stats import holm, mean_interval
 
 BAND = (0.1, 0.7)
 CEILING = (0.8, 1.0)  # cracked in both pilot cells within 30 iterations on average

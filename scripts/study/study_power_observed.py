@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from evolve.report.stats import holm, permutation_test
+from evolve.report.permutation import permutation_test
+from evolve.report.stats import holm
 
 ARMS = ("base", "vpo", "grpo")
 PAIRS = (("base", "vpo"), ("base", "grpo"), ("vpo", "grpo"))
