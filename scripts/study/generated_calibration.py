@@ -8,8 +8,9 @@ The same command writes the same files: the pool comes from the seeded generator
 - The pool: every problem of difficulty 1 (133, seed 0) and the first 400 of level 2ee (seed 0), less each 2ee
   problem whose reference passes the hidden tests of a difficulty-1 problem or the reverse
   (`generator.passing_pairs`: 7), so no two problems of the pool are one function on its tests.
-- The order: difficulty 1 first (its cells crack early and cost least), then 2ee, each shuffled by Random(60), so
-  the pieces run so far are a random sample of their level and the pilot can stop once enough are in band.
+- The order: each level shuffled by Random(60), so the pieces run so far are a random sample of their level and the
+  pilot can stop once enough are in band. The pieces are numbered difficulty 1 first (1-4), then 2ee (5-21); since
+  piece 1 they run alternating, 1, 5, 2, 6, 3, 7, 4, 8, 9, ... (`order`; the README's changes say why).
 - The pilot budget is the CPU study's: 100 iterations x 3 answers, stop when solved, Q8_0 weights, two evolution
   seeds no study uses (100, 101); six cells at a time (levels_pilot.toml: about 66 answers a minute).
 - `select` applies calibration_select.py's rule to every finished piece's store with the thresholds registered in
@@ -98,6 +99,30 @@ def pieces(levels: list[list[str]]) -> list[list[str]]:
         size = PIECE_SIZE[level]
         out += [names[start:start + size] for start in range(0, len(names), size)]
     return out
+
+
+def run_order(numbers: dict[str, list[int]]) -> list[int]:
+    """The piece numbers in the order they run: difficulty 1's and 2ee's alternating from the first of each (2ee's
+    yield decides whether the pool holds 150 in band, so it is measured early), the level left over after."""
+    first, second = numbers["1"], numbers["2ee"]
+    alternating = [number for pair in zip(first, second, strict=False) for number in pair]
+    shorter = min(len(first), len(second))
+    return alternating + first[shorter:] + second[shorter:]
+
+
+def piece_numbers() -> dict[str, list[int]]:
+    """Each level's piece numbers as `plan` writes them (difficulty 1's first)."""
+    numbers: dict[str, list[int]] = {}
+    for level, problems in zip((level for level, _ in LEVELS), pool(), strict=True):
+        start = sum(map(len, numbers.values())) + 1
+        numbers[level] = list(range(start, start + -(-len(problems) // PIECE_SIZE[level])))
+    return numbers
+
+
+def order() -> None:
+    """Print the pieces' experiment files in the order they run."""
+    for number in run_order(piece_numbers()):
+        print(FOLDER / f"piece_{number:02d}.toml")
 
 
 def toml_list(problems: list[str]) -> str:
@@ -261,13 +286,13 @@ def table() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("step", choices=("plan", "select", "table", "enough", "spread"))
+    parser.add_argument("step", choices=("plan", "order", "select", "table", "enough", "spread"))
     parser.add_argument("--target", type=int, default=TEST_SIZE + TRAIN_SIZE,
                         help="enough: the problems in band at which the pilot stops (default 150)")
     args = parser.parse_args()
     if args.step == "enough":
         enough(args.target)
-    {"plan": plan, "select": select, "table": table, "spread": spread}[args.step]()
+    {"plan": plan, "order": order, "select": select, "table": table, "spread": spread}[args.step]()
 
 
 if __name__ == "__main__":

@@ -4,8 +4,8 @@
 #   bash scripts/study/generated_calibration.sh status   # per piece: answers, cells finished; whether it runs
 #   bash scripts/study/generated_calibration.sh save     # Ctrl-C the running piece (resumable), pack every store
 # then commit experiments/generated/calibration/piece_*.db.xz. `start` on any machine carries on where `save` left
-# off: the pieces run in order, a finished piece is skipped (its cells are all finished in its store), and no piece
-# starts once $EVOLVE_CALIBRATION_IN_BAND (default 150) problems are in band.
+# off: the pieces run in order (difficulty 1 and 2ee alternating: `generated_calibration.py order`), a finished
+# piece is skipped (its cells are all finished in its store), and no piece starts once $EVOLVE_CALIBRATION_IN_BAND (default 150) problems are in band.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 FOLDER=experiments/generated/calibration
@@ -33,7 +33,7 @@ start)
     echo "started (pid $!), log: $LOG; stop it with: bash scripts/study/generated_calibration.sh save"
     ;;
 run)  # what `start` runs in the background: each piece to its end, packed, then the next, until 150 are in band
-    for toml in $(pieces); do
+    for toml in $(.venv/bin/python scripts/study/generated_calibration.py order); do  # levels alternating (README)
         db=${toml%.toml}.db
         if .venv/bin/python scripts/study/generated_calibration.py enough --target "$TARGET"; then break; fi
         echo "== $(date -u +%FT%TZ) $toml"
