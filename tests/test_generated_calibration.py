@@ -54,6 +54,23 @@ def test_the_pool_is_difficulty_1_then_2ee_each_problem_once_and_no_two_alike_on
     assert not passing_pairs(drawn)
 
 
+def test_the_pieces_run_alternating_between_the_levels_then_the_longer_level_alone(calibration: ModuleType) -> None:
+    numbers = calibration.piece_numbers()
+    assert numbers == {"1": [1, 2, 3, 4], "2ee": list(range(5, 22))}
+    assert calibration.run_order(numbers) == [1, 5, 2, 6, 3, 7, 4, *range(8, 22)]
+    assert calibration.run_order({"1": [1, 2, 3], "2ee": [4]}) == [1, 4, 2, 3]
+
+
+def test_the_projection_adds_each_levels_in_band_share_times_its_problems_left(calibration: ModuleType) -> None:
+    verdicts = {"generated/gl_d1_0001": True, "generated/gl_d1_0002": False, "generated/gl_d1_0003": False,
+                "generated/gl_d1_0004": False, "generated/gl_d2ee_0001": True, "generated/gl_d2ee_0002": True}
+    projected, lines = calibration.projection(verdicts, {"1": 12, "2ee": 10})
+    assert projected == pytest.approx(1 + 0.25 * 8 + 2 + 1.0 * 8)
+    assert "level 1: 1 of 4 in band (25%), 8 to run" in lines
+    projected, _ = calibration.projection({"generated/gl_d1_0001": True}, {"1": 2, "2ee": 400})
+    assert projected == pytest.approx(2.0)  # a level without a verdict adds nothing yet
+
+
 def test_the_logit_shift_moves_the_mean_rate_by_the_difference_asked(power: ModuleType) -> None:
     rates = np.array([0.05, 0.3, 0.5, 0.8, 0.97])
     shift = power.logit_shift(rates, 0.12)

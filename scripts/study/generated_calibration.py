@@ -189,18 +189,29 @@ def crack_table(cells: list[PilotCell]) -> str:
     return "\n".join(rows)
 
 
-def in_band_count() -> int:
-    """Problems the registered rule puts in band among the pieces' stores here (their cells all finished)."""
-    cells = [cell for store in finished_stores() for cell in read_pilot(store)]
-    by_task = cells_by_task(cells)
-    return sum(bool(in_band(group, RULE)) for group in by_task.values())
+def projection(verdicts: dict[str, bool], pool_sizes: dict[str, int]) -> tuple[float, str]:
+    """The README's projection of the pool's problems in band: those in band so far plus, per level, its in-band
+    share so far times its problems without a verdict (a level with none yet adds nothing); and a line per level."""
+    total, lines = 0.0, []
+    for level, size in pool_sizes.items():
+        done = [verdict for problem, verdict in verdicts.items() if level_of(problem) == level]
+        share = sum(done) / len(done) if done else 0.0
+        total += sum(done) + share * (size - len(done))
+        lines.append(f"level {level}: {sum(done)} of {len(done)} in band ({share:.0%}), {size - len(done)} to run")
+    return total, "; ".join(lines)
 
 
 def enough(target: int = TEST_SIZE + TRAIN_SIZE) -> None:
     """Exit 0 once the pieces run so far hold `target` problems in band (the registered stopping rule: the lists'
-    150; more after the power check, README's changes), else 1."""
-    count = in_band_count()
-    print(f"{count} problems in band so far; the pilot stops at {target}")
+    150; more after the power check, README's changes), else 1. Prints the README's projection beside."""
+    by_task = cells_by_task([cell for store in finished_stores() for cell in read_pilot(store)])
+    verdicts = {task: bool(verdict) for task, group in by_task.items()
+                if (verdict := in_band(group, RULE)) is not None}
+    count = sum(verdicts.values())
+    pool_sizes = {level: len(names) for (level, _), names in zip(LEVELS, pool(), strict=True)}
+    projected, lines = projection(verdicts, pool_sizes)
+    print(f"{count} problems in band so far; the pilot stops at {target}; the whole pool projects to "
+          f"{projected:.0f} ({lines})")
     raise SystemExit(0 if count >= target else 1)
 
 
