@@ -8,7 +8,7 @@ amount that makes B - A average `--difference` over the test list (an effect on 
 1, as a crack share allows). Each arm has two training seeds (checkpoints) whose own effect is normal on the logit
 scale (sd `tau`), and `seeds` evolution cells per problem split between them (the registered design of the CPU
 study). The test is the report's: per problem the difference of the two arms' crack shares, the sign-flip
-permutation test (evolve.report.stats.permutation_test), significant with the right sign at 0.05 / K: Holm's
+permutation test (evolve.report.permutation.permutation_test), significant with the right sign at 0.05 / K: Holm's
 threshold for the smallest of K p-values, the binding case when the other comparisons show nothing.
 
 The test list is selection.tsv's (`--selection`, written by calibration_select.py), or while the pilot runs every
