@@ -3,7 +3,7 @@ does (same output on the console, same store writes) and returns what happened i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -118,13 +118,16 @@ def load_experiment_file(experiment: str | Path | ExperimentSpec, db: str | None
 
 
 def run_experiment(experiment: str | Path | ExperimentSpec, *, db: str | None = None, cluster: str | None = None,
-                   overrides: Mapping[str, Any] | None = None, on_event: Observer | None = None) -> ExperimentOutcome:
+                   overrides: Mapping[str, Any] | None = None, on_event: Observer | None = None,
+                   pieces: Sequence[int] | None = None) -> ExperimentOutcome:
     """Run (or resume: finished cells are kept) every cell of an experiment: policies x problems x seeds.
     The outcome holds each cell's status, the errors met, and whether it finished or was interrupted.
     cluster="ray": each cell is a Ray task on the cluster at RAY_ADDRESS, or a local one (evolve/cluster/).
-    Nothing is printed: on_event, if given, is called with every event (evolve.engine.events: the cells planned,
-    each cell started and ended, the events of each cell's run, the experiment ended)."""
-    from evolve.engine.experiment import ExperimentRunner
+    An experiment of several pieces (`pieces = N` in its file) runs them in order, each into its own store;
+    `pieces` runs those numbers only. Nothing is printed: on_event, if given, is called with every event
+    (evolve.engine.events: the cells planned, each cell started and ended, the events of each cell's run, the
+    experiment ended; once per piece)."""
+    from evolve.engine.experiment import run_pieces
 
     spec = load_experiment_file(experiment, db, overrides)
     executor = None
@@ -132,7 +135,7 @@ def run_experiment(experiment: str | Path | ExperimentSpec, *, db: str | None = 
         from evolve.cluster import cell_executor
 
         executor = cell_executor(cluster)
-    return ExperimentRunner(spec, on_event=on_event, executor=executor).run()
+    return run_pieces(spec, pieces, on_event=on_event, executor=executor)
 
 
 @dataclass(frozen=True)
@@ -153,15 +156,15 @@ def experiment_report(experiment: str | Path | ExperimentSpec, *, db: str | None
     named); an ExperimentSpec is reported as given. StoreError when the experiment never ran in its store."""
     from rich.markup import escape
 
+    from evolve.engine.experiment_pieces import piece_stores, stored_design
     from evolve.report.design import report_design
     from evolve.report.report_files import write_report
     from evolve.report.results import collect
     from evolve.report.terminal import render_report
-    from evolve.store.program_store import ProgramStore, StoreError
+    from evolve.store.program_store import StoreError
 
     spec = load_experiment_file(experiment, db)
-    store = ProgramStore(spec.db, mode="read")
-    stored = store.experiment_spec(spec.name)
+    stored = stored_design(spec)
     if stored is None:
         named = experiment if isinstance(experiment, str | Path) else spec.name
         raise StoreError(f"no experiment '{spec.name}' in {spec.db}; run `evolve experiment {named}` first")
@@ -171,7 +174,12 @@ def experiment_report(experiment: str | Path | ExperimentSpec, *, db: str | None
         if design.note and console is not None:
             color = "yellow" if design.severity == "warning" else "dim"
             console.print(f"[{color}]{design.severity}:[/] {escape(design.note)}", highlight=False, soft_wrap=True)
-    results = collect(store, spec, score_range=score_range, pairs=pairs)
+    stores = piece_stores(spec)
+    try:
+        results = collect(stores, spec, score_range=score_range, pairs=pairs)
+    finally:
+        for _, store in stores:
+            store.close()
     files = write_report(results, Path(out or Path("reports") / spec.name))
     if console is not None:
         render_report(results, console)

@@ -19,6 +19,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     experiment.add_argument("file", help="experiment TOML, e.g. experiments/default.toml")
     experiment.add_argument("--db", help="store for all cells (default: the file's db, or NAME.db beside it)")
     experiment.add_argument("--plain", action="store_true", help="plain line output instead of the live table")
+    experiment.add_argument("--piece", type=int, action="append", metavar="N",
+                            help="of an experiment in pieces (pieces = N in its file), run piece N only "
+                            "(repeatable); default: every piece in order")
     experiment.add_argument("--cluster", choices=("ray",), help="run each cell as a Ray task on the cluster at "
                             "RAY_ADDRESS, or on a local one (needs: pip install -e '.[ray]')")
     add_set_flag(experiment, "iterations=4", "a key of the experiment file: iterations=4, run.concurrency=2, "
@@ -45,7 +48,7 @@ def cmd_experiment(args: argparse.Namespace, console: Console) -> int:
     console.print(experiment_header(spec), highlight=False)
     drawing = ExperimentDrawing(console, live=False if args.plain else None)
     try:
-        outcome = run_experiment(spec, cluster=args.cluster, on_event=drawing)
+        outcome = run_experiment(spec, cluster=args.cluster, on_event=drawing, pieces=args.piece)
     finally:
         drawing.close()
     for error in outcome.errors:
@@ -53,6 +56,7 @@ def cmd_experiment(args: argparse.Namespace, console: Console) -> int:
     done = sum(cell.status == "finished" for cell in outcome.cells.values())
     console.print(f"{done}/{len(outcome.cells)} cells finished", highlight=False)
     same = (f" --db {args.db}" if args.db else "") + "".join(f" --set {item}" for item in args.set)
+    same += "".join(f" --piece {piece}" for piece in args.piece or ())
     if not outcome.finished:
         console.print(f"the experiment is saved; continue with: evolve experiment {args.file}{same}", highlight=False)
     store = f" --db {args.db}" if args.db else ""  # the store keeps the design it ran with, --set included
@@ -67,8 +71,9 @@ def experiment_header(spec: ExperimentSpec) -> str:
     ensembles = len(spec.ensembles)
     arms = f"{len(spec.policies)} policies" + (f" + {ensembles} ensemble{'s' * (ensembles != 1)}" if ensembles else "")
     some = " (some arms on some of them)" if spec.arm_seeds else ""
+    store = f"store {spec.db}" if spec.pieces == 1 else f"in {spec.pieces} pieces, stores {spec.db}"
     return (f"experiment [bold]{spec.name}[/]: {arms} x {len(spec.problems)} problems x {len(spec.seeds)} seeds"
-            f"{some} = {len(spec.cells())} cells of {spec.iterations} iterations, store {spec.db}")
+            f"{some} = {len(spec.cells())} cells of {spec.iterations} iterations, {store}")
 
 
 def cmd_report(args: argparse.Namespace, console: Console) -> int:
@@ -91,19 +96,13 @@ def _report_design(args: argparse.Namespace) -> ReportDesign:
     the file and the report's own --set where it gives some."""
     from evolve.api import experiment_file
     from evolve.cli.common import experiment_settings
+    from evolve.engine.experiment_pieces import stored_design
     from evolve.engine.experiment_spec import load_experiment
     from evolve.report.design import report_design
-    from evolve.store.program_store import ProgramStore
 
     path = experiment_file(args.experiment)
     values, labels = experiment_settings(args)
-    spec = load_experiment(path, args.db)
-    store = ProgramStore(spec.db, mode="read")
-    try:
-        stored = store.experiment_spec(spec.name)
-    finally:
-        store.close()
-    return report_design(path, stored, args.db, values, labels)
+    return report_design(path, stored_design(load_experiment(path, args.db)), args.db, values, labels)
 
 
 def _spec(args: argparse.Namespace, name: str | None = None) -> ExperimentSpec:

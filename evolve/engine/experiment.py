@@ -44,6 +44,7 @@ from evolve.engine.events import (
     RunEvent,
     ignore,
 )
+from evolve.engine.experiment_pieces import piece_numbers, piece_view
 from evolve.engine.experiment_spec import CellKey, ExperimentSpec, refuse_policies_trained_on_tests
 from evolve.engine.offspring import SeedProgramError
 from evolve.engine.run_setup import check_features
@@ -98,11 +99,17 @@ RESTING = ("finished", "failed", "interrupted")
 class ExperimentRunner:
     """Runs the unfinished cells of one experiment, reporting through `on_event` (evolve.engine.events: the cells
     planned, each cell started, its run's events, each cell ended, the experiment ended). With an `executor`, the
-    cells run where it puts them (each still one run in the store, driven under its lease)."""
+    cells run where it puts them (each still one run in the store, driven under its lease). An experiment of several
+    pieces runs one piece at a time (`run_pieces`): `spec` a piece's view, `design` the whole experiment, which the
+    piece's store keeps as the design it ran with."""
 
     def __init__(self, spec: ExperimentSpec, on_event: Observer | None = None,
-                 executor: CellExecutor | None = None) -> None:
+                 executor: CellExecutor | None = None, design: ExperimentSpec | None = None) -> None:
+        if spec.pieces > 1:
+            raise ConfigError(f"experiment {spec.name} has {spec.pieces} pieces: run them with run_pieces (each "
+                              "piece's cells go to its own store)")
         self.spec = spec
+        self.design = design or spec
         self.on_event: Observer = on_event or ignore
         self.executor = executor
         self._spent: dict[str, list[int]] = {}  # per problem, the iterations its finished cells ran (cell_order)
@@ -151,10 +158,10 @@ class ExperimentRunner:
                     for feature in self.spec.selection_of(arm).map_elites.features}
         for problem in self.spec.problems:  # a missing or broken problem folder stops us before any model loads
             check_features(tuple(sorted(features)), load_problem(problem, Path(self.spec.run.programs_dir)))
-        refuse_policies_trained_on_tests(self.spec)  # before any model loads, too
+        refuse_policies_trained_on_tests(self.design)  # before any model loads, too
         for policy in self.spec.policies:
             load_template(policy.template)
-        self.store.save_experiment(self.spec.name, self.spec.model_dump_json())
+        self.store.save_experiment(self.spec.name, self.design.model_dump_json())
         self.load_stored_cells()
         self._reported = {key: cell.status for key, cell in self.cells.items()}
         self.on_event(ExperimentPlanned(self.spec.name, tuple(self.cells.values()), self.spec.parallel_cells))
@@ -294,3 +301,23 @@ class ExperimentRunner:
 def _resting_status(info: RunInfo) -> str:
     """A stored run's state as seen from a new process: 'running' there means its process was killed."""
     return "interrupted" if info.status == "running" else info.status
+
+
+def run_pieces(spec: ExperimentSpec, pieces: Iterable[int] | None = None, on_event: Observer | None = None,
+               executor: CellExecutor | None = None) -> ExperimentOutcome:
+    """Run (or resume) the experiment's pieces in order (`pieces`: those numbers only), each piece's cells into its
+    own store; a piece left with failed cells does not stop the next, an interruption does. One piece: the
+    experiment itself."""
+    numbers = list(piece_numbers(spec) if pieces is None else pieces)
+    outcome = ExperimentOutcome({})
+    for number in numbers:
+        view = piece_view(spec, number)
+        part = ExperimentRunner(view, on_event=on_event, executor=executor,
+                                design=spec if spec.pieces > 1 else None).run()
+        outcome.cells.update(part.cells)
+        outcome.errors += part.errors
+        if part.interrupted:
+            outcome.interrupted = True
+            break
+    return outcome
+

@@ -64,6 +64,9 @@ class ArmBudget(StrictModel):
                                   "iterations must equal the experiment's")
 
 
+PIECE_FIELD = "{piece}"  # in an experiment's db: where each piece's number goes (01, 02, ...)
+
+
 class ExperimentSpec(StrictModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="the experiment's name in the "
                       "store and reports; default: the file's stem")
@@ -93,6 +96,10 @@ class ExperimentSpec(StrictModel):
                                        "policy (a policy with answers = a makes answers_per_iteration / a requests); "
                                        "0: the largest answers of the policies")
     parallel_cells: StrictInt = Field(2, ge=1, le=256, description="cells of one policy running at once")
+    pieces: StrictInt = Field(1, ge=1, le=999, description="the problems cut into this many consecutive groups, "
+                              "each group's cells in a SQLite file of its own (db names it with {piece}: "
+                              "NAME_{piece}.db by default), run one after another; a long experiment is then "
+                              "committed piece by piece, a finished piece's file never changing again")
     order: CellOrder = Field("arms", description=CELL_ORDER)
     run: CellDefaults = CellDefaults()
     selection: SelectionConfig = SelectionConfig()
@@ -114,6 +121,19 @@ class ExperimentSpec(StrictModel):
             repeated = sorted({str(v) for v in values if list(values).count(v) > 1})
             if repeated:
                 raise ValueError(f"{what} must be distinct; repeated: {', '.join(repeated)}")
+        return self
+
+    @model_validator(mode="after")
+    def _pieces_fit_the_problems_and_the_store(self) -> ExperimentSpec:
+        named = PIECE_FIELD in self.db
+        if self.pieces > len(self.problems):
+            raise ValueError(f"pieces = {self.pieces}: more pieces than problems ({len(self.problems)})")
+        if self.pieces > 1 and (not named or "://" in self.db):
+            raise ValueError(f"pieces = {self.pieces} needs db to be a SQLite file whose name holds {PIECE_FIELD} "
+                             f"(each piece's store, e.g. \"{self.name}_{PIECE_FIELD}.db\"); db is {self.db!r}")
+        if self.pieces == 1 and named:
+            raise ValueError(f"db {self.db!r} names {PIECE_FIELD}, which only an experiment of several pieces has "
+                             "(pieces = N)")
         return self
 
     @model_validator(mode="after")
@@ -300,7 +320,8 @@ def load_experiment(path: str | Path, db: str | None = None, overrides: Mapping[
         raise ConfigError(f"{OVERRIDES_KEY}: not a key --set can set (it records the --set flags themselves)")
     data[OVERRIDES_KEY] = dict(overrides or {})
     data.setdefault("name", path.stem)
-    data.setdefault("db", str(path.with_name(f"{data['name']}.db")))
+    several = isinstance(data.get("pieces"), int) and data["pieces"] > 1
+    data.setdefault("db", str(path.with_name(f"{data['name']}{'_' + PIECE_FIELD if several else ''}.db")))
     if db is not None:
         data["db"] = db
     try:

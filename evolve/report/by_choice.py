@@ -75,13 +75,14 @@ class ArmInstructions:
     rows: tuple[ChoiceRow, ...]  # one per instruction, in order of first use (first cell first)
 
 
-def instructions_by_arm(store: ProgramStore, cells: Iterable[tuple[str, int | None]]) -> tuple[ArmInstructions, ...]:
-    """For each policy arm of `cells` ((policy, run id or None) pairs) whose runs evolved instructions, the rows of
-    its instructions pooled over its runs; arms without prompt evolution are left out. A gain pools scalars of
-    different problems: compare instructions within an arm, not across problems of other scales."""
+def instructions_by_arm(cells: Iterable[tuple[ProgramStore, str, int | None]]) -> tuple[ArmInstructions, ...]:
+    """For each policy arm of `cells` ((store, policy, run id or None): an experiment's pieces each have their own
+    store) whose runs evolved instructions, the rows of its instructions pooled over its runs; arms without prompt
+    evolution are left out. A gain pools scalars of different problems: compare instructions within an arm, not
+    across problems of other scales."""
     sums: dict[str, dict[str, _Sum]] = {}
     runs: dict[str, int] = {}
-    for policy, run_id in cells:
+    for store, policy, run_id in cells:
         if run_id is None or not _evolves_instructions(store.get_run(run_id).config_json):
             continue  # a run without prompt evolution is not scanned
         used = False
