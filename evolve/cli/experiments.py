@@ -19,8 +19,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     experiment.add_argument("file", help="experiment TOML, e.g. experiments/default.toml")
     experiment.add_argument("--db", help="store for all cells (default: the file's db, or NAME.db beside it)")
     experiment.add_argument("--plain", action="store_true", help="plain line output instead of the live table")
-    experiment.add_argument("--piece", type=int, action="append", metavar="N",
-                            help="of an experiment in pieces (pieces = N in its file), run piece N only "
+    experiment.add_argument("--piece", type=int, action="append", metavar="K",
+                            help="of an experiment in pieces (`pieces = N` in its file), run piece K only "
                             "(repeatable); default: every piece in order")
     experiment.add_argument("--cluster", choices=("ray",), help="run each cell as a Ray task on the cluster at "
                             "RAY_ADDRESS, or on a local one (needs: pip install -e '.[ray]')")
