@@ -149,15 +149,16 @@ class Report:
 
 def experiment_report(experiment: str | Path | ExperimentSpec, *, db: str | None = None, out: str | Path | None = None,
            pairs: Literal["all", "first"] = "all", score_range: tuple[float, float] = (0.0, 1.0),
-           console: Console | None = None) -> Report:
+           console: Console | None = None, arms: Sequence[str] | None = None) -> Report:
     """Which problems each policy cracked, written to out (default reports/NAME/) as report.html, report.json and
     CSV files, and shown on `console` if one is given. An experiment file (or name) is reported with the design the
     experiment ran with, as its store keeps it (a file changed since is said so on the console, both designs
-    named); an ExperimentSpec is reported as given. StoreError when the experiment never ran in its store."""
+    named); an ExperimentSpec is reported as given. `arms`: those arms only, in that order (their comparisons are
+    then the whole Holm family). StoreError when the experiment never ran in its store."""
     from rich.markup import escape
 
     from evolve.engine.experiment_pieces import piece_stores, stored_design
-    from evolve.report.design import report_design
+    from evolve.report.design import only_arms, report_design
     from evolve.report.report_files import write_report
     from evolve.report.results import collect
     from evolve.report.terminal import render_report
@@ -174,6 +175,8 @@ def experiment_report(experiment: str | Path | ExperimentSpec, *, db: str | None
         if design.note and console is not None:
             color = "yellow" if design.severity == "warning" else "dim"
             console.print(f"[{color}]{design.severity}:[/] {escape(design.note)}", highlight=False, soft_wrap=True)
+    if arms:
+        spec = only_arms(spec, arms)
     stores = piece_stores(spec)
     try:
         results = collect(stores, spec, score_range=score_range, pairs=pairs)

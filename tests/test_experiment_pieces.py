@@ -169,3 +169,6 @@ def test_the_command_runs_a_piece_into_its_own_store_then_the_rest_and_reports_t
     rows = (tmp_path / "report" / "table.csv").read_text().splitlines()[1:]
     assert sorted({row.split(",")[0] for row in rows}) == ["number", "other_number", "third_number"]
     assert len(rows) == 3 * 2 and all(",ok," in row for row in rows)
+    assert main(["report", str(path), "--arms", "b", "--out", str(tmp_path / "b_only")]) == 0
+    rows = (tmp_path / "b_only" / "table.csv").read_text().splitlines()[1:]
+    assert len(rows) == 3 and {row.split(",")[1] for row in rows} == {"b"}

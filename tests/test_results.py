@@ -347,3 +347,23 @@ def test_report_command_rejects_a_bad_score_range_in_one_line(tmp_path: Path, ca
     experiment_file.write_text('problems = ["fizzbuzz"]\niterations = 1\n[[policies]]\nname = "p"\n')
     assert main(["report", str(experiment_file), "--score-range", "1,0"]) == 2
     assert "--score-range '1,0': LOW must be below HIGH" in capsys.readouterr().out
+
+
+def test_a_report_of_some_arms_holds_their_rows_and_their_comparisons_alone(
+        experiment: tuple[ProgramStore, ExperimentSpec, Path], results: ExperimentResults) -> None:
+    from evolve.config import ConfigError
+    from evolve.report.design import only_arms
+
+    store, spec, _ = experiment
+    reversed_arms = collect(store, only_arms(spec, ["B", "A"]), pairs="first")
+    assert reversed_arms.policies == ("B", "A")
+    assert {(d.policy_a, d.policy_b, d.family) for d in reversed_arms.differences} == {("B", "A", 2)}
+    whole = {d.metric: d for d in results.differences}
+    for difference in reversed_arms.differences:  # B - A is -(A - B), with the same tests
+        assert difference.mean.estimate == pytest.approx(-whole[difference.metric].mean.estimate)
+        assert difference.permutation_p == pytest.approx(whole[difference.metric].permutation_p)
+    alone = collect(store, only_arms(spec, ["A"]))
+    assert {row.policy for row in alone.table} == {"A"} and not alone.differences
+    assert [row for row in alone.table] == [row for row in results.table if row.policy == "A"]
+    with pytest.raises(ConfigError, match="not among them: C"):
+        only_arms(spec, ["A", "C"])

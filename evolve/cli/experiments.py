@@ -36,6 +36,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                  metavar="KEY=VALUE")
     report.add_argument("--pairs", choices=("all", "first"), default="all",
                         help="paired differences between every pair of policies, or the first against each other")
+    report.add_argument("--arms", metavar="A,B,...", help="report these arms only, in this order (the first is "
+                        "--pairs first's; Holm then adjusts over their comparisons alone)")
     report.add_argument("--score-range", default="0,1", metavar="LOW,HIGH",
                         help="the range every ranking scalar lies in, which the mean intervals assume (default 0,1)")
 
@@ -87,7 +89,9 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
     if design.note:
         color = "yellow" if design.severity == "warning" else "dim"
         console.print(f"[{color}]{design.severity}:[/] {escape(design.note)}", highlight=False, soft_wrap=True)
-    experiment_report(design.spec, out=args.out, pairs=args.pairs, score_range=score_range, console=console)
+    arms = [arm.strip() for arm in args.arms.split(",")] if args.arms else None
+    experiment_report(design.spec, out=args.out, pairs=args.pairs, score_range=score_range, console=console,
+                      arms=arms)
     return 0
 
 

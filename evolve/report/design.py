@@ -4,7 +4,7 @@ with the --set flags it ran with), and a note when the file has changed since, n
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -66,3 +66,26 @@ def report_design(path: Path, stored_json: str | None, db: str | None = None,
     if ran.overrides:
         return ReportDesign(ran, f"experiment {ran.name} ran{flags}; the report follows that design", "note")
     return ReportDesign(ran)
+
+
+def only_arms(spec: ExperimentSpec, arms: Sequence[str]) -> ExperimentSpec:
+    """The design with only `arms`, in that order (the first is `--pairs first`'s): a report of some of the arms,
+    whose Holm family is their comparisons alone (a registered primary comparison beside exploratory ablations).
+    ConfigError for an unknown arm, or an ensemble without every one of its members."""
+    unknown = [arm for arm in arms if arm not in spec.arm_names()]
+    if unknown or not arms or len(set(arms)) != len(arms):
+        raise ConfigError(f"--arms {','.join(arms)}: name distinct arms of experiment {spec.name} "
+                          f"({', '.join(spec.arm_names())})" + (f"; not among them: {', '.join(unknown)}"
+                                                                 if unknown else ""))
+    data = spec.model_dump()
+    ensembles = [entry for arm in arms for entry in data["ensembles"] if entry["name"] == arm]
+    for entry in ensembles:
+        missing = [member for member in entry["members"] if member not in arms]
+        if missing:
+            raise ConfigError(f"--arms: ensemble {entry['name']} needs its members among the arms too "
+                              f"(add {', '.join(missing)})")
+    data["policies"] = [entry for arm in arms for entry in data["policies"] if entry["name"] == arm]
+    data["ensembles"] = ensembles
+    for key in ("arm_seeds", "arm_selection", "arm_budget"):
+        data[key] = {arm: value for arm, value in data[key].items() if arm in arms}
+    return ExperimentSpec.model_validate(data)
