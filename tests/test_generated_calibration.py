@@ -138,3 +138,4 @@ def test_the_training_spread_reads_the_answers_to_the_seeds_own_prompt_and_a_gro
     assert calibration.group_spread([0.0, 0.0, 1.0], 2) == pytest.approx(2 / 3)  # 1 - C(2, 2) / C(3, 2)
     assert calibration.group_spread([0.0, 0.0], 8) == 0.0
     assert calibration.group_spread([0.0, 1.0], 3) == pytest.approx(1 - 2 * 0.5 ** 3)  # fewer than the group
+
