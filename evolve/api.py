@@ -181,7 +181,7 @@ def experiment_report(experiment: str | Path | ExperimentSpec, *, db: str | None
     try:
         results = collect(stores, spec, score_range=score_range, pairs=pairs)
     finally:
-        for _, store in stores:
+        for store in stores:
             store.close()
     files = write_report(results, Path(out or Path("reports") / spec.name))
     if console is not None:

@@ -106,15 +106,20 @@ def _numbers(results: ExperimentResults) -> tuple[object, ...]:
 
 def test_a_report_over_the_pieces_equals_the_report_of_one_store_with_the_same_cells(
         whole_and_pieces: tuple[ExperimentResults, ExperimentSpec, Path]) -> None:
-    whole, pieced, _ = whole_and_pieces
+    whole, pieced, root = whole_and_pieces
     stores = piece_stores(pieced)
-    assert [view.problems for view, _ in stores] == [("alpha", "beta"), ("gone",)]
+    assert [store.url.rsplit("/", 1)[-1] for store in stores] == ["ab_01.db", "ab_02.db"]
     assert stored_design(pieced) == pieced.model_dump_json()
     over_pieces = collect(stores, pieced)
-    for _, store in stores:
+    # a report that lists the problems in another order (another split) still finds every cell where it ran
+    reordered = collect(stores, _spec(root, pieces=2, db=str(root / "ab_{piece}.db"),
+                                     problems=["gone", "alpha", "beta"]))
+    for store in stores:
         store.close()
     assert _numbers(over_pieces) == _numbers(whole)
     assert over_pieces.notes == whole.notes
+    assert {cell.status for cell in reordered.cells} == {cell.status for cell in whole.cells} == {"finished"}
+    assert reordered.row("beta", "A").cracked == whole.row("beta", "A").cracked == 2
 
 
 def test_the_cells_of_a_piece_not_begun_are_not_run(
@@ -124,9 +129,9 @@ def test_the_cells_of_a_piece_not_begun_are_not_run(
     moved = second.rename(root / "aside.db")
     try:
         stores = piece_stores(pieced)
-        assert [view.problems for view, _ in stores] == [("alpha", "beta")]
+        assert len(stores) == 1
         results = collect(stores, pieced)
-        for _, store in stores:
+        for store in stores:
             store.close()
     finally:
         moved.rename(second)
@@ -139,7 +144,7 @@ PIECED = SEED_ROUNDS.replace('problems = ["number", "other_number"]',
 
 
 def test_the_command_runs_a_piece_into_its_own_store_then_the_rest_and_reports_them_together(
-        tmp_path: Path) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from evolve.cli.main import main
     from tests.scripted_policy_server import EVALUATOR, ScriptedPolicyServer, number_problem, write_problem
 
@@ -158,6 +163,14 @@ def test_the_command_runs_a_piece_into_its_own_store_then_the_rest_and_reports_t
         assert {c.policy for c in second.experiment_cells("pieced")} == {"a", "b"}
         second.close()
         assert main(["experiment", str(path), "--plain"]) == 0  # piece 1 runs, piece 2 is finished already
+        capsys.readouterr()
+        assert main(["experiment", str(path), "--plain", "--set", "iterations=3"]) == 2  # another design: refused
+        assert "pieced_01.db ran with another design (ran -> now: iterations 2 -> 3)" in capsys.readouterr().out
+    whole = load_experiment(path).model_dump_json()
+    for piece in ("01", "02"):  # every piece's store keeps the whole design, which the report then follows
+        store = ProgramStore(str(tmp_path / f"pieced_{piece}.db"), mode="read")
+        assert store.experiment_spec("pieced") == whole
+        store.close()
     first = ProgramStore(str(tmp_path / "pieced_01.db"), mode="read")
     assert {c.problem for c in first.experiment_cells("pieced")} == {"number", "other_number"}
     assert len(first.list_runs()) == 8
@@ -166,9 +179,32 @@ def test_the_command_runs_a_piece_into_its_own_store_then_the_rest_and_reports_t
     assert len(second.list_runs()) == 4  # its finished cells were not run again
     second.close()
     assert main(["report", str(path), "--out", str(tmp_path / "report")]) == 0
+    assert "warning" not in capsys.readouterr().out
     rows = (tmp_path / "report" / "table.csv").read_text().splitlines()[1:]
     assert sorted({row.split(",")[0] for row in rows}) == ["number", "other_number", "third_number"]
     assert len(rows) == 3 * 2 and all(",ok," in row for row in rows)
     assert main(["report", str(path), "--arms", "b", "--out", str(tmp_path / "b_only")]) == 0
     rows = (tmp_path / "b_only" / "table.csv").read_text().splitlines()[1:]
     assert len(rows) == 3 and {row.split(",")[1] for row in rows} == {"b"}
+
+
+def test_a_broken_problem_in_a_later_piece_stops_the_command_before_the_first_piece_runs(tmp_path: Path) -> None:
+    from evolve.cli.main import main
+    from tests.scripted_policy_server import number_problem
+
+    number_problem(tmp_path / "programs")
+    path = tmp_path / "pieced.toml"
+    path.write_text(PIECED.replace("{programs}", str(tmp_path / "programs")).replace("{url}", "http://127.0.0.1:9"))
+    assert main(["experiment", str(path), "--plain"]) != 0
+    assert not list(tmp_path.glob("pieced_*.db"))
+
+
+
+def test_the_web_view_serves_each_begun_piece_of_an_experiment_in_pieces(tmp_path: Path) -> None:
+    from evolve.cli.serve import experiment_stores
+
+    (tmp_path / "big.toml").write_text('problems = ["a", "b", "c"]\npieces = 3\niterations = 1\n'
+                                       '[[policies]]\nname = "p"\n')
+    for piece in ("01", "03"):  # piece 2 not begun
+        (tmp_path / f"big_{piece}.db").write_bytes(b"")
+    assert experiment_stores(tmp_path) == (str(tmp_path / "big_01.db"), str(tmp_path / "big_03.db"))

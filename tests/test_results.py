@@ -365,5 +365,7 @@ def test_a_report_of_some_arms_holds_their_rows_and_their_comparisons_alone(
     alone = collect(store, only_arms(spec, ["A"]))
     assert {row.policy for row in alone.table} == {"A"} and not alone.differences
     assert [row for row in alone.table] == [row for row in results.table if row.policy == "A"]
+    assert alone.answers_per_iteration == results.answers_per_iteration == 3
+    assert only_arms(spec, ["B"]).answers_per_iteration_of_cells() == 3  # as B's cells ran beside A (3 answers)
     with pytest.raises(ConfigError, match="not among them: C"):
         only_arms(spec, ["A", "C"])

@@ -41,3 +41,6 @@ def test_the_in_band_experiment_runs_every_ablation_on_the_first_seed_and_the_pr
                          ("one_answer", lambda c: c.run.iterations == 300)):
         config = spec.cell_config("programs/humaneval/he_007", arm, 300)
         assert changed(config) and not changed(default), arm
+    few = tmp_path / "few.toml"  # a short list is one piece, its store without {piece}
+    few.write_text(ablations.experiment_text(humaneval, 1, str(tmp_path / "few_{piece}.db")))
+    assert (load_experiment(few).pieces, load_experiment(few).db) == (1, str(tmp_path / "few.db"))

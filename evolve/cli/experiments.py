@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 def add_commands(commands: argparse._SubParsersAction) -> None:
     experiment = commands.add_parser("experiment", help="run (or resume) every cell of an experiment file")
     experiment.add_argument("file", help="experiment TOML, e.g. experiments/default.toml")
-    experiment.add_argument("--db", help="store for all cells (default: the file's db, or NAME.db beside it)")
+    experiment.add_argument("--db", help="store for all cells (default: the file's db, or NAME.db beside it; "
+                            "with pieces, a SQLite path holding {piece})")
     experiment.add_argument("--plain", action="store_true", help="plain line output instead of the live table")
     experiment.add_argument("--piece", type=int, action="append", metavar="K",
                             help="of an experiment in pieces (`pieces = N` in its file), run piece K only "

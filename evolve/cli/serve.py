@@ -62,19 +62,22 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
 
 
 def experiment_stores(folder: Path) -> tuple[str, ...]:
-    """The stores of the experiment files in `folder` that exist (a SQLite file made, or a database URL), once each,
-    in file name order; files that are no experiment (a study's) are passed over."""
+    """The stores of the experiment files in `folder` that exist (a SQLite file made, or a database URL; each begun
+    piece's of an experiment in pieces), once each, in file name order; files that are no experiment (a study's) are
+    passed over."""
+    from evolve.engine.experiment_pieces import piece_db, piece_numbers
     from evolve.engine.experiment_spec import load_experiment
     from evolve.errors import UserError
 
     stores: list[str] = []
     for path in sorted(folder.glob("*.toml")) if folder.is_dir() else []:
         try:
-            db = load_experiment(path).db
+            spec = load_experiment(path)
         except (UserError, OSError):
             continue
-        if _exists(db) and not any(_same(db, known) for known in stores):
-            stores.append(db)
+        for db in [piece_db(spec, piece) for piece in piece_numbers(spec)] if spec.pieces > 1 else [spec.db]:
+            if _exists(db) and not any(_same(db, known) for known in stores):
+                stores.append(db)
     return tuple(stores)
 
 

@@ -44,8 +44,13 @@ from evolve.engine.events import (
     RunEvent,
     ignore,
 )
-from evolve.engine.experiment_pieces import piece_numbers, piece_view
-from evolve.engine.experiment_spec import CellKey, ExperimentSpec, refuse_policies_trained_on_tests
+from evolve.engine.experiment_pieces import piece_numbers, piece_problems, piece_view, stored_designs
+from evolve.engine.experiment_spec import (
+    CellKey,
+    ExperimentSpec,
+    design_changes,
+    refuse_policies_trained_on_tests,
+)
 from evolve.engine.offspring import SeedProgramError
 from evolve.engine.run_setup import check_features
 from evolve.policies.base import Policy, PolicyUnavailable
@@ -154,10 +159,7 @@ class ExperimentRunner:
         return outcome
 
     def _run(self, outcome: ExperimentOutcome) -> None:
-        features = {feature for arm in self.spec.arm_names()  # an arm's own [arm_selection] grid included
-                    for feature in self.spec.selection_of(arm).map_elites.features}
-        for problem in self.spec.problems:  # a missing or broken problem folder stops us before any model loads
-            check_features(tuple(sorted(features)), load_problem(problem, Path(self.spec.run.programs_dir)))
+        check_problems(self.spec, self.spec.problems)
         refuse_policies_trained_on_tests(self.design)  # before any model loads, too
         for policy in self.spec.policies:
             load_template(policy.template)
@@ -303,17 +305,48 @@ def _resting_status(info: RunInfo) -> str:
     return "interrupted" if info.status == "running" else info.status
 
 
+def check_problems(spec: ExperimentSpec, problems: Iterable[str]) -> None:
+    """ProblemError (or ConfigError) for a missing or broken problem folder, or one without a feature an arm's
+    MAP-Elites grid needs: before any model loads."""
+    features = {feature for arm in spec.arm_names()  # an arm's own [arm_selection] grid included
+                for feature in spec.selection_of(arm).map_elites.features}
+    for problem in problems:
+        check_features(tuple(sorted(features)), load_problem(problem, Path(spec.run.programs_dir)))
+
+
+def refuse_another_design(spec: ExperimentSpec) -> None:
+    """ConfigError when a begun piece's store keeps another design than `spec`: the pieces of one experiment run with
+    one design (the same file and --set), or the split and the cells would not fit together."""
+    for db, stored in stored_designs(spec):
+        if stored == spec.model_dump_json():
+            continue
+        try:
+            changes = design_changes(ExperimentSpec.model_validate_json(stored), spec)
+        except ValueError as exc:
+            changes = [f"a design this version cannot read ({str(exc).splitlines()[0]})"]
+        if changes:
+            raise ConfigError(f"experiment {spec.name}: {db} ran with another design (ran -> now: "
+                              f"{'; '.join(changes)}); run every piece with the same file and --set, or give a "
+                              "new design its own name or db")
+
+
 def run_pieces(spec: ExperimentSpec, pieces: Iterable[int] | None = None, on_event: Observer | None = None,
                executor: CellExecutor | None = None) -> ExperimentOutcome:
     """Run (or resume) the experiment's pieces in order (`pieces`: those numbers only), each piece's cells into its
     own store; a piece left with failed cells does not stop the next, an interruption does. One piece: the
-    experiment itself."""
+    experiment itself. Every piece's problems are checked, and the begun pieces' designs compared with `spec`,
+    before the first piece starts."""
     numbers = list(piece_numbers(spec) if pieces is None else pieces)
+    if spec.pieces > 1:
+        check_problems(spec, [problem for number in numbers for problem in piece_problems(spec, number)])
+        refuse_another_design(spec)
     outcome = ExperimentOutcome({})
     for number in numbers:
         view = piece_view(spec, number)
-        part = ExperimentRunner(view, on_event=on_event, executor=executor,
-                                design=spec if spec.pieces > 1 else None).run()
+        runner = ExperimentRunner(view, on_event=on_event, executor=executor, design=spec if spec.pieces > 1 else None)
+        part = runner.run()
+        if "store" in runner.__dict__:  # made: check-point its SQLite file, so a finished piece is whole on disk
+            runner.store.close()
         outcome.cells.update(part.cells)
         outcome.errors += part.errors
         if part.interrupted:

@@ -54,13 +54,15 @@ def begun_pieces(spec: ExperimentSpec) -> list[ExperimentSpec]:
     return [view for view in views if Path(view.db).is_file()]
 
 
-def piece_stores(spec: ExperimentSpec) -> list[tuple[ExperimentSpec, ProgramStore]]:
-    """Each begun piece as (its view, its store opened read-only): what a report reads."""
-    return [(view, ProgramStore(view.db, mode="read")) for view in begun_pieces(spec)]
+def piece_stores(spec: ExperimentSpec) -> list[ProgramStore]:
+    """The store of each begun piece, opened read-only: what a report reads (each cell from the store holding it,
+    so a report whose problems are split otherwise than the run's still finds every cell)."""
+    return [ProgramStore(view.db, mode="read") for view in begun_pieces(spec)]
 
 
-def stored_design(spec: ExperimentSpec) -> str | None:
-    """The design the experiment ran with, as the first of its stores that has it keeps it; None when none does."""
+def stored_designs(spec: ExperimentSpec) -> list[tuple[str, str]]:
+    """(store, the design it keeps) for each begun piece whose store keeps one."""
+    designs = []
     for view in begun_pieces(spec):
         store = ProgramStore(view.db, mode="read")
         try:
@@ -68,8 +70,14 @@ def stored_design(spec: ExperimentSpec) -> str | None:
         finally:
             store.close()
         if design is not None:
-            return design
-    return None
+            designs.append((view.db, design))
+    return designs
+
+
+def stored_design(spec: ExperimentSpec) -> str | None:
+    """The design the experiment ran with, as the first of its stores that has it keeps it; None when none does."""
+    designs = stored_designs(spec)
+    return designs[0][1] if designs else None
 
 
 def _check_piece(spec: ExperimentSpec, piece: int) -> None:

@@ -77,7 +77,12 @@ def only_arms(spec: ExperimentSpec, arms: Sequence[str]) -> ExperimentSpec:
         raise ConfigError(f"--arms {','.join(arms)}: name distinct arms of experiment {spec.name} "
                           f"({', '.join(spec.arm_names())})" + (f"; not among them: {', '.join(unknown)}"
                                                                  if unknown else ""))
+    policies = {policy.name for policy in spec.policies}
+    is_policy = [arm in policies for arm in arms]
+    if is_policy != sorted(is_policy, reverse=True):  # a policy after an ensemble
+        raise ConfigError(f"--arms {','.join(arms)}: name the policies before the ensembles (a report lists them so)")
     data = spec.model_dump()
+    data["answers_per_iteration"] = spec.answers_per_iteration_of_cells()  # as the cells ran, whichever arms remain
     ensembles = [entry for arm in arms for entry in data["ensembles"] if entry["name"] == arm]
     for entry in ensembles:
         missing = [member for member in entry["members"] if member not in arms]
@@ -88,4 +93,7 @@ def only_arms(spec: ExperimentSpec, arms: Sequence[str]) -> ExperimentSpec:
     data["ensembles"] = ensembles
     for key in ("arm_seeds", "arm_selection", "arm_budget"):
         data[key] = {arm: value for arm, value in data[key].items() if arm in arms}
-    return ExperimentSpec.model_validate(data)
+    try:
+        return ExperimentSpec.model_validate(data)
+    except ValueError as exc:
+        raise ConfigError(f"--arms {','.join(arms)}: {str(exc).splitlines()[0]}") from None

@@ -308,5 +308,8 @@ def _cells(results: ExperimentResults) -> str:
     rows = "".join(_cell_row(cell) for cell in results.cells)
     return (f'<section><h2>Cells</h2><p class="hint">One run per problem, policy and seed. <code>evolve lineage '
             f"RUN --db {escape(results.db)}</code> shows how a run's best (or first solved) program came about; "
-            f"<code>evolve show RUN --db {escape(results.db)}</code> summarises the run.</p>"
+            f"<code>evolve show RUN --db {escape(results.db)}</code> summarises the run."
+            + (" The experiment is in pieces: {piece} is the number of the piece holding the problem (01 for the "
+               "first problems of the file), and a run id is one piece store's." if "{piece}" in results.db else "")
+            + "</p>"
             f'<table class="cells"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></section>')

@@ -19,7 +19,7 @@ import numpy as np
 
 LATTICE_DENOMINATORS = 2520  # 1/q for q up to lcm(1..10): shares over up to 10 seeds, and their differences
 LATTICE_STEPS = 20_000  # sum of k_i above which the count would be slow; such differences are sampled instead
-_ON_LATTICE = 1e-9  # |d q - round(d q)| below this: d is a multiple of 1/q up to float noise
+_ON_LATTICE = 1e-11  # |d q - round(d q)| below this (x q): d is a multiple of 1/q up to float noise
 
 
 def snap_ties(differences: np.ndarray) -> np.ndarray:
@@ -35,6 +35,8 @@ def lattice_steps(differences: np.ndarray, denominators: int = LATTICE_DENOMINAT
     """Non-zero `differences` as integer multiples of the coarsest unit 1/q (q <= `denominators`) they all lie on:
     the multiples' absolute values (int64 [n]), or None where no such q exists."""
     magnitudes = np.abs(np.asarray(differences, dtype=float))
+    if magnitudes.size > LATTICE_STEPS:  # every step is at least 1: more of them than a count would take
+        return None
     denominators_tried = np.arange(1, denominators + 1, dtype=float)[:, None]  # [q, 1]
     scaled = magnitudes[None, :] * denominators_tried  # [q, n]
     steps = np.rint(scaled)

@@ -66,10 +66,10 @@ class _Judge:
         return self.problem.scalar(scores), self.problem.is_solved(scores)
 
 
-def _judges(problems: Iterable[str], programs_dir: str, store: ProgramStore | None,
-            runs: dict[tuple[str, str, int], int], notes: list[str]) -> dict[str, _Judge]:
+def _judges(problems: Iterable[str], programs_dir: str, runs: Mapping[CellKey, tuple[ProgramStore, int]],
+            notes: list[str]) -> dict[str, _Judge]:
     """A judge per problem: the current rule when the folder loads and reads every stored vector, else the flags.
-    The runs' vectors are streamed from the store (a second pass, in cell_result, judges them)."""
+    The runs' vectors are streamed from their stores (a second pass, in cell_result, judges them)."""
     judges = {}
     for name in problems:
         try:
@@ -78,8 +78,8 @@ def _judges(problems: Iterable[str], programs_dir: str, store: ProgramStore | No
             notes.append(f"{name}: the problem folder does not load now ({exc}); cracked and scalars are the flags "
                          f"stored when its programs were written, under the rule of that time.")
             problem = None
-        if problem is not None and store is not None:
-            for (problem_name, _, _), run_id in runs.items():
+        if problem is not None:
+            for (problem_name, _, _), (store, run_id) in runs.items():
                 if problem_name != name:
                     continue
                 missing = {o for _, vector, _, _ in store.score_vectors(run_id) for o in problem.objectives
@@ -158,9 +158,6 @@ def answers_asked(spec: ExperimentSpec, arm: str, costs: Iterable[IterationCost]
     return spec.answers_per_iteration_of(arm) * sum(1 for c in costs if c.policy_calls + c.policy_errors)
 
 
-StorePieces = Sequence[tuple[ExperimentSpec, ProgramStore]]  # each begun piece of an experiment: (view, store)
-
-
 def cell_statuses(store: ProgramStore, spec: ExperimentSpec) -> dict[CellKey, str]:
     """The run status of each of the experiment's cells that has a run in the store, by (problem, policy, seed)."""
     status = {info.id: info.status for info in store.list_runs()}
@@ -177,42 +174,42 @@ def whole_seeds(spec: ExperimentSpec, statuses: Mapping[CellKey, str]) -> tuple[
                  if all(statuses.get(key) == "finished" for key in planned if key[2] == seed))
 
 
-def collect(store: ProgramStore | StorePieces, spec: ExperimentSpec, samples: int = 100_000,
+def collect(store: ProgramStore | Sequence[ProgramStore], spec: ExperimentSpec, samples: int = 100_000,
             confidence: float = 0.95, score_range: tuple[float, float] = (0.0, 1.0), pairs: Pairs = "all",
             whole_seeds_only: bool = False) -> ExperimentResults:
-    """Every number of the report. `store`: the experiment's store, or for an experiment of several pieces each
-    begun piece's (view, store) (engine/experiment_pieces.py: piece_stores), the cells of pieces not begun counting
-    as not run. `samples`: Monte Carlo sign patterns for a permutation test that cannot be exact (more than 20
-    non-zero differences off any lattice: evolve/report/permutation.py); `pairs`: compare every pair of policies, or
-    the first with each other; `whole_seeds_only`: an interim report of an experiment under way, in which only the
-    seeds every cell of which has finished count (`whole_seeds`), the other cells as not run: the cells finished
-    first are the quick cracks, so counting every finished cell would flatter, and an unfinished one read as a
-    failure would not."""
-    parts = [(spec, store)] if isinstance(store, ProgramStore) else list(store)
-    runs = [{(c.problem, c.policy, c.seed): c.run_id for c in part.experiment_cells(spec.name)} for _, part in parts]
+    """Every number of the report. `store`: the experiment's store, or for an experiment of several pieces the
+    stores of the pieces begun (engine/experiment_pieces.py: piece_stores): each cell is read from the first store
+    that holds it, and a cell none holds counts as not run. `samples`: Monte Carlo sign patterns for a permutation
+    test that cannot be exact (more than 20 non-zero differences off any lattice: evolve/report/permutation.py);
+    `pairs`: compare every pair of policies, or the first with each other; `whole_seeds_only`: an interim report of
+    an experiment under way, in which only the seeds every cell of which has finished count (`whole_seeds`), the
+    other cells as not run: the cells finished first are the quick cracks, so counting every finished cell would
+    flatter, and an unfinished one read as a failure would not."""
+    stores = [store] if isinstance(store, ProgramStore) else list(store)
+    if not stores:
+        raise ValueError(f"experiment {spec.name}: a report needs at least one store")
+    runs: dict[CellKey, tuple[ProgramStore, int]] = {}
+    statuses: dict[CellKey, str] = {}
+    for part in stores:
+        held = {(c.problem, c.policy, c.seed): c.run_id for c in part.experiment_cells(spec.name)}  # its latest run
+        for key, run_id in held.items():
+            runs.setdefault(key, (part, run_id))
+        if whole_seeds_only:
+            for key, status in cell_statuses(part, spec).items():
+                statuses.setdefault(key, status)
     notes: list[str] = []
     if whole_seeds_only:
-        statuses = {key: status for view, part in parts for key, status in cell_statuses(part, view).items()}
         whole = whole_seeds(spec, statuses)
-        runs = [{key: run_id for key, run_id in part_runs.items() if key[2] in whole} for part_runs in runs]
+        runs = {key: run for key, run in runs.items() if key[2] in whole}
         counted = sum(key[2] in whole for key in spec.cells())
         notes.append(f"Interim: evolution seed{'s' * (len(whole) != 1)} {', '.join(map(str, whole)) or 'none'} "
                      f"finished for every arm ({counted} of {len(spec.cells())} cells); the cells of the other seeds "
                      "count as not run, so the arms are compared on the same whole seeds.")
-    judges: dict[str, _Judge] = {}
-    by_key: dict[CellKey, CellResult] = {}
-    instruction_cells: list[tuple[ProgramStore, str, int | None]] = []
-    for (view, part), part_runs in zip(parts, runs, strict=True):
-        judges.update(_judges(view.problems, spec.run.programs_dir, part, part_runs, notes))  # streams the vectors
-        for key in view.cells():
-            by_key[key] = cell_result(part, view, part_runs.get(key), key, judges[key[0]])
-            instruction_cells.append((part, key[1], part_runs.get(key)))
-    unbegun = [problem for problem in spec.problems if problem not in judges]  # the problems of pieces not begun
-    judges.update(_judges(unbegun, spec.run.programs_dir, None, {}, notes))
-    for key in spec.cells():
-        if key not in by_key:
-            by_key[key] = cell_result(parts[0][1], spec, None, key, judges[key[0]])
-    cells = tuple(by_key[key] for key in spec.cells())
+    judges = _judges(spec.problems, spec.run.programs_dir, runs, notes)  # streams the vectors, as cell_result does
+    found: dict[CellKey, tuple[ProgramStore, int | None]] = {key: runs.get(key, (stores[0], None))
+                                                             for key in spec.cells()}
+    cells = tuple(cell_result(found[key][0], spec, found[key][1], key, judges[key[0]]) for key in spec.cells())
+    by_key = {(c.problem, c.policy, c.seed): c for c in cells}
     policies = spec.arm_names()  # a policy's arms, then the ensembles'
 
     def complete(cell: CellResult) -> bool:  # curves use whole cells only: every iteration done, policy alive
@@ -258,7 +255,7 @@ def collect(store: ProgramStore | StorePieces, spec: ExperimentSpec, samples: in
         objectives=tuple(objectives),
         budgets=tuple(_budget(p, [c for c in cells if c.policy == p], spec) for p in policies),
         differences=differences, notes=tuple(notes),
-        instructions=instructions_by_arm(instruction_cells),
+        instructions=instructions_by_arm((found[key][0], key[1], found[key][1]) for key in spec.cells()),
         arm_seeds={arm: spec.seeds_of(arm) for arm in spec.arm_seeds},
         arm_budgets={arm: (budget.answers_per_iteration, budget.iterations) for arm, budget in spec.arm_budget.items()})
 

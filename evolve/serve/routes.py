@@ -126,6 +126,10 @@ def store_routes(served: Served) -> list[Route]:
         except ValidationError as exc:
             raise StoredSpecError(f"experiment '{name}' was stored by another version of evolve and does not read "
                                   f"now ({exc.error_count()} errors); `evolve report FILE` reports it") from exc
+        if spec.pieces > 1:  # this store is one piece: its problems only (`evolve report FILE` reads every piece)
+            held = {cell.problem for cell in store.experiment_cells(name)}
+            spec = spec.model_copy(update={"pieces": 1, "problems": tuple(p for p in spec.problems if p in held)
+                                           or spec.problems})
         html = report_html(collect(store, spec))
         return HTMLResponse(framed(html, [("runs", base + "/"), (f"experiment {name}: report", None)]))
 

@@ -61,12 +61,14 @@ def experiment_text(problems: list[str], cells: int, db: str) -> str:
         raise SystemExit("a problem is in both lists")
     seeds = SEEDS[:cells]
     rows = ", ".join(f'"{problem}"' for problem in problems)
+    pieces = max(1, round(len(problems) / PIECE_PROBLEMS))
+    db = db if pieces > 1 else db.replace("_{piece}", "").replace("{piece}", "")
     lines = [
         "# Issue 61's in-band experiment, written by scripts/study/search_ablations.py (docs/search.md: the design).",
         'description = "the default search against plain sampling and one ablation per arm, at equal answers"',
         f'db = "{db}"',
         f"problems = [{rows}]",
-        f"pieces = {max(1, round(len(problems) / PIECE_PROBLEMS))}",
+        f"pieces = {pieces}",
         f"seeds = [{', '.join(map(str, seeds))}]",
         "iterations = 100",
         "answers_per_iteration = 3",
