@@ -139,3 +139,18 @@ def test_the_training_spread_reads_the_answers_to_the_seeds_own_prompt_and_a_gro
     assert calibration.group_spread([0.0, 0.0], 8) == 0.0
     assert calibration.group_spread([0.0, 1.0], 3) == pytest.approx(1 - 2 * 0.5 ** 3)  # fewer than the group
 
+
+
+def test_the_forecast_walks_the_run_order_at_each_levels_answers_and_in_band_share(calibration: ModuleType) -> None:
+    d1 = [f"generated/gl_d1_{i:04d}" for i in range(1, 7)]
+    d2 = [f"generated/gl_d2ee_{i:04d}" for i in range(1, 7)]
+    verdicts = {d1[0]: True, d1[1]: False, d2[0]: True, d2[1]: True}
+    spent = {d1[0]: 100, d1[1]: 300, d2[0]: 500, d2[1]: 300, d2[2]: 150}  # d2[2] under way
+    order = [d1[:3], d2[:3], d1[3:], d2[3:]]
+    result = calibration.forecast(verdicts, spent, order, 50.0, target=5)
+    assert result.per_level == {"1": (200.0, 0.5, 2), "2ee": (400.0, 1.0, 2)}
+    # 3 in band; d1[2] +0.5 (200 answers), d2[2] +1 (400 - 150 = 250), d1[3] +0.5 (200): 5 reached
+    assert result.in_band_now == 3 and result.answers_to_target == pytest.approx(650.0)
+    assert calibration.forecast(verdicts, spent, order, 50.0, target=20).answers_to_target is None  # pool too small
+    unjudged = calibration.forecast({d1[0]: True}, spent, order, 50.0, target=4)  # reaches an unjudged 2ee
+    assert unjudged.answers_to_target is None and "2ee" not in unjudged.per_level

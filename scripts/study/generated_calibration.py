@@ -16,7 +16,8 @@ The same command writes the same files: the pool comes from the seeded generator
 - `select` applies calibration_select.py's rule to every finished piece's store with the thresholds registered in
   experiments/generated/calibration/README.md; `table` prints the crack rates by level of the problems whose two
   cells have finished, as docs/generated_problems.md shows them; `enough` exits 0 once 150 are in band (the runner
-  then starts no further piece); `spread` the share of train problems whose answers to the seed prompt differ
+  then starts no further piece); `forecast` the hours of running left until then, from each level's answers per
+  problem and in-band share so far and the pace; `spread` the share of train problems whose answers to the seed prompt differ
   in reward (issue 60's figure for training groups).
 
     .venv/bin/python scripts/study/generated_calibration.py plan
@@ -30,11 +31,13 @@ import argparse
 import sqlite3
 import subprocess
 import sys
+from dataclasses import dataclass
 from math import comb
 from pathlib import Path
 from random import Random
 
-from calibration_select import Band, PilotCell, cells_by_task, in_band, read_pilot
+from calibration_select import Band, PilotCell, cells_by_task, in_band, query, read_pilot
+from store_pack import ANSWER_KINDS
 
 from evolve.problems.generated.generator import generate, passing_pairs
 from evolve.records import code_key
@@ -215,6 +218,78 @@ def enough(target: int = TEST_SIZE + TRAIN_SIZE) -> None:
     raise SystemExit(0 if count >= target else 1)
 
 
+def answers_by_problem(store: Path) -> dict[str, int]:
+    """Policy answers each problem's cells have taken so far in `store`."""
+    rows = query(store, "SELECT c.problem, COUNT(*) FROM experiment_cells c JOIN attempts a ON a.run_id = c.run_id "
+                        f"WHERE a.{ANSWER_KINDS} GROUP BY c.problem")
+    return {problem.removeprefix("programs/"): int(count) for problem, count in rows}
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """What the pieces run so far say of the rest: per level, answers per problem and in-band share (problems with a
+    verdict), the pace, and the answers (hours) until `target` are in band along the run order."""
+
+    per_level: dict[str, tuple[float, float, int]]  # level -> (answers per problem, in-band share, problems judged)
+    answers_a_minute: float
+    answers_to_target: float | None  # None: the pool as run so far would not reach the target
+    in_band_now: int
+
+
+def forecast(verdicts: dict[str, bool], spent: dict[str, int], order: list[list[str]], answers_a_minute: float,
+             target: int) -> Forecast:
+    """Walk the problems without a verdict in run order (`order`: each piece's problems), each expected to take its
+    level's mean answers per judged problem (less what it has taken) and to be in band at its level's share."""
+    per_level: dict[str, tuple[float, float, int]] = {}
+    for level in dict.fromkeys(level_of(problem) for piece in order for problem in piece):
+        judged = [problem for problem in verdicts if level_of(problem) == level]
+        if judged:
+            per_level[level] = (sum(spent.get(p, 0) for p in judged) / len(judged),
+                                sum(verdicts[p] for p in judged) / len(judged), len(judged))
+    expected, answers = float(sum(verdicts.values())), 0.0
+    for problem in (problem for piece in order for problem in piece if problem not in verdicts):
+        if expected >= target:
+            break
+        if level_of(problem) not in per_level:
+            return Forecast(per_level, answers_a_minute, None, sum(verdicts.values()))
+        mean, share, _ = per_level[level_of(problem)]
+        answers += max(0.0, mean - spent.get(problem, 0))
+        expected += share
+    reached = answers if expected >= target else None
+    return Forecast(per_level, answers_a_minute, reached, sum(verdicts.values()))
+
+
+def forecast_step(target: int = TEST_SIZE + TRAIN_SIZE) -> None:
+    """Print the forecast: how many more hours of running until `target` problems are in band."""
+    from pilot_status import active_hours
+
+    stores = finished_stores()
+    verdicts = {task: bool(verdict) for task, group in cells_by_task([c for s in stores for c in read_pilot(s)]).items()
+                if (verdict := in_band(group, RULE)) is not None}
+    spent: dict[str, int] = {}
+    minutes, answers = 0.0, 0
+    for store in stores:
+        spent |= answers_by_problem(store)
+        times = [row[0] for row in query(store, "SELECT (julianday(created_at) - julianday('2000-01-01')) * 1440 "
+                                                f"FROM attempts WHERE {ANSWER_KINDS} ORDER BY created_at")]
+        minutes += active_hours(times) * 60
+        answers += len(times)
+    pace = answers / minutes if minutes else 0.0
+    levels = pool()
+    cut = pieces(levels)
+    order = [[name.removeprefix("programs/") for name in cut[number - 1]] for number in run_order(piece_numbers())]
+    result = forecast(verdicts, spent, order, pace, target)
+    for level, (mean, share, judged) in result.per_level.items():
+        print(f"level {level}: {judged} problems judged, {mean:.0f} answers a problem, {share:.0%} in band")
+    print(f"{answers} answers in {minutes / 60:.1f} hours of running: {pace:.0f} answers a minute")
+    if result.answers_to_target is None or not pace:
+        print(f"{result.in_band_now} in band; no forecast to {target} yet (a level not judged yet, or the pool as "
+              "run so far falls short)")
+    else:
+        print(f"{result.in_band_now} in band; about {result.answers_to_target:,.0f} more answers to {target}: "
+              f"{result.answers_to_target / pace / 60:.1f} hours of running at that pace")
+
+
 def seed_prompt_rewards(store: Path) -> dict[str, list[float]]:
     """Per problem, the rewards (scalars: the share of tests passed) of the pilot's answers to the seed program's
     own prompt, both cells pooled: the calls whose parent is the seed and whose prompt is the first such call's
@@ -297,12 +372,15 @@ def table() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("step", choices=("plan", "order", "select", "table", "enough", "spread"))
+    parser.add_argument("step", choices=("plan", "order", "select", "table", "enough", "forecast", "spread"))
     parser.add_argument("--target", type=int, default=TEST_SIZE + TRAIN_SIZE,
                         help="enough: the problems in band at which the pilot stops (default 150)")
     args = parser.parse_args()
     if args.step == "enough":
         enough(args.target)
+    if args.step == "forecast":
+        forecast_step(args.target)
+        return
     {"plan": plan, "order": order, "select": select, "table": table, "spread": spread}[args.step]()
 
 
