@@ -53,24 +53,31 @@ def write(tmp_path: Path, text: str, name: str = "tiny.toml") -> Path:
     return path
 
 
-def started_study(tmp_path: Path, cells: int = 7, test_problems: tuple[str, ...] = ("run_length",)
-                  ) -> tuple[Path, Path, list[int]]:
-    """A study file (7 policies, seeds 0 and 1, `test_problems`), its folder, and its store with the first `cells`
-    cells made by hand (no model), those of seed 0 finished: the run ids."""
+def started_study(tmp_path: Path, cells: int = 7, test_problems: tuple[str, ...] = ("run_length",),
+                  pieces: int = 1) -> tuple[Path, Path, list[int]]:
+    """A study file (7 policies, seeds 0 and 1, `test_problems`, its evolution in `pieces`), its folder, and its
+    store (each piece's store) with the first `cells` cells made by hand (no model), those of seed 0 finished: the
+    run ids."""
+    from evolve.engine.experiment_pieces import piece_numbers, piece_view
     from evolve.store.program_store import ProgramStore
     from evolve.study.plan import StudyPaths, experiment_spec
 
-    text = STUDY.replace("seeds = [0]", "seeds = [0, 1]")
+    text = STUDY.replace("seeds = [0]", f"seeds = [0, 1]\npieces = {pieces}")
     path = write(tmp_path, text.replace('test_problems = ["run_length"]', f"test_problems = {list(test_problems)!r}"))
     folder = tmp_path / "study"
     spec = load_study(path)
     experiment = experiment_spec(spec, StudyPaths.of(spec, folder))
     folder.mkdir()
-    store = ProgramStore(experiment.db)
-    store.save_experiment(experiment.name, experiment.model_dump_json())
+    stores = {}
+    for number in piece_numbers(experiment):
+        view = piece_view(experiment, number)
+        store = ProgramStore(view.db)
+        store.save_experiment(experiment.name, experiment.model_dump_json())
+        stores.update(dict.fromkeys(view.problems, store))
     run_ids = []
     for problem, arm, seed in experiment.cells()[:cells]:
         config = experiment.cell_config(problem, arm, seed)
+        store = stores[problem]
         run_ids.append(store.create_run(config.run.name, problem, arm, seed, config.model_dump_json(), 1,
                                         experiment.name))
         if seed == 0:

@@ -4,6 +4,7 @@ algorithm resumed only with its own settings, interim reports, and `--redo` of e
 
 from __future__ import annotations
 
+import csv
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -170,6 +171,24 @@ def test_status_says_which_evolution_seeds_every_arm_has_finished_and_which_batc
             "under way: base seed 1 (0/1 cells)" in capsys.readouterr().out)
 
 
+def test_a_study_in_pieces_keeps_each_pieces_cells_in_its_own_store_and_its_status_counts_them_all(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from evolve.cli.main import main
+    from evolve.store.program_store import ProgramStore
+
+    path, folder, _ = started_study(tmp_path, cells=16, test_problems=("run_length", "lis"), pieces=2)
+    assert main(["study", str(path), "--out", str(folder), "--status"]) == 0
+    out = capsys.readouterr().out
+    assert "evolution in 2 pieces" in out
+    assert "3. evolve  partial  14/28 cells finished (16 started); every arm has finished seed 0" in out
+    for piece, problem in (("01", "run_length"), ("02", "lis")):
+        store = ProgramStore(str(folder / f"evolution_{piece}.db"), mode="read")
+        assert {cell.problem for cell in store.experiment_cells("tiny")} == {problem}
+        store.close()
+    assert main(["study", str(path), "--out", str(folder), "--redo", "1", "--reason", "x"]) != 0
+    assert "redo takes the run ids of one store" in capsys.readouterr().out
+
+
 def test_evolution_time_left_reckons_each_cell_at_its_arms_machine_time_on_its_problem_less_what_it_has_had(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from store_backends import execute
@@ -212,11 +231,11 @@ def test_evolution_time_left_reckons_each_cell_at_its_arms_machine_time_on_its_p
     spec = load_study(path)
     experiment = experiment_spec(spec, StudyPaths.of(spec, folder))
     statuses = {(r.problem, r.policy, r.seed): r.status for r in map(store.get_run, run_ids)}
-    assert evolution_seconds_left(spec, experiment, store, statuses) == pytest.approx(2990.0)
+    assert evolution_seconds_left(spec, experiment, [store], statuses) == pytest.approx(2990.0)
     unrun = {key: status for key, status in statuses.items() if key[1] != "grpo-t0" or key[2] != 0}
-    assert evolution_seconds_left(spec, experiment, store, unrun) == pytest.approx(2990.0 + 10 + 20)  # grpo-t1's pace
+    assert evolution_seconds_left(spec, experiment, [store], unrun) == pytest.approx(2990.0 + 10 + 20)  # grpo-t1's pace
     unrun = {key: status for key, status in statuses.items() if not key[1].startswith("grpo") or key[2] != 0}
-    assert evolution_seconds_left(spec, experiment, store, unrun) is None  # no grpo cell finished: no pace yet
+    assert evolution_seconds_left(spec, experiment, [store], unrun) is None  # no grpo cell finished: no pace yet
 
 
 def test_machine_shares_split_each_stretch_among_the_runs_generating_in_it() -> None:
@@ -305,3 +324,22 @@ def test_the_report_of_a_study_names_its_redone_cells_with_their_reason(tmp_path
     line = "1 evolution cell run again (vpo-t0 seed 0; the first runs kept in the store as NAME~redone-K): slot too small"
     assert line in (study.paths.report / "report.html").read_text()
     assert line in (study.paths.report / "results.md").read_text()
+
+
+def test_the_report_of_a_study_in_pieces_reads_every_pieces_cells(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from evolve.study.pipeline import Study
+    from evolve.study.plan import StudyPaths
+    from evolve.study.report_stage import write_study_report
+
+    path, folder, _ = started_study(tmp_path, cells=28, test_problems=("run_length", "lis"), pieces=2)
+    spec = load_study(path)
+    study = Study(spec, StudyPaths.of(spec, folder), Console(), source=str(path), read_only=True)
+    written = write_study_report(spec, study.paths, study.store, study.train_configs, {}, Console(quiet=True),
+                                 interim=True)
+    report = json.loads(written.read_text())
+    assert report["interim"] is not None
+    cells = [row for row in csv.DictReader((study.paths.report / "cells.csv").open())]
+    assert {(row["problem"], row["status"]) for row in cells if row["seed"] == "0"} == {
+        ("run_length", "finished"), ("lis", "finished")}

@@ -116,6 +116,9 @@ class EvolutionSection(StrictModel):
     order: CellOrder = Field("seeds", description=CELL_ORDER + "; a study, run in pieces, takes 'seeds'")
     run: CellDefaults = CellDefaults()
     selection: SelectionConfig = SelectionConfig()
+    pieces: StrictInt = Field(1, ge=1, le=999, description="the test problems cut into this many consecutive groups, "
+                              "each group's evolution cells in a store of its own (STUDY/evolution_01.db ...; the "
+                              "sampling stays in the study's store), so a long study commits a finished piece once")
     sampling_arm: bool = Field(False, description="an arm 'sampling' beside the base: the base model's plain sampling "
                                "of each test problem's seed program (strategy 'seed': no history, no inspirations) "
                                "with the same answers per iteration, token cap, problems and evolution seeds, so the "

@@ -14,12 +14,15 @@ study's first 204 cells: 13.3 h against 15.2 h).
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from statistics import fmean
 from typing import Any
 
+from evolve.engine.experiment_pieces import piece_stores
 from evolve.engine.experiment_spec import ExperimentSpec
-from evolve.report.results import CellKey, whole_seeds
+from evolve.report.results import CellKey, cell_statuses, whole_seeds
 from evolve.study.config import StudySpec
 
 
@@ -48,6 +51,30 @@ class EvolutionCounts:
             text += "; under way: " + ", ".join(f"{policy} seed {seed} ({done}/{planned} cells)"
                                                 for policy, seed, done, planned in self.under_way)
         return text
+
+
+@contextmanager
+def evolution_stores(experiment: ExperimentSpec, store: Any) -> Iterator[list[Any]]:
+    """The stores holding the study's evolution cells: the study's own (`store`), or with pieces each begun piece's,
+    opened read-only for the block."""
+    if experiment.pieces == 1:
+        yield [store]
+        return
+    stores = piece_stores(experiment)
+    try:
+        yield stores
+    finally:
+        for piece in stores:
+            piece.close()
+
+
+def cell_statuses_in(stores: Sequence[Any], experiment: ExperimentSpec) -> dict[CellKey, str]:
+    """cell_statuses over several stores, a cell's status from the first store holding it."""
+    statuses: dict[CellKey, str] = {}
+    for store in stores:
+        for key, status in cell_statuses(store, experiment).items():
+            statuses.setdefault(key, status)
+    return statuses
 
 
 def evolution_counts(experiment: ExperimentSpec, statuses: dict[CellKey, str]) -> EvolutionCounts:
@@ -83,17 +110,22 @@ def machine_shares(spans: dict[int, list[tuple[float, float]]]) -> dict[int, flo
     return shares
 
 
-def evolution_seconds_left(spec: StudySpec, experiment: ExperimentSpec, store: Any,
+def evolution_seconds_left(spec: StudySpec, experiment: ExperimentSpec, stores: Sequence[Any],
                            statuses: dict[CellKey, str]) -> float | None:
     """Seconds the evolution still needs: each unfinished cell at the mean machine time (machine_shares) of its
     arm's finished cells of its problem, or of all its arm's finished cells, less the machine time it has had. An
     arm is the base or an algorithm, its checkpoints pooled (they share its seeds). None while an arm with cells
-    to run has no finished cell."""
+    to run has no finished cell. `stores`: those holding the cells (evolution_stores; pieces run one after
+    another, so each store's runs share the machine among themselves only)."""
     arm_of = {name: arm for arm, policies in spec.arms().items() for _seed, name in policies}
-    run_of = {(cell.problem, cell.policy, cell.seed): cell.run_id for cell in store.experiment_cells(experiment.name)
-              if (cell.problem, cell.policy, cell.seed) in statuses}
-    shares = machine_shares(store.runs_call_spans(run_of.values()))
-    machine = {key: shares[run_id] for key, run_id in run_of.items()}
+    machine: dict[CellKey, float] = {}
+    for store in stores:
+        run_of = {(cell.problem, cell.policy, cell.seed): cell.run_id
+                  for cell in store.experiment_cells(experiment.name)
+                  if (cell.problem, cell.policy, cell.seed) in statuses}
+        shares = machine_shares(store.runs_call_spans(run_of.values()))
+        for key, run_id in run_of.items():
+            machine.setdefault(key, shares[run_id])
     by_problem: dict[tuple[str, str], list[float]] = defaultdict(list)
     by_arm: dict[str, list[float]] = defaultdict(list)
     for key, status in statuses.items():

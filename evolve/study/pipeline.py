@@ -26,9 +26,14 @@ from typing import Any, Literal
 from rich.console import Console
 
 from evolve.engine.events import Observer
-from evolve.report.results import cell_statuses, whole_seeds
+from evolve.report.results import whole_seeds
 from evolve.study.config import StudySpec
-from evolve.study.evolution_stage import evolution_counts, evolution_seconds_left
+from evolve.study.evolution_stage import (
+    cell_statuses_in,
+    evolution_counts,
+    evolution_seconds_left,
+    evolution_stores,
+)
 from evolve.study.plan import StudyPaths, experiment_spec, sampling_plans, train_configs
 from evolve.study.state import State, StudyError, StudyState
 from evolve.study.training_stage import run_training, training_seconds_left, training_status
@@ -115,12 +120,13 @@ class Study:
         sampled = sum(plan.finished for p in plans.values() for plan in p)
         sample_runs = sum(map(len, plans.values()))
         experiment = experiment_spec(self.spec, self.paths)
-        cells = cell_statuses(self.store, experiment)
-        evolution = evolution_counts(experiment, cells)
-        evolve_state: State = "done" if evolution.finished == evolution.planned else \
-            "partial" if evolution.started else "to do"
-        evolve_left = evolution_seconds_left(self.spec, experiment, self.store, cells) \
-            if pace and evolve_state == "partial" else None
+        with evolution_stores(experiment, self.store) as stores:
+            cells = cell_statuses_in(stores, experiment)
+            evolution = evolution_counts(experiment, cells)
+            evolve_state: State = "done" if evolution.finished == evolution.planned else \
+                "partial" if evolution.started else "to do"
+            evolve_left = evolution_seconds_left(self.spec, experiment, stores, cells) \
+                if pace and evolve_state == "partial" else None
         evolve_timing: dict[str, Any] = {} if evolve_left is None else {
             "seconds_left": evolve_left,
             "pace": "each arm's machine time per cell and problem"}
@@ -140,7 +146,10 @@ class Study:
 
     def print_statuses(self, statuses: list[StageStatus]) -> None:
         seconds = self.state.seconds_now()
-        self.console.print(f"study [bold]{self.spec.name}[/] in {self.paths.folder} (store {self.paths.db})",
+        pieces = self.spec.evolution.pieces
+        stores = f"store {self.paths.db}" + (f"; evolution in {pieces} pieces, evolution_NN.db beside it"
+                                             if pieces > 1 else "")
+        self.console.print(f"study [bold]{self.spec.name}[/] in {self.paths.folder} ({stores})",
                            highlight=False, soft_wrap=True)
         left_in_all: list[float] = []
         for number, status in enumerate(statuses, 1):
@@ -173,7 +182,9 @@ class Study:
         if evolve.state == "done":
             raise StudyError(f"study {self.spec.name}: its evolution is done; run `evolve study` for the final report")
         experiment = experiment_spec(self.spec, self.paths)
-        if not whole_seeds(experiment, cell_statuses(self.store, experiment)):
+        with evolution_stores(experiment, self.store) as stores:
+            whole = whole_seeds(experiment, cell_statuses_in(stores, experiment))
+        if not whole:
             raise StudyError(f"study {self.spec.name}: an interim report compares the arms on whole seeds, and no "
                              f"evolution seed has finished for every arm yet ({evolve.fraction:.0%} of the cells "
                              "have)")
@@ -261,7 +272,7 @@ class Study:
                 return
 
     def _evolve(self, outcome: StudyOutcome) -> None:
-        from evolve.engine.experiment import ExperimentRunner
+        from evolve.engine.experiment import run_pieces
 
         self._rebuild_checkpoints()
 
@@ -270,8 +281,7 @@ class Study:
             from evolve.cluster import cell_executor
 
             executor = cell_executor(self.cluster)
-        result = ExperimentRunner(experiment_spec(self.spec, self.paths), on_event=self.on_event,
-                                  executor=executor).run()
+        result = run_pieces(experiment_spec(self.spec, self.paths), on_event=self.on_event, executor=executor)
         outcome.errors += [f"evolve: {error}" for error in result.errors]
         outcome.interrupted = result.interrupted
 

@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from evolve.config import ConfigError, RunConfig, RunSection, describe_error, read_toml
-from evolve.engine.experiment_spec import ExperimentSpec
+from evolve.engine.experiment_spec import PIECE_FIELD, ExperimentSpec
 from evolve.policy_config import PolicySection
 from evolve.study.config import BASE_POLICY, SAMPLING_ARM, StudySpec, TrainingRun
 from evolve.toml_files import format_validation_error
@@ -108,19 +108,21 @@ def checkpoint_seeds(spec: StudySpec) -> dict[str, tuple[int, ...]]:
 def experiment_spec(spec: StudySpec, paths: StudyPaths) -> ExperimentSpec:
     """The evolution stage: policies = base + each trained checkpoint (every algorithm x training seed), and with
     sampling_arm the base's plain sampling, on the test problems x evolution seeds (a checkpoint on its share of
-    them with checkpoint_seeds = "split"), in the study's store."""
+    them with checkpoint_seeds = "split"), in the study's store (with `pieces`, each piece's cells in its own
+    store beside it)."""
     e = spec.evolution
     run = e.run.model_copy(update={"programs_dir": spec.programs_dir})
     policies = policy_sections(spec, paths.folder)
     if e.sampling_arm:  # the base's settings under another name, its selection the seed's prompt every iteration
         policies.append(policies[0].model_copy(update={"name": SAMPLING_ARM}))
-    return ExperimentSpec(name=spec.name, description=spec.description, db=paths.db, problems=spec.test_problems,
+    db = paths.db if e.pieces == 1 else str(paths.folder / f"evolution_{PIECE_FIELD}.db")
+    return ExperimentSpec(name=spec.name, description=spec.description, db=db, problems=spec.test_problems,
                           train_problems=spec.training.problems, seeds=e.seeds, iterations=e.iterations,
                           arm_seeds=checkpoint_seeds(spec),
                           arm_selection={SAMPLING_ARM: {"strategy": "seed"}} if e.sampling_arm else {},
                           answers_per_iteration=spec.answers_per_iteration(), parallel_cells=e.parallel_cells,
                           order=e.order, run=run, selection=e.selection, policies=tuple(policies),
-                          allow_unverified_checkpoint=spec.allow_unverified_checkpoint)
+                          allow_unverified_checkpoint=spec.allow_unverified_checkpoint, pieces=e.pieces)
 
 
 def sampling_config(spec: StudySpec, paths: StudyPaths, policy: PolicySection) -> RunConfig:

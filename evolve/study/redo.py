@@ -26,6 +26,9 @@ def redo_cells(spec: StudySpec, paths: StudyPaths, store: Any, run_ids: Sequence
         raise StudyError(f"study {spec.name} runs (pid {pid}): stop it before redoing cells "
                          "(bash scripts/study/study.sh save)")
     experiment = experiment_spec(spec, paths)
+    if experiment.pieces > 1:
+        raise StudyError(f"study {spec.name} evolves in {experiment.pieces} pieces, each with its own run ids: redo "
+                         "takes the run ids of one store, so it is not offered for a study in pieces yet")
     cells = {cell.run_id: cell for cell in store.experiment_cells(experiment.name)}
     planned = set(experiment.cells())
     unknown = [run_id for run_id in run_ids if run_id not in cells

@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Console
 
 from evolve.study.config import StudySpec
+from evolve.study.evolution_stage import evolution_stores
 from evolve.study.plan import StudyPaths, experiment_spec, sampling_plans
 
 
@@ -39,7 +40,12 @@ def write_study_report(spec: StudySpec, paths: StudyPaths, store: Any, train_con
     from evolve.report.terminal import render_report
     from evolve.store.program_store import ProgramStore
 
-    results = collect(ProgramStore(paths.db, mode="read"), experiment_spec(spec, paths), whole_seeds_only=interim)
+    experiment = experiment_spec(spec, paths)
+    study_store = ProgramStore(paths.db, mode="read") if experiment.pieces == 1 else None  # else the pieces' own
+    with evolution_stores(experiment, study_store) as stores:
+        results = collect(stores, experiment, whole_seeds_only=interim)
+    if study_store is not None:
+        study_store.close()
     redone = redone_cells(paths)
     results = replace(results, notes=(*results.notes, *redone_lines(redone)))  # the page's notes name them too
     render_report(results, console)
