@@ -8,7 +8,8 @@
 #   bash scripts/study/study.sh pack [FILE]     # pack while it goes on
 #   bash scripts/study/study.sh save-after-step [FILE]  # wait (<= 20 min) for the training step under way to end, then save
 # then commit: git add -A studies/NAME && git commit -m '...' -- studies/NAME
-# Packing writes studies/NAME/study.db.xz (a consistent snapshot of the store) and, for a training run stopped
+# Packing writes studies/NAME/study.db.xz (a consistent snapshot of the store; with [evolution] pieces, each piece's
+# evolution_NN.db.xz too) and, for a training run stopped
 # mid-way, its resume state as resume/state.pt.xz; .gitignore keeps out the live store, the step folders and each
 # checkpoint's merged weights, which the study rebuilds from the committed adapter (evolve/rl/rebuild.py).
 set -euo pipefail
@@ -38,6 +39,9 @@ resume_states() {
     done
 }
 
+answers() { .venv/bin/python scripts/study/store_pack.py attempts "$1"; }
+packed_answers() { local copy; copy=$(mktemp -d); xz -dc "$1" >"$copy/store.db"; answers "$copy/store.db"; rm -rf "$copy"; }
+
 # the train log of the training run under way (a checkpoint folder without final/), empty when none
 training_log() {
     for out in "$FOLDER"/checkpoints/*/; do
@@ -57,7 +61,9 @@ save-after-step)  # a plain save mid-step loses that step's minutes: wait for it
     ;;
 start)
     if pgrep -f "$PATTERN" >/dev/null; then echo "the study already runs (log: $LOG)"; exit 0; fi
-    if [ -f "$DB.xz" ]; then .venv/bin/python scripts/study/store_pack.py unpack "$DB.xz" "$DB"; fi
+    for packed in "$DB.xz" "$FOLDER"/evolution_*.db.xz; do  # the study's store and each evolution piece's
+        if [ -f "$packed" ]; then .venv/bin/python scripts/study/store_pack.py unpack "$packed" "${packed%.xz}"; fi
+    done
     resume_states unpack
     nohup .venv/bin/evolve study "$FILE" >>"$LOG" 2>&1 &
     echo "started (pid $!), log: $LOG; stop it with: bash scripts/study/study.sh save $FILE"
@@ -75,6 +81,12 @@ save|pack)
         if pgrep -f "$PATTERN" >/dev/null; then echo "the study did not stop in 300 s; nothing packed" >&2; exit 1; fi
     fi
     if [ -f "$DB" ]; then .venv/bin/python scripts/study/store_pack.py pack "$DB" "$DB.xz"; fi
+    for piece in "$FOLDER"/evolution_*.db; do  # [evolution] pieces: a piece packed with all its answers is left as is
+        [ -f "$piece" ] || continue
+        if [ ! -f "$piece.xz" ] || [ "$(answers "$piece")" != "$(packed_answers "$piece.xz")" ]; then
+            .venv/bin/python scripts/study/store_pack.py pack "$piece" "$piece.xz"
+        fi
+    done
     resume_states pack
     git add -A "$FOLDER" 2>/dev/null || true
     echo "packed $FOLDER; to commit ($(git diff --cached --stat -- "$FOLDER" | tail -1)):"
