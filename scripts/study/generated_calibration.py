@@ -17,8 +17,8 @@ The same command writes the same files: the pool comes from the seeded generator
   experiments/generated/calibration/README.md; `table` prints the crack rates by level of the problems whose two
   cells have finished, as docs/generated_problems.md shows them; `enough` exits 0 once 150 are in band (the runner
   then starts no further piece); `forecast` the hours of running left until then, from each level's answers per
-  problem and in-band share so far and the pace; `spread` the share of train problems whose answers to the seed prompt differ
-  in reward (issue 60's figure for training groups).
+  problem and in-band share so far and the pace; `spread` the share of train problems whose answers to the seed
+  prompt differ in reward (issue 60's figure for training groups).
 
     .venv/bin/python scripts/study/generated_calibration.py plan
     .venv/bin/python scripts/study/generated_calibration.py select
