@@ -186,7 +186,18 @@ def test_a_study_in_pieces_keeps_each_pieces_cells_in_its_own_store_and_its_stat
         assert {cell.problem for cell in store.experiment_cells("tiny")} == {problem}
         store.close()
     assert main(["study", str(path), "--out", str(folder), "--redo", "1", "--reason", "x"]) != 0
-    assert "redo takes the run ids of one store" in capsys.readouterr().out
+    assert "say whose with --piece K" in capsys.readouterr().out  # run id 1 is in both pieces' stores
+    second = ProgramStore(str(folder / "evolution_02.db"), mode="read")
+    lis_base = next(c.run_id for c in second.experiment_cells("tiny") if c.policy == "base" and c.seed == 0)
+    second.close()
+    assert main(["study", str(path), "--out", str(folder), "--redo", str(lis_base), "--piece", "2", "--reason",
+                 "a defect"]) == 0
+    for piece, cells in (("01", 8), ("02", 7)):  # 8 cells made in each (7 arms' seed 0, the base's seed 1)
+        store = ProgramStore(str(folder / f"evolution_{piece}.db"), mode="read")
+        assert len(store.experiment_cells("tiny")) == cells, piece  # only piece 2's cell left the study
+        store.close()
+    redone = json.loads((folder / "study_state.json").read_text())["redone"]
+    assert [(r["run_id"], r["problem"], r["piece"]) for r in redone] == [(lis_base, "lis", 2)]
 
 
 def test_evolution_time_left_reckons_each_cell_at_its_arms_machine_time_on_its_problem_less_what_it_has_had(

@@ -34,6 +34,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                        "the next `evolve study` runs those cells again; needs --reason, refused while the study runs")
     study.add_argument("--reason", default="", help="why the --redo cells are run again (kept in study_state.json "
                        "and named by the report)")
+    study.add_argument("--piece", type=int, metavar="K", help="with --redo, of a study whose evolution is in pieces: "
+                       "the run ids are piece K's (its store STUDY/evolution_0K.db)")
     study.add_argument("--cluster", choices=("ray",), help="evolve stage: each cell a Ray task on the cluster at "
                        "RAY_ADDRESS, or on a local one (needs: pip install -e '.[ray]')")
     study.set_defaults(handler=cmd_study)
@@ -84,10 +86,9 @@ def cmd_study(args: argparse.Namespace, console: Console) -> int:
 
 
 def redo(spec: StudySpec, paths: StudyPaths, args: argparse.Namespace, console: Console) -> int:
-    from evolve.store.program_store import ProgramStore
-    from evolve.study.redo import redo_cells
+    from evolve.study.redo import evolution_store, redo_cells
 
-    records = redo_cells(spec, paths, ProgramStore(paths.db), args.redo, args.reason)
+    records = redo_cells(spec, paths, evolution_store(spec, paths, args.piece), args.redo, args.reason, args.piece)
     for record in records:
         console.print(f"run {record['run_id']} ({record['problem']} x {record['policy']} seed {record['seed']}, "
                       f"{record['status']}): taken out of the study, kept in the store", highlight=False,

@@ -13,8 +13,25 @@ from evolve.study.plan import StudyPaths, StudySpec, experiment_spec
 from evolve.study.state import StudyError, StudyState
 
 
+def evolution_store(spec: StudySpec, paths: StudyPaths, piece: int | None) -> Any:
+    """The store whose run ids --redo names: the study's own, or piece `piece`'s of a study in pieces (which run ids
+    alone would not tell apart). StudyError when the one is given without the other."""
+    from evolve.engine.experiment_pieces import piece_db
+    from evolve.store.program_store import ProgramStore
+
+    experiment = experiment_spec(spec, paths)
+    if experiment.pieces == 1:
+        if piece is not None:
+            raise StudyError(f"study {spec.name} evolves in one store: --piece is for a study in pieces")
+        return ProgramStore(paths.db)
+    if piece is None:
+        raise StudyError(f"study {spec.name} evolves in {experiment.pieces} pieces, each store with its own run ids: "
+                         "say whose with --piece K")
+    return ProgramStore(piece_db(experiment, piece), mode="existing")
+
+
 def redo_cells(spec: StudySpec, paths: StudyPaths, store: Any, run_ids: Sequence[int],
-               reason: str) -> list[dict[str, Any]]:
+               reason: str, piece: int | None = None) -> list[dict[str, Any]]:
     """Take the runs `run_ids` (cells of the study's evolution) out of the study so `evolve study` runs those cells
     again; the records appended to the state file's "redone" list. StudyError, with nothing changed, while the
     study runs, without a reason, or for a run id that is not one of its evolution cells."""
@@ -26,9 +43,6 @@ def redo_cells(spec: StudySpec, paths: StudyPaths, store: Any, run_ids: Sequence
         raise StudyError(f"study {spec.name} runs (pid {pid}): stop it before redoing cells "
                          "(bash scripts/study/study.sh save)")
     experiment = experiment_spec(spec, paths)
-    if experiment.pieces > 1:
-        raise StudyError(f"study {spec.name} evolves in {experiment.pieces} pieces, each with its own run ids: redo "
-                         "takes the run ids of one store, so it is not offered for a study in pieces yet")
     cells = {cell.run_id: cell for cell in store.experiment_cells(experiment.name)}
     planned = set(experiment.cells())
     unknown = [run_id for run_id in run_ids if run_id not in cells
@@ -47,6 +61,8 @@ def redo_cells(spec: StudySpec, paths: StudyPaths, store: Any, run_ids: Sequence
         store.detach_cell(run_id, f"redone-{len(redone) + 1}")
         record = {"run_id": run_id, "problem": cell.problem, "policy": cell.policy, "seed": cell.seed,
                   "status": statuses.get(key, "?"), "reason": reason.strip(), "at": when}
+        if piece is not None:  # run ids repeat across a study's pieces
+            record["piece"] = piece
         redone.append(record)
         records.append(record)
         state.save()  # after each: a crash between two leaves the file saying what was done
