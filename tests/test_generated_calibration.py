@@ -136,6 +136,18 @@ def test_the_training_spread_reads_the_answers_to_the_seeds_own_prompt_and_a_gro
     store.close()
     assert calibration.seed_prompt_rewards(db) == {"generated/gl_d1_0001": [0.5, 0.5, 0.0, 0.25]}
     assert calibration.group_spread([0.0, 0.0, 1.0], 2) == pytest.approx(2 / 3)  # 1 - C(2, 2) / C(3, 2)
+    cell = calibration.PilotCell
+    by_task = {"generated/gl_d1_0001": [cell("generated/gl_d1_0001", 100, True, 2, 1.0),
+                                        cell("generated/gl_d1_0001", 101, True, 5, 1.0)],  # cracked early: ceiling
+               "generated/gl_d1_0002": [cell("generated/gl_d1_0002", 100, True, None, 0.1),
+                                        cell("generated/gl_d1_0002", 101, True, 60, 1.0)],  # one of two: in band
+               "generated/gl_d1_0003": [cell("generated/gl_d1_0003", 100, False, None, 0.0),
+                                        cell("generated/gl_d1_0003", 101, True, None, 0.0)]}  # still running
+    rewards = {"generated/gl_d1_0001": [0.5, 0.5, 0.0, 0.25], "generated/gl_d1_0002": [0.0, 0.0],
+               "generated/gl_d1_0003": [1.0, 0.0]}
+    assert calibration.spread_by_verdict(rewards, by_task) == {
+        "ceiling": (1, pytest.approx(calibration.group_spread([0.5, 0.5, 0.0, 0.25], 8)), pytest.approx(0.3125)),
+        "in band": (1, 0.0, 0.0)}  # the running problem has no verdict yet
     assert calibration.group_spread([0.0, 0.0], 8) == 0.0
     assert calibration.group_spread([0.0, 1.0], 3) == pytest.approx(1 - 2 * 0.5 ** 3)  # fewer than the group
 

@@ -351,6 +351,32 @@ def spread() -> None:
         share = sum(group_spread(rewards[task], GROUP) for task in counted) / len(counted)
         print(f"a group of {GROUP} of those answers has a reward spread with probability {share:.2f} (mean over the "
               "problems; drawn without replacement, with replacement where a problem has fewer answers)")
+    by_task = cells_by_task([cell for store in finished_stores() for cell in read_pilot(store)])
+    for verdict, (problems, share, reward) in spread_by_verdict(rewards, by_task).items():
+        print(f"{verdict}: {problems} problems, a group of {GROUP} spread with probability {share:.2f}, mean reward "
+              f"of an answer to the seed prompt {reward:.3f}")
+
+
+def spread_by_verdict(rewards: dict[str, list[float]], by_task: dict[str, list[PilotCell]]
+                      ) -> dict[str, tuple[int, float, float]]:
+    """Per verdict of the rule (in band, ceiling: both cells cracked early, floor), over its problems with answers to
+    the seed prompt: (problems, mean chance that a group of GROUP has a reward spread, mean reward of an answer).
+    Training may use any problem that is not a test problem; this says where its groups would have spread."""
+    out: dict[str, tuple[int, float, float]] = {}
+    for verdict in ("in band", "ceiling", "floor"):
+        tasks = [task for task, group in by_task.items() if rewards.get(task) and verdict_of(group) == verdict]
+        if tasks:
+            out[verdict] = (len(tasks), sum(group_spread(rewards[t], GROUP) for t in tasks) / len(tasks),
+                            sum(sum(rewards[t]) / len(rewards[t]) for t in tasks) / len(tasks))
+    return out
+
+
+def verdict_of(cells: list[PilotCell]) -> str | None:
+    """The rule's verdict on one problem's cells: "in band", "ceiling", "floor", or None while a cell runs."""
+    verdict = in_band(cells, RULE)
+    if verdict is None:
+        return None
+    return "in band" if verdict else "ceiling" if all(cell.first_crack is not None for cell in cells) else "floor"
 
 
 def group_spread(rewards: list[float], group: int) -> float:
