@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 60's calibration of the generated pool (experiments/generated/calibration/) in pieces, one machine after another:
 #   bash scripts/study/generated_calibration.sh start    # unpack the committed stores, import the pool, run in the background
-#   bash scripts/study/generated_calibration.sh status   # per piece: answers, cells finished; whether it runs
+#   bash scripts/study/generated_calibration.sh status   # per piece: answers, cells finished; whether it runs; forecast
 #   bash scripts/study/generated_calibration.sh save     # Ctrl-C the running piece (resumable), pack every store
 # then commit experiments/generated/calibration/piece_*.db.xz. `start` on any machine carries on where `save` left
 # off: the pieces run in order (difficulty 1 and 2ee alternating: `generated_calibration.py order`), a finished
@@ -55,6 +55,7 @@ status)
         fi
     done
     .venv/bin/python scripts/study/generated_calibration.py enough --target "$TARGET" || true
+    .venv/bin/python scripts/study/generated_calibration.py forecast --target "$TARGET"
     ;;
 save|pack)
     if [ "$1" = save ]; then
