@@ -55,7 +55,7 @@ def test_the_pool_is_difficulty_1_then_2ee_each_problem_once_and_no_two_alike_on
 
 
 def test_the_pieces_run_alternating_between_the_levels_then_the_longer_level_alone(calibration: ModuleType) -> None:
-    numbers = calibration.piece_numbers()
+    numbers = calibration.piece_numbers(calibration.pool())
     assert numbers == {"1": [1, 2, 3, 4], "2ee": list(range(5, 22))}
     assert calibration.run_order(numbers) == [1, 5, 2, 6, 3, 7, 4, *range(8, 22)]
     assert calibration.run_order({"1": [1, 2, 3], "2ee": [4]}) == [1, 4, 2, 3]

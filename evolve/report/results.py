@@ -166,6 +166,15 @@ def cell_statuses(store: ProgramStore, spec: ExperimentSpec) -> dict[CellKey, st
             if (key := (cell.problem, cell.policy, cell.seed)) in planned and cell.run_id in status}
 
 
+def cell_statuses_in(stores: Sequence[ProgramStore], spec: ExperimentSpec) -> dict[CellKey, str]:
+    """cell_statuses over several stores (an experiment's pieces), a cell's status from the first store holding it."""
+    statuses: dict[CellKey, str] = {}
+    for store in stores:
+        for key, status in cell_statuses(store, spec).items():
+            statuses.setdefault(key, status)
+    return statuses
+
+
 def whole_seeds(spec: ExperimentSpec, statuses: Mapping[CellKey, str]) -> tuple[int, ...]:
     """The seeds whose every cell (every arm that runs the seed, every problem) has finished (`statuses`: from
     cell_statuses), in `spec.seeds` order."""
@@ -189,17 +198,13 @@ def collect(store: ProgramStore | Sequence[ProgramStore], spec: ExperimentSpec, 
     if not stores:
         raise ValueError(f"experiment {spec.name}: a report needs at least one store")
     runs: dict[CellKey, tuple[ProgramStore, int]] = {}
-    statuses: dict[CellKey, str] = {}
     for part in stores:
         held = {(c.problem, c.policy, c.seed): c.run_id for c in part.experiment_cells(spec.name)}  # its latest run
         for key, run_id in held.items():
             runs.setdefault(key, (part, run_id))
-        if whole_seeds_only:
-            for key, status in cell_statuses(part, spec).items():
-                statuses.setdefault(key, status)
     notes: list[str] = []
     if whole_seeds_only:
-        whole = whole_seeds(spec, statuses)
+        whole = whole_seeds(spec, cell_statuses_in(stores, spec))
         runs = {key: run for key, run in runs.items() if key[2] in whole}
         counted = sum(key[2] in whole for key in spec.cells())
         notes.append(f"Interim: evolution seed{'s' * (len(whole) != 1)} {', '.join(map(str, whole)) or 'none'} "

@@ -22,7 +22,7 @@ from typing import Any
 
 from evolve.engine.experiment_pieces import piece_stores
 from evolve.engine.experiment_spec import ExperimentSpec
-from evolve.report.results import CellKey, cell_statuses, whole_seeds
+from evolve.report.results import CellKey, whole_seeds
 from evolve.study.config import StudySpec
 
 
@@ -66,15 +66,6 @@ def evolution_stores(experiment: ExperimentSpec, store: Any) -> Iterator[list[An
     finally:
         for piece in stores:
             piece.close()
-
-
-def cell_statuses_in(stores: Sequence[Any], experiment: ExperimentSpec) -> dict[CellKey, str]:
-    """cell_statuses over several stores, a cell's status from the first store holding it."""
-    statuses: dict[CellKey, str] = {}
-    for store in stores:
-        for key, status in cell_statuses(store, experiment).items():
-            statuses.setdefault(key, status)
-    return statuses
 
 
 def evolution_counts(experiment: ExperimentSpec, statuses: dict[CellKey, str]) -> EvolutionCounts:

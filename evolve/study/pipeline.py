@@ -26,14 +26,9 @@ from typing import Any, Literal
 from rich.console import Console
 
 from evolve.engine.events import Observer
-from evolve.report.results import whole_seeds
+from evolve.report.results import cell_statuses_in, whole_seeds
 from evolve.study.config import StudySpec
-from evolve.study.evolution_stage import (
-    cell_statuses_in,
-    evolution_counts,
-    evolution_seconds_left,
-    evolution_stores,
-)
+from evolve.study.evolution_stage import evolution_counts, evolution_seconds_left, evolution_stores
 from evolve.study.plan import StudyPaths, experiment_spec, sampling_plans, train_configs
 from evolve.study.state import State, StudyError, StudyState
 from evolve.study.training_stage import run_training, training_seconds_left, training_status

@@ -31,6 +31,7 @@ import argparse
 import sqlite3
 import subprocess
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from math import comb
 from pathlib import Path
@@ -113,10 +114,10 @@ def run_order(numbers: dict[str, list[int]]) -> list[int]:
     return alternating + first[shorter:] + second[shorter:]
 
 
-def piece_numbers() -> dict[str, list[int]]:
-    """Each level's piece numbers as `plan` writes them (difficulty 1's first)."""
+def piece_numbers(levels: list[list[str]]) -> dict[str, list[int]]:
+    """Each level's piece numbers as `plan` writes them (difficulty 1's first), given the pool (`pool()`)."""
     numbers: dict[str, list[int]] = {}
-    for level, problems in zip((level for level, _ in LEVELS), pool(), strict=True):
+    for level, problems in zip((level for level, _ in LEVELS), levels, strict=True):
         start = sum(map(len, numbers.values())) + 1
         numbers[level] = list(range(start, start + -(-len(problems) // PIECE_SIZE[level])))
     return numbers
@@ -124,7 +125,7 @@ def piece_numbers() -> dict[str, list[int]]:
 
 def order() -> None:
     """Print the pieces' experiment files in the order they run."""
-    for number in run_order(piece_numbers()):
+    for number in run_order(piece_numbers(pool())):
         print(FOLDER / f"piece_{number:02d}.toml")
 
 
@@ -176,19 +177,17 @@ def crack_table(cells: list[PilotCell]) -> str:
             "| in band | ceiling | floor |",
             "|---|---:|---:|---:|---:|---:|---:|"]
     for level in dict.fromkeys(level_of(task) for task in sorted(by_task, key=level_of)):
-        done = {task: group for task, group in by_task.items()
-                if level_of(task) == level and in_band(group, RULE) is not None}
+        done = {task: (group, verdict) for task, group in by_task.items()
+                if level_of(task) == level and (verdict := verdict_of(group)) is not None}
         if not done:
             continue
-        group_cells = [cell for group in done.values() for cell in group]
+        group_cells = [cell for group, _ in done.values() for cell in group]
         cracks = sorted(cell.first_crack for cell in group_cells if cell.first_crack is not None)
-        band = sum(bool(in_band(group, RULE)) for group in done.values())
-        ceiling = sum(not in_band(group, RULE) and all(c.first_crack is not None for c in group)
-                      for group in done.values())
+        verdicts = Counter(verdict for _, verdict in done.values())
         median = f"{cracks[len(cracks) // 2]}" if cracks else "-"
         rows.append(f"| {level} | {len(done)} | {len(cracks)} of {len(group_cells)} "
-                    f"({len(cracks) / len(group_cells):.2f}) | {median} | {band} | {ceiling} | "
-                    f"{len(done) - band - ceiling} |")
+                    f"({len(cracks) / len(group_cells):.2f}) | {median} | {verdicts['in band']} | "
+                    f"{verdicts['ceiling']} | {verdicts['floor']} |")
     return "\n".join(rows)
 
 
@@ -204,12 +203,16 @@ def projection(verdicts: dict[str, bool], pool_sizes: dict[str, int]) -> tuple[f
     return total, "; ".join(lines)
 
 
+def judged() -> dict[str, bool]:
+    """Each problem of the pieces' stores here whose cells have all finished: whether the rule puts it in band."""
+    by_task = cells_by_task([cell for store in finished_stores() for cell in read_pilot(store)])
+    return {task: bool(verdict) for task, group in by_task.items() if (verdict := in_band(group, RULE)) is not None}
+
+
 def enough(target: int = TEST_SIZE + TRAIN_SIZE) -> None:
     """Exit 0 once the pieces run so far hold `target` problems in band (the registered stopping rule: the lists'
     150; more after the power check, README's changes), else 1. Prints the README's projection beside."""
-    by_task = cells_by_task([cell for store in finished_stores() for cell in read_pilot(store)])
-    verdicts = {task: bool(verdict) for task, group in by_task.items()
-                if (verdict := in_band(group, RULE)) is not None}
+    verdicts = judged()
     count = sum(verdicts.values())
     pool_sizes = {level: len(names) for (level, _), names in zip(LEVELS, pool(), strict=True)}
     projected, lines = projection(verdicts, pool_sizes)
@@ -264,8 +267,7 @@ def forecast_step(target: int = TEST_SIZE + TRAIN_SIZE) -> None:
     from pilot_status import active_hours
 
     stores = finished_stores()
-    verdicts = {task: bool(verdict) for task, group in cells_by_task([c for s in stores for c in read_pilot(s)]).items()
-                if (verdict := in_band(group, RULE)) is not None}
+    verdicts = judged()
     spent: dict[str, int] = {}
     minutes, answers = 0.0, 0
     for store in stores:
@@ -277,10 +279,11 @@ def forecast_step(target: int = TEST_SIZE + TRAIN_SIZE) -> None:
     pace = answers / minutes if minutes else 0.0
     levels = pool()
     cut = pieces(levels)
-    order = [[name.removeprefix("programs/") for name in cut[number - 1]] for number in run_order(piece_numbers())]
+    order = [[name.removeprefix("programs/") for name in cut[number - 1]]
+             for number in run_order(piece_numbers(levels))]
     result = forecast(verdicts, spent, order, pace, target)
-    for level, (mean, share, judged) in result.per_level.items():
-        print(f"level {level}: {judged} problems judged, {mean:.0f} answers a problem, {share:.0%} in band")
+    for level, (mean, share, problems) in result.per_level.items():
+        print(f"level {level}: {problems} problems judged, {mean:.0f} answers a problem, {share:.0%} in band")
     print(f"{answers} answers in {minutes / 60:.1f} hours of running: {pace:.0f} answers a minute")
     if result.answers_to_target is None or not pace:
         print(f"{result.in_band_now} in band; no forecast to {target} yet (a level not judged yet, or the pool as "
