@@ -13,8 +13,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 FIELDS = {"step", "algo", "reward", "reward_objectives", "scored_answers", "diversity", "reward_std", "adv_std",
           "zero_spread_groups", "tokens", "pg_loss", "kl", "clip_frac", "dual_clip_frac", "ppo_kl", "entropy",
-          "grad_norm", "gen_s",
-          "rollout_s", "train_s", "seconds", "evaluations"}
+          "grad_norm", "gen_s", "rollout_s", "train_s", "seconds", "evaluations", "problem_tokens",
+          "problem_distinct"}
 # G and the token cap are small so that the three runs take a few minutes on two shared cores; the seeds give a
 # reward spread (hence a gradient) within 2 steps on this model
 SETTINGS = {"vpo": ("3", "96"), "grpo": ("4", "96"), "multi-rlvr": ("3", "96"), "max-at-k": ("4", "96")}
@@ -49,6 +49,9 @@ def test_two_real_steps_then_evolve_run_loads_the_checkpoint(tmp_path: Path, alg
         assert 0.0 < record["diversity"] <= 1.0
         assert len(record["reward_objectives"]["fizzbuzz"]) == 20  # one mean per test case
         assert 0 < record["tokens"] <= int(group_size) * int(cap) * m
+        # one problem a step: its tokens per answer and distinct share are the step's own
+        assert record["problem_tokens"]["fizzbuzz"] == pytest.approx(record["tokens"] / (int(group_size) * m), abs=0.01)
+        assert record["problem_distinct"]["fizzbuzz"] == pytest.approx(record["diversity"], abs=1e-4)
         assert record["entropy"] > 0 and record["kl"] >= 0 and record["seconds"] > 0
         assert all(math.isfinite(record[key]) for key in ("pg_loss", "kl", "grad_norm", "adv_std"))
     assert log[0]["kl"] == pytest.approx(0.0, abs=1e-6)  # LoRA's B starts at zero: the policy is the reference

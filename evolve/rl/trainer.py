@@ -173,8 +173,16 @@ def step_stats(config: TrainConfig, groups: list[Group], advantages: list[np.nda
              for g in groups for r in g.rollouts for answer, code in zip(r.answers, r.codes, strict=True)}
     scored = sum(v is not None for g in groups for r in g.rollouts for v in r.vectors)
     per_objective: dict[str, list[np.ndarray]] = {}
+    per_tokens: dict[str, list[float]] = {}  # per problem, each group's generated tokens per answer
+    per_distinct: dict[str, list[float]] = {}  # per problem, each group's share of distinct answers
     for group in groups:
-        per_objective.setdefault(group.task.problem.name, []).append(group.rewards.mean(axis=(0, 1)))
+        name = group.task.problem.name
+        per_objective.setdefault(name, []).append(group.rewards.mean(axis=(0, 1)))
+        answers = [(answer, code) for r in group.rollouts for answer, code in zip(r.answers, r.codes, strict=True)]
+        group_kinds = {code if code is not None else "text:" + answer.strip() for answer, code in answers}
+        tokens = sum(len(r.completion_ids) for r in group.rollouts)
+        per_tokens.setdefault(name, []).append(tokens / (config.group_size * config.m))
+        per_distinct.setdefault(name, []).append(len(group_kinds) / len(answers) if answers else 0.0)
     all_adv = np.concatenate(advantages)
     return {
         "reward": float(np.mean(np.concatenate([g.scalars for g in groups]))),
@@ -185,6 +193,10 @@ def step_stats(config: TrainConfig, groups: list[Group], advantages: list[np.nda
         "adv_std": float(all_adv.std()),  # ~1 (0.87 for GRPO's ddof=1 at G=4) unless groups had no spread
         "zero_spread_groups": sum(bool(np.all(a == 0)) for a in advantages),
         "tokens": sum(len(r.completion_ids) for g in groups for r in g.rollouts),
+        # per problem, for a collapse read problem by problem (report/training_takes.py): the policy writing
+        # fewer tokens or fewer distinct answers to the same prompts
+        "problem_tokens": {name: round(float(np.mean(v)), 2) for name, v in per_tokens.items()},
+        "problem_distinct": {name: round(float(np.mean(v)), 4) for name, v in per_distinct.items()},
     }
 
 

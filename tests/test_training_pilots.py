@@ -1,0 +1,129 @@
+"""Issue 62's pilot runner (scripts/study/training_pilots.py): the grid becomes configs `evolve train` reads, never
+trains on a test problem, says which pilots are done, and judges them from their logs."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests.script_modules import SCRIPTS, load_script
+from tests.test_training_takes import train_log
+
+GRID = """
+[common]
+steps = 30
+prompts_per_step = 4
+group_size = 8
+compute_dtype = "float32"
+
+[sets]
+train = ["{train}"]
+both = ["{train}", "{ceiling}"]
+
+[[pilot]]
+name = "grpo_a"
+algo = "grpo"
+lr = 5e-5
+entropy_coef = 1e-3
+set = "train"
+
+[[pilot]]
+name = "vpo_b"
+algo = "vpo"
+lr = 1e-5
+entropy_coef = 0.0
+set = "both"
+"""
+
+
+@pytest.fixture()
+def pilots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    module = load_script("training_pilots")
+    monkeypatch.setattr(module, "PILOTS", tmp_path / "pilots")
+    monkeypatch.setattr(module, "RUNS", tmp_path / "runs")
+    monkeypatch.setattr(module, "TEST_LIST", tmp_path / "test_problems.txt")
+    (tmp_path / "pilots").mkdir()
+    return module
+
+
+def grid(tmp_path: Path, train: list[str], ceiling: list[str]) -> Path:
+    (tmp_path / "train.txt").write_text("# the train list\n" + "\n".join(train) + "\n")
+    (tmp_path / "ceiling.txt").write_text("\n".join(ceiling) + "\n")
+    path = tmp_path / "pilots" / "grid.toml"
+    path.write_text(GRID.format(train=tmp_path / "train.txt", ceiling=tmp_path / "ceiling.txt"))
+    return path
+
+
+def test_each_pilot_becomes_a_config_evolve_train_reads_with_its_set_and_settings(pilots: ModuleType,
+                                                                                 tmp_path: Path) -> None:
+    from evolve.rl.train_config import TrainConfig
+
+    path = grid(tmp_path, ["programs/generated/gl_d1_0001", "programs/generated/gl_d1_0002"],
+                ["programs/generated/gl_d1_0002", "programs/generated/gl_d1_0009"])
+    pilots.plan(path)
+    grpo = TrainConfig.model_validate(tomllib.loads((path.parent / "grpo_a.toml").read_text()))
+    assert (grpo.algo, grpo.lr, grpo.entropy_coef, grpo.steps, grpo.group_size) == ("grpo", 5e-5, 1e-3, 30, 8)
+    assert grpo.compute_dtype == "float32" and grpo.out == str(tmp_path / "runs" / "grpo_a")
+    assert grpo.problems == ("programs/generated/gl_d1_0001", "programs/generated/gl_d1_0002")
+    vpo = TrainConfig.model_validate(tomllib.loads((path.parent / "vpo_b.toml").read_text()))
+    assert vpo.problems == ("programs/generated/gl_d1_0001", "programs/generated/gl_d1_0002",
+                            "programs/generated/gl_d1_0009")  # the union, each once, in order
+    assert pilots.grid_pilots(path)[1][1]["name"] == "vpo_b"
+
+
+def test_a_grid_that_would_train_on_a_test_problem_is_refused(pilots: ModuleType, tmp_path: Path) -> None:
+    path = grid(tmp_path, ["programs/generated/gl_d1_0001"], ["programs/generated/gl_d2ee_0003"])
+    (tmp_path / "test_problems.txt").write_text("programs/generated/gl_d2ee_0003\n")
+    with pytest.raises(SystemExit, match="vpo_b: trains on test problems programs/generated/gl_d2ee_0003"):
+        pilots.plan(path)
+
+
+def test_a_list_not_written_yet_names_the_step_that_writes_it(pilots: ModuleType, tmp_path: Path) -> None:
+    path = grid(tmp_path, ["programs/generated/gl_d1_0001"], [])
+    (tmp_path / "train.txt").unlink()
+    with pytest.raises(SystemExit, match="not written yet.*generated_calibration.py select"):
+        pilots.plan(path)
+
+
+def test_the_committed_grid_builds_valid_pilots_with_distinct_names(pilots: ModuleType,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    committed = SCRIPTS.parent / "experiments/training/pilots/grid.toml"
+    data, grid_pilots = pilots.grid_pilots(committed)
+    monkeypatch.setattr(pilots, "read_list", lambda path: [f"programs/generated/{Path(path).stem}"])
+    names = [pilot["name"] for pilot in grid_pilots]
+    assert len(names) == len(set(names)) and {p["algo"] for p in grid_pilots} == {"grpo", "vpo", "multi-rlvr"}
+    for pilot in grid_pilots:
+        config = pilots.pilot_config(data["common"], data["sets"], pilot, set())
+        assert config.group_size == 8 and config.compute_dtype == "float32"
+
+
+def test_a_pilot_is_new_then_resumable_then_finished(pilots: ModuleType, tmp_path: Path) -> None:
+    assert pilots.state("grpo_a") == "new"
+    (tmp_path / "runs" / "grpo_a" / "resume").mkdir(parents=True)
+    assert pilots.state("grpo_a") == "new"  # stopped before its first step ended: nothing to resume
+    (tmp_path / "runs" / "grpo_a" / "resume" / "state.pt").write_bytes(b"")
+    assert pilots.state("grpo_a") == "resume"
+    (tmp_path / "pilots" / "grpo_a").mkdir()
+    (tmp_path / "pilots" / "grpo_a" / "train_log.jsonl").write_text("")
+    assert pilots.state("grpo_a") == "finished"  # its curves are committed: a fresh machine does not run it again
+
+
+def test_judge_reads_committed_and_running_pilots_and_names_the_recipe(pilots: ModuleType, tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    path = grid(tmp_path, ["programs/generated/gl_d1_0001"], [])
+    (tmp_path / "pilots" / "grpo_a").mkdir()
+    (tmp_path / "pilots" / "grpo_a" / "train_log.jsonl").write_text(
+        "".join(json.dumps(record) + "\n" for record in train_log()))
+    (tmp_path / "runs" / "vpo_b").mkdir(parents=True)
+    (tmp_path / "runs" / "vpo_b" / "train_log.jsonl").write_text(
+        "".join(json.dumps(record) + "\n" for record in train_log(tokens=(300.0, 20.0))))
+    pilots.judge(path)
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line for line in out.splitlines() if line.startswith(("grpo_a", "vpo_b"))}
+    assert lines["grpo_a"].endswith("takes") and "x0.92" in lines["grpo_a"]
+    assert "collapsed (running here, not committed)" in lines["vpo_b"]
+    assert out.rstrip().endswith("the recipe (least KL of the committed pilots that take): grpo_a")
