@@ -27,7 +27,7 @@ def test_the_in_band_experiment_runs_every_ablation_on_the_first_seed_and_the_pr
     assert {arm: spec.seeds_of(arm) for arm in ("default", "sampling", "lexicase")} == {
         "default": (300, 301, 302), "sampling": (300, 301, 302), "lexicase": (300,)}
     cells = {arm: len([key for key in spec.cells() if key[1] == arm]) for arm in spec.arm_names()}
-    assert cells["default"] == 3 * 65 and sum(cells.values()) == 2 * 3 * 65 + 9 * 65
+    assert cells["default"] == 3 * 65 and sum(cells.values()) == 2 * 3 * 65 + 10 * 65
     default = spec.cell_config("programs/humaneval/he_007", "default", 300)
     for arm, changed in (("no_feedback", lambda c: not c.policy.feedback),
                          ("diff", lambda c: c.policy.edit_format == "diff"),
@@ -36,6 +36,7 @@ def test_the_in_band_experiment_runs_every_ablation_on_the_first_seed_and_the_pr
                          ("sampling", lambda c: c.selection.strategy == "seed"),
                          ("lexicase", lambda c: c.selection.strategy == "lexicase"),
                          ("one_island", lambda c: c.selection.islands == 1),
+                         ("map_elites", lambda c: c.selection.exploration_ratio == 0 == c.selection.exploitation_ratio),
                          ("no_inspirations", lambda c: c.selection.inspirations == 0),
                          ("restarts", lambda c: c.selection.restart_interval == 25),
                          ("one_answer", lambda c: c.run.iterations == 300)):

@@ -8,6 +8,8 @@ own pilot rates), every other arm on the first of them (the exploratory screen).
 
 - sampling: the seed program the parent of every request (`strategy = "seed"`);
 - lexicase: parents by lexicase selection on the test vector; one_island: one population, no migration;
+  map_elites: every parent drawn from the MAP-Elites grid's elites (code length x scalar), none uniformly from the
+  island or from the elite archive (the default draws 20 % / 70 % / 10 %);
 - no_inspirations: no other programs in the prompt; restarts: every 25 iterations the weakest island restarts;
 - no_feedback: no evaluator message about the parent; diff: SEARCH/REPLACE edits instead of whole rewrites;
 - temperature_1: temperature 1.0 (default 0.8); docstring_prefill: the answer opens with the signature and the
@@ -36,11 +38,12 @@ POLICY_KEYS = {"no_feedback": {"feedback": "false"}, "diff": {"edit_format": '"d
                "temperature_1": {"temperature": "1.0"}, "docstring_prefill": {"prefill_docstring": "true"}}
 SELECTION_KEYS = {"sampling": '{ strategy = "seed" }', "lexicase": '{ strategy = "lexicase" }',
                   "one_island": "{ islands = 1 }", "no_inspirations": "{ inspirations = 0 }",
-                  "restarts": "{ restart_interval = 25 }"}
+                  "restarts": "{ restart_interval = 25 }",
+                  "map_elites": "{ exploration_ratio = 0.0, exploitation_ratio = 0.0 }"}
 BUDGET_KEYS = {"one_answer": "{ answers_per_iteration = 1, iterations = 300 }"}
 PRIMARY = ("default", "sampling")
-ARMS = ("default", "sampling", "lexicase", "one_island", "no_inspirations", "restarts", "no_feedback", "diff",
-        "temperature_1", "docstring_prefill", "one_answer")
+ARMS = ("default", "sampling", "lexicase", "one_island", "map_elites", "no_inspirations", "restarts", "no_feedback",
+        "diff", "temperature_1", "docstring_prefill", "one_answer")
 
 
 def humaneval_in_band(selection: Path) -> list[str]:
