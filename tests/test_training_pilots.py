@@ -21,14 +21,15 @@ group_size = 8
 compute_dtype = "float32"
 
 [sets]
-train = ["{train}"]
-both = ["{train}", "{ceiling}"]
+train = [{{ file = "{train}" }}]
+both = [{{ file = "{train}", take = 1 }}, {{ file = "{ceiling}", take = 2 }}]
 
 [[pilot]]
 name = "grpo_a"
 algo = "grpo"
 lr = 5e-5
 entropy_coef = 1e-3
+group_size = 12
 set = "train"
 
 [[pilot]]
@@ -63,20 +64,20 @@ def test_each_pilot_becomes_a_config_evolve_train_reads_with_its_set_and_setting
     from evolve.rl.train_config import TrainConfig
 
     path = grid(tmp_path, ["programs/generated/gl_d1_0001", "programs/generated/gl_d1_0002"],
-                ["programs/generated/gl_d1_0002", "programs/generated/gl_d1_0009"])
+                ["programs/generated/gl_d1_0001", "programs/generated/gl_d1_0009", "programs/generated/gl_d1_0004"])
     pilots.plan(path)
     grpo = TrainConfig.model_validate(tomllib.loads((path.parent / "grpo_a.toml").read_text()))
-    assert (grpo.algo, grpo.lr, grpo.entropy_coef, grpo.steps, grpo.group_size) == ("grpo", 5e-5, 1e-3, 30, 8)
+    assert (grpo.algo, grpo.lr, grpo.entropy_coef, grpo.steps, grpo.group_size) == ("grpo", 5e-5, 1e-3, 30, 12)
     assert grpo.compute_dtype == "float32" and grpo.out == str(tmp_path / "runs" / "grpo_a")
     assert grpo.problems == ("programs/generated/gl_d1_0001", "programs/generated/gl_d1_0002")
     vpo = TrainConfig.model_validate(tomllib.loads((path.parent / "vpo_b.toml").read_text()))
-    assert vpo.problems == ("programs/generated/gl_d1_0001", "programs/generated/gl_d1_0002",
-                            "programs/generated/gl_d1_0009")  # the union, each once, in order
+    assert vpo.group_size == 8  # the grid's common group size where a pilot sets none
+    assert vpo.problems == ("programs/generated/gl_d1_0001", "programs/generated/gl_d1_0009")  # each file's first few
     assert pilots.grid_pilots(path)[1][1]["name"] == "vpo_b"
 
 
 def test_a_grid_that_would_train_on_a_test_problem_is_refused(pilots: ModuleType, tmp_path: Path) -> None:
-    path = grid(tmp_path, ["programs/generated/gl_d1_0001"], ["programs/generated/gl_d2ee_0003"])
+    path = grid(tmp_path, ["programs/generated/gl_d1_0001"], ["programs/generated/gl_d2ee_0003", "x"])
     (tmp_path / "test_problems.txt").write_text("programs/generated/gl_d2ee_0003\n")
     with pytest.raises(SystemExit, match="vpo_b: trains on test problems programs/generated/gl_d2ee_0003"):
         pilots.plan(path)
@@ -93,12 +94,16 @@ def test_the_committed_grid_builds_valid_pilots_with_distinct_names(pilots: Modu
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     committed = SCRIPTS.parent / "experiments/training/pilots/grid.toml"
     data, grid_pilots = pilots.grid_pilots(committed)
-    monkeypatch.setattr(pilots, "read_list", lambda path: [f"programs/generated/{Path(path).stem}"])
+    monkeypatch.setattr(pilots, "read_list",
+                        lambda path: [f"programs/generated/{Path(path).stem}_{i}" for i in range(20)])
     names = [pilot["name"] for pilot in grid_pilots]
     assert len(names) == len(set(names)) and {p["algo"] for p in grid_pilots} == {"grpo", "vpo", "multi-rlvr"}
     for pilot in grid_pilots:
         config = pilots.pilot_config(data["common"], data["sets"], pilot, set())
-        assert config.group_size == 8 and config.compute_dtype == "float32"
+        assert config.compute_dtype == "float32" and len(config.problems) == 12
+        assert config.group_size * config.m == 12  # equal answers per prompt, whatever the algorithm
+        visits = config.steps * config.prompts_per_step / len(config.problems)
+        assert visits >= 4  # each problem's first and last quarter of visits are distinct visits
 
 
 def test_a_pilot_is_new_then_resumable_then_finished(pilots: ModuleType, tmp_path: Path) -> None:
@@ -127,3 +132,9 @@ def test_judge_reads_committed_and_running_pilots_and_names_the_recipe(pilots: M
     assert lines["grpo_a"].endswith("takes") and "x0.92" in lines["grpo_a"]
     assert "collapsed (running here, not committed)" in lines["vpo_b"]
     assert out.rstrip().endswith("the recipe (least KL of the committed pilots that take): grpo_a")
+
+
+def test_a_set_asking_for_more_problems_than_its_list_holds_is_refused(pilots: ModuleType, tmp_path: Path) -> None:
+    (tmp_path / "short.txt").write_text("programs/generated/gl_d1_0001\n")
+    with pytest.raises(SystemExit, match="short.txt: 1 problems, 4 asked for"):
+        pilots.set_problems([{"file": str(tmp_path / "short.txt"), "take": 4}])

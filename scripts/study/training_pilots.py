@@ -5,7 +5,8 @@ from one grid file, run one after another, and judged on their training curves a
   its `out` checkpoints/pilots/<name>); it refuses a grid whose problem lists do not exist yet (the calibration's
   `select` writes the train list, `ceiling` below the ceiling list) or that lists a problem of the test list.
 - `ceiling` writes experiments/generated/calibration/ceiling_problems.txt: the calibration's problems whose two cells
-  both cracked early (its rule's ceiling side; never a test problem of a study, since they are out of band).
+  both cracked early (its rule's ceiling side; never a test problem of a study, since they are out of band), in an
+  order shuffled by Random(62), so that a set taking its first few takes a random few.
 - `order` prints the pilots' files in the grid's order (what `training_pilots.sh` runs); `state NAME` prints
   `finished`, `resume` or `new` for one pilot's output folder.
 - `judge` prints each pilot's verdict (evolve/report/training_takes.py): the train reward's change with its exact
@@ -29,6 +30,7 @@ import json
 import sys
 import tomllib
 from pathlib import Path
+from random import Random
 from typing import Any
 
 from calibration_select import cells_by_task, read_pilot
@@ -41,6 +43,7 @@ from evolve.rl.train_config import TrainConfig
 PILOTS = Path("experiments/training/pilots")
 RUNS = Path("checkpoints/pilots")
 TEST_LIST = CALIBRATION / "test_problems.txt"
+CEILING_SHUFFLE = 62
 
 
 def read_list(path: Path) -> list[str]:
@@ -56,18 +59,30 @@ def grid_pilots(grid: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return data, data.get("pilot", [])
 
 
-def pilot_config(common: dict[str, Any], sets: dict[str, list[str]], pilot: dict[str, Any],
+def set_problems(parts: list[dict[str, Any]]) -> list[str]:
+    """A problem set: from each `{ file, take }` its first `take` problems (all without `take`), each once, in order."""
+    problems: list[str] = []
+    for part in parts:
+        names = read_list(Path(part["file"]))
+        take = part.get("take", len(names))
+        if take > len(names):
+            raise SystemExit(f"{part['file']}: {len(names)} problems, {take} asked for")
+        problems += names[:take]
+    return list(dict.fromkeys(problems))
+
+
+def pilot_config(common: dict[str, Any], sets: dict[str, list[dict[str, Any]]], pilot: dict[str, Any],
                  test: set[str]) -> TrainConfig:
-    """One pilot's full settings: the grid's common keys, its own, and its set's problems (each once, in order)."""
-    files = sets.get(pilot["set"])
-    if files is None:
+    """One pilot's full settings: the grid's common keys, its own over them, and its set's problems."""
+    parts = sets.get(pilot["set"])
+    if parts is None:
         raise SystemExit(f"pilot {pilot['name']}: no set {pilot['set']!r} in the grid's [sets]")
-    problems = list(dict.fromkeys(name for file in files for name in read_list(Path(file))))
+    problems = set_problems(parts)
     leaked = sorted(set(problems) & test)
     if leaked:
         raise SystemExit(f"pilot {pilot['name']}: trains on test problems {', '.join(leaked[:5])}")
     own = {key: value for key, value in pilot.items() if key not in ("name", "set")}
-    return TrainConfig(**common, **own, problems=tuple(problems), out=str(RUNS / pilot["name"]))
+    return TrainConfig(**(common | own), problems=tuple(problems), out=str(RUNS / pilot["name"]))
 
 
 def toml_value(value: Any) -> str:
@@ -102,10 +117,12 @@ def plan(grid: Path) -> None:
 
 
 def ceiling() -> None:
+    """The ceiling problems, shuffled by Random(62) so that a set taking the first few takes a random few."""
     by_task = cells_by_task([cell for store in finished_stores() for cell in read_pilot(store)])
     names = sorted(task for task, cells in by_task.items() if verdict_of(cells) == "ceiling")
     if not names:
         raise SystemExit("no problem of the calibration's finished cells is at the ceiling yet")
+    Random(CEILING_SHUFFLE).shuffle(names)
     out = CALIBRATION / "ceiling_problems.txt"
     out.write_text("".join(f"{name}\n" for name in names), encoding="utf-8")
     print(f"{out}: {len(names)} problems")
