@@ -265,3 +265,21 @@ def test_the_rule_reads_the_stores_of_several_pieces_and_with_allow_pending_judg
     assert "generated/gl_d1_0002\t100: 2, 1.000, 101: 3, 1.000\tceiling" in table
     listed = (tmp_path / "test_problems.txt").read_text() + (tmp_path / "train_problems.txt").read_text()
     assert sorted(listed.split()) == ["programs/generated/gl_d1_0001", "programs/generated/gl_d2ee_0001"]
+
+
+def test_the_second_studys_draft_template_fills_into_a_valid_study_with_its_design(select: ModuleType,
+                                                                                   tmp_path: Path) -> None:
+    from evolve.study.plan import load_study
+
+    test = [f"generated/gl_d2ee_{i:04d}" for i in range(1, 101)]
+    train = [f"generated/gl_d1_{i:04d}" for i in range(1, 51)]
+    out = tmp_path / "study_second.toml"
+    template = SCRIPTS.parent / "experiments/generated/study_second.template.toml"
+    select.write_study(template, out, test, train)
+    assert "Written from " + template.as_posix() in out.read_text()
+    spec = load_study(out)
+    assert len(spec.test_problems) == 100 and len(spec.training.problems) == 50
+    assert spec.training.algorithms == ("vpo", "grpo", "multi-rlvr") and spec.training.seeds == (0, 1)
+    assert spec.evolution.sampling_arm and spec.evolution.pieces == 10 and spec.evolution.checkpoint_seeds == "split"
+    assert (spec.evolution.iterations, spec.evolution.answers_per_iteration) == (100, 3)
+    assert spec.policy["weights"] == "q8_0" and spec.evolution.run.stop_when_solved

@@ -249,7 +249,7 @@ def write_study(template: Path, out: Path, test: list[str], train: list[str]) ->
     text = template.read_text()
     if "TEST_PROBLEMS" not in text or "TRAIN_PROBLEMS" not in text:
         raise SystemExit(f"{template}: no TEST_PROBLEMS / TRAIN_PROBLEMS placeholder to fill")
-    text = text.replace("THIS IS THE TEMPLATE: ", "Written from experiments/calibration/study_cpu.template.toml: ")
+    text = text.replace("THIS IS THE TEMPLATE: ", f"Written from {template.as_posix()}: ")
     out.write_text(text.replace("TEST_PROBLEMS", toml_list([f"programs/{t}" for t in test]))
                    .replace("TRAIN_PROBLEMS", toml_list([f"programs/{t}" for t in train])))
 
