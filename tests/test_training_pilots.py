@@ -96,6 +96,7 @@ def test_the_committed_grid_builds_valid_pilots_with_distinct_names(pilots: Modu
     data, grid_pilots = pilots.grid_pilots(committed)
     monkeypatch.setattr(pilots, "read_list",
                         lambda path: [f"programs/generated/{Path(path).stem}_{i}" for i in range(20)])
+    monkeypatch.setattr(pilots, "by_ease", lambda names: names)  # no calibration store: the lists' own order
     names = [pilot["name"] for pilot in grid_pilots]
     assert len(names) == len(set(names)) and {p["algo"] for p in grid_pilots} == {"grpo", "vpo", "multi-rlvr"}
     for pilot in grid_pilots:
@@ -138,3 +139,55 @@ def test_a_set_asking_for_more_problems_than_its_list_holds_is_refused(pilots: M
     (tmp_path / "short.txt").write_text("programs/generated/gl_d1_0001\n")
     with pytest.raises(SystemExit, match="short.txt: 1 problems, 4 asked for"):
         pilots.set_problems([{"file": str(tmp_path / "short.txt"), "take": 4}])
+
+
+def test_the_ceiling_list_holds_programs_paths_of_ceiling_problems_on_no_list(pilots: ModuleType, tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.test_calibration_select import pilot_store
+
+    db = pilot_store(tmp_path / "piece_01.db", {
+        ("gl_d1_0001", 100): 2, ("gl_d1_0001", 101): 3,  # cracked early in both cells: the ceiling
+        ("gl_d1_0002", 100): 2, ("gl_d1_0002", 101): 3,  # the ceiling too, but a list's top-up took it
+        ("gl_d1_0003", 100): 5, ("gl_d1_0003", 101): None,  # one cell of two: in band
+        ("gl_d1_0004", 100): 1, ("gl_d1_0004", 101): "running"})  # not judged yet
+    monkeypatch.setattr(pilots, "finished_stores", lambda: [db])
+    monkeypatch.setattr(pilots, "CALIBRATION", tmp_path)
+    monkeypatch.setattr(pilots, "TRAIN_LIST", tmp_path / "train_problems.txt")
+    (tmp_path / "test_problems.txt").write_text("programs/generated/gl_d1_0002\n")
+    pilots.ceiling()
+    assert (tmp_path / "ceiling_problems.txt").read_text() == "programs/generated/gl_d1_0001\n"
+
+
+def test_a_spaced_set_spans_the_calibrations_ease_and_a_leak_is_found_whatever_the_prefix(
+        pilots: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.test_calibration_select import pilot_store
+
+    # eight problems, each cracked in one cell of two, at iterations 10, 20, ... 80: the later, the harder
+    cells = {(f"gl_d1_{i:04d}", seed): (10 * i if seed == 100 else None) for i in range(1, 9) for seed in (100, 101)}
+    monkeypatch.setattr(pilots, "finished_stores", lambda: [pilot_store(tmp_path / "piece_01.db", cells)])
+    listed = tmp_path / "train.txt"
+    listed.write_text("".join(f"programs/generated/gl_d1_{i:04d}\n" for i in (1, 5, 2, 6, 3, 7, 4, 8)))
+    spaced = pilots.set_problems([{"file": str(listed), "take": 2, "spaced": True}])
+    assert spaced == ["programs/generated/gl_d1_0006", "programs/generated/gl_d1_0002"]  # hardest first: 8..1
+    assert pilots.set_problems([{"file": str(listed), "take": 2}]) == ["programs/generated/gl_d1_0001",
+                                                                       "programs/generated/gl_d1_0005"]
+    bare = tmp_path / "bare.txt"
+    bare.write_text("generated/gl_d1_0005\n")  # the same problem as the stores name it
+    assert pilots.set_problems([{"file": str(listed), "take": 2}, {"file": str(bare)}]) == [
+        "programs/generated/gl_d1_0001", "programs/generated/gl_d1_0005"]
+    grid_data = {"set": "s", "name": "p", "algo": "grpo"}
+    with pytest.raises(SystemExit, match="p: trains on test problems generated/gl_d1_0005"):
+        pilots.pilot_config({}, {"s": [{"file": str(bare)}]}, grid_data, {"programs/generated/gl_d1_0005"})
+
+
+def test_a_pilots_file_restates_the_grids_defaults_and_keeps_nested_settings(pilots: ModuleType,
+                                                                              tmp_path: Path) -> None:
+    from evolve.rl.train_config import TrainConfig
+
+    listed = tmp_path / "train.txt"
+    listed.write_text("programs/generated/gl_d1_0001\n")
+    config = pilots.pilot_config({"group_size": 4, "temperature": 1.0, "lora": {"r": 8}},
+                                 {"s": [{"file": str(listed)}]}, {"name": "p", "algo": "vpo", "set": "s"}, set())
+    text = pilots.config_toml(config, "p")
+    assert 'algo = "vpo"' in text and "group_size = 4" in text and "temperature = 1.0" in text  # defaults, restated
+    assert TrainConfig.model_validate(tomllib.loads(text)).lora.r == 8

@@ -5,8 +5,9 @@ The CPU study's GRPO "improved" its reward by collapsing onto a few short partia
 new programs), so a recipe's pilot is judged on both: the reward up (the exact sign-flip test over the train
 problems) and the answers neither much shorter nor much less varied than at the start. Each train problem is
 compared with itself: its tokens per answer and its share of distinct answers over the last quarter of the steps
-that trained on it, against the first quarter (its first visit comes from the base, LoRA starting at zero); the
-ratios are of the means over the problems seen at least twice.
+that trained on it, against the first quarter; the ratios are of the means over the problems seen at least twice.
+The first quarter is near the base, not the base itself: only the problems of the first step are sampled before any
+update (LoRA starts at zero), so a collapse under way within a problem's first visits is partly in its baseline.
 """
 
 from __future__ import annotations

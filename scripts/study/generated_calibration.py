@@ -153,14 +153,17 @@ def finished_stores() -> list[Path]:
     return [path.with_suffix(".db") for path in sorted(FOLDER.glob("piece_*.toml")) if path.with_suffix(".db").exists()]
 
 
-def select() -> None:
+def select(study: tuple[str, str] | None = None) -> None:
+    """The registered rule on the finished pieces: the lists and selection.tsv; with `study` (template, out) also the
+    study file from that template with the lists filled (issue 63's draft: experiments/generated/)."""
     stores = finished_stores()
     if not stores:
         raise SystemExit(f"no piece store in {FOLDER}: bash scripts/study/generated_calibration.sh start")
+    writes = ["--study-template", study[0], "--study", study[1]] if study else ["--no-study"]
     command = [sys.executable, "scripts/study/calibration_select.py", "--pilot-only", "--pilot", *map(str, stores),
                "--out", str(FOLDER / "in_band.txt"), "--band", *BAND, "--late-crack", LATE_CRACK,
                "--near-miss", NEAR_MISS, "--test-size", str(TEST_SIZE), "--train-size", str(TRAIN_SIZE),
-               "--train-spans-band", "--no-study", "--allow-pending"]
+               "--train-spans-band", *writes, "--allow-pending"]
     raise SystemExit(subprocess.call(command))
 
 
@@ -404,13 +407,17 @@ def main() -> None:
     parser.add_argument("step", choices=("plan", "order", "select", "table", "enough", "forecast", "spread"))
     parser.add_argument("--target", type=int, default=TEST_SIZE + TRAIN_SIZE,
                         help="enough: the problems in band at which the pilot stops (default 150)")
+    parser.add_argument("--study", nargs=2, metavar=("TEMPLATE", "OUT"),
+                        help="select: also write the study file OUT from TEMPLATE with the lists filled")
     args = parser.parse_args()
+    if args.step == "select":
+        select(tuple(args.study) if args.study else None)
     if args.step == "enough":
         enough(args.target)
     if args.step == "forecast":
         forecast_step(args.target)
         return
-    {"plan": plan, "order": order, "select": select, "table": table, "spread": spread}[args.step]()
+    {"plan": plan, "order": order, "table": table, "spread": spread}[args.step]()
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from one grid file, run one after another, and judged on their training curves a
   and the recipe's choice (of the pilots that take without collapse, the one with least KL). It reads the committed
   logs (experiments/training/pilots/<name>/train_log.jsonl) and, for a pilot still running here, its live log.
 
-A pilot is one piece: it runs whole within a session (GRPO ~20-30 min, VPO and Multi-RLVR ~1-2 h on 2 cores); its
+A pilot is one piece: it runs whole within a session (about 75 minutes on 2 cores, docs/training.md); its
 curves are committed when it ends and its optimizer state never is (a LoRA r = 16 state on every projection is tens
 of MB, replaced every step); a pilot cut off by a session's end resumes on the same machine, or starts again.
 
@@ -33,7 +33,7 @@ from pathlib import Path
 from random import Random
 from typing import Any
 
-from calibration_select import cells_by_task, read_pilot
+from calibration_select import cells_by_task, ease, read_pilot
 from generated_calibration import FOLDER as CALIBRATION
 from generated_calibration import finished_stores, verdict_of
 
@@ -43,6 +43,7 @@ from evolve.rl.train_config import TrainConfig
 PILOTS = Path("experiments/training/pilots")
 RUNS = Path("checkpoints/pilots")
 TEST_LIST = CALIBRATION / "test_problems.txt"
+TRAIN_LIST = CALIBRATION / "train_problems.txt"
 CEILING_SHUFFLE = 62
 
 
@@ -59,16 +60,41 @@ def grid_pilots(grid: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return data, data.get("pilot", [])
 
 
+def bare(name: str) -> str:
+    """A problem's name as the calibration's stores hold it: programs/generated/x -> generated/x."""
+    return name.removeprefix("programs/")
+
+
+def by_ease(names: list[str]) -> list[str]:
+    """`names` ordered by how easily the calibration's two cells cracked each (calibration_select.ease: the hardest
+    first), from the piece stores here."""
+    by_task = cells_by_task([cell for store in finished_stores() for cell in read_pilot(store)])
+    missing = [name for name in names if bare(name) not in by_task]
+    if missing:
+        raise SystemExit(f"{', '.join(missing[:3])}: no calibration cells here (unpack the piece stores: "
+                         "bash scripts/study/generated_calibration.sh start, or its save's packed stores)")
+    return sorted(names, key=lambda name: (ease(by_task[bare(name)]), name))
+
+
 def set_problems(parts: list[dict[str, Any]]) -> list[str]:
-    """A problem set: from each `{ file, take }` its first `take` problems (all without `take`), each once, in order."""
+    """A problem set: from each `{ file, take }` its first `take` problems (all without `take`), or with
+    `spaced = true` `take` problems evenly spaced in the calibration's ease order (so they span the band), each
+    problem once, in order."""
     problems: list[str] = []
     for part in parts:
         names = read_list(Path(part["file"]))
         take = part.get("take", len(names))
         if take > len(names):
             raise SystemExit(f"{part['file']}: {len(names)} problems, {take} asked for")
-        problems += names[:take]
-    return list(dict.fromkeys(problems))
+        if part.get("spaced"):
+            ordered = by_ease(names)
+            problems += [ordered[int((i + 0.5) * len(ordered) / take)] for i in range(take)]
+        else:
+            problems += names[:take]
+    unique: dict[str, str] = {}  # a problem named in two files (with or without programs/) is taken once
+    for name in problems:
+        unique.setdefault(bare(name), name)
+    return list(unique.values())
 
 
 def pilot_config(common: dict[str, Any], sets: dict[str, list[dict[str, Any]]], pilot: dict[str, Any],
@@ -78,7 +104,7 @@ def pilot_config(common: dict[str, Any], sets: dict[str, list[dict[str, Any]]], 
     if parts is None:
         raise SystemExit(f"pilot {pilot['name']}: no set {pilot['set']!r} in the grid's [sets]")
     problems = set_problems(parts)
-    leaked = sorted(set(problems) & test)
+    leaked = sorted(name for name in problems if bare(name) in {bare(t) for t in test})
     if leaked:
         raise SystemExit(f"pilot {pilot['name']}: trains on test problems {', '.join(leaked[:5])}")
     own = {key: value for key, value in pilot.items() if key not in ("name", "set")}
@@ -94,14 +120,17 @@ def toml_value(value: Any) -> str:
         return json.dumps(value)
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{key} = {toml_value(v)}" for key, v in value.items()) + " }"
     raise TypeError(f"no TOML for {value!r}")
 
 
 def config_toml(config: TrainConfig, name: str) -> str:
-    """The pilot's file for `evolve train --config`: every key it sets, the rest TrainConfig's defaults."""
-    chosen = config.model_dump(exclude_defaults=True)
+    """The pilot's file for `evolve train --config`: every key the grid set (a default it restates included, so the
+    file means the same if a default changes), the rest TrainConfig's defaults."""
+    chosen = config.model_dump(exclude_unset=True)
     lines = [f"# Issue 62's pilot {name}, written by scripts/study/training_pilots.py plan from grid.toml",
-             *(f"{key} = {toml_value(value)}" for key, value in chosen.items() if not isinstance(value, dict))]
+             *(f"{key} = {toml_value(value)}" for key, value in chosen.items())]
     return "\n".join(lines) + "\n"
 
 
@@ -119,7 +148,9 @@ def plan(grid: Path) -> None:
 def ceiling() -> None:
     """The ceiling problems, shuffled by Random(62) so that a set taking the first few takes a random few."""
     by_task = cells_by_task([cell for store in finished_stores() for cell in read_pilot(store)])
-    names = sorted(task for task, cells in by_task.items() if verdict_of(cells) == "ceiling")
+    listed = {bare(name) for path in (TEST_LIST, TRAIN_LIST) if path.exists() for name in read_list(path)}
+    names = sorted(f"programs/{task}" for task, cells in by_task.items()
+                   if verdict_of(cells) == "ceiling" and task not in listed)  # a list's top-up may take one
     if not names:
         raise SystemExit("no problem of the calibration's finished cells is at the ceiling yet")
     Random(CEILING_SHUFFLE).shuffle(names)

@@ -31,13 +31,17 @@ start)
     echo "started (pid $!), log: $LOG; stop it with: bash scripts/study/training_pilots.sh save"
     ;;
 run)  # what `start` runs in the background
-    for toml in $($PY order); do
+    tomls=$($PY order)  # a failure here stops the loop (set -e), rather than running no pilot
+    for toml in $tomls; do
         name=$(basename "$toml" .toml)
         [ -f "$toml" ] || { echo "$toml: not planned (scripts/study/training_pilots.py plan)"; exit 1; }
-        case $($PY state "$name") in
+        state=$($PY state "$name")
+        rc=0
+        case $state in
         finished) [ -f "$FOLDER/$name/train_log.jsonl" ] || keep "$name"; continue ;;
-        resume) echo "== $(date -u +%FT%TZ) $name (resumed)"; rc=0; .venv/bin/evolve train --resume "checkpoints/pilots/$name" || rc=$? ;;
-        new) echo "== $(date -u +%FT%TZ) $name"; rc=0; .venv/bin/evolve train --config "$toml" || rc=$? ;;
+        resume) echo "== $(date -u +%FT%TZ) $name (resumed)"; .venv/bin/evolve train --resume "checkpoints/pilots/$name" || rc=$? ;;
+        new) echo "== $(date -u +%FT%TZ) $name"; .venv/bin/evolve train --config "$toml" || rc=$? ;;
+        *) echo "$name: no state ($state)"; exit 1 ;;
         esac
         if [ "$rc" != 0 ]; then echo "== $name stopped (exit $rc); it resumes on the next start"; exit "$rc"; fi
         keep "$name"
