@@ -4,8 +4,10 @@
 #   bash scripts/study/generated_calibration.sh status   # per piece: answers, cells finished; whether it runs; forecast
 #   bash scripts/study/generated_calibration.sh save     # Ctrl-C the running piece (resumable), pack every store
 # then commit experiments/generated/calibration/piece_*.db.xz. `start` on any machine carries on where `save` left
-# off: the pieces run in order (difficulty 1 and 2ee alternating: `generated_calibration.py order`), a finished
-# piece is skipped (its cells are all finished in its store), and no piece starts once $EVOLVE_CALIBRATION_IN_BAND (default 150) problems are in band.
+# off: the pieces run in order (difficulty 1 and 2ee alternating, grown pieces last: `generated_calibration.py
+# order`), a finished piece is skipped (`next`: every problem's two cells ended), the pool grows as the README's rule
+# says (`grow`, after each piece), and no piece starts once $EVOLVE_CALIBRATION_IN_BAND (default 150) problems are
+# in band.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 FOLDER=experiments/generated/calibration
@@ -24,7 +26,8 @@ start)
     fi
     [ -x .venv/bin/evolve ] || bash scripts/install.sh
     .venv/bin/evolve import generated --count 133 --difficulty 1 --seed 0 --force >/dev/null
-    .venv/bin/evolve import generated --count 400 --difficulty 2ee --seed 0 --force >/dev/null
+    .venv/bin/evolve import generated --count "$(.venv/bin/python scripts/study/generated_calibration.py count)" \
+        --difficulty 2ee --seed 0 --force >/dev/null  # 400, and more once the pool has grown
     for toml in $(pieces); do  # a packed store replaces the local one only when it holds more answers
         db=${toml%.toml}.db
         [ -f "$db.xz" ] && .venv/bin/python scripts/study/store_pack.py unpack "$db.xz" "$db" >/dev/null
@@ -33,16 +36,19 @@ start)
     echo "started (pid $!), log: $LOG; stop it with: bash scripts/study/generated_calibration.sh save"
     ;;
 run)  # what `start` runs in the background: each piece to its end, packed, then the next, until 150 are in band
-    for toml in $(.venv/bin/python scripts/study/generated_calibration.py order); do  # levels alternating (README)
+    tried=" "  # pieces run by this loop: one whose cell failed is retried by the next start, not again now
+    while toml=$(.venv/bin/python scripts/study/generated_calibration.py next --target "$TARGET" --skip "$tried"); do
+        tried="$tried$toml "
         db=${toml%.toml}.db
-        if .venv/bin/python scripts/study/generated_calibration.py enough --target "$TARGET"; then break; fi
         echo "== $(date -u +%FT%TZ) $toml"
         rc=0
         .venv/bin/evolve experiment "$toml" --plain || rc=$?
         if [ "$rc" = 130 ]; then echo "interrupted: $toml resumes on the next start"; exit 130; fi
         .venv/bin/python scripts/study/store_pack.py pack "$db" "$db.xz"
-        # a cell that failed (rc 1) is retried by the next start; the pieces after it go on meanwhile
         [ "$rc" = 0 ] || echo "== $toml ended with cells not finished (exit $rc); see above; going on"
+        # the registered growth rule (README): after a finished 2ee piece from the third, more pieces if short
+        .venv/bin/python scripts/study/generated_calibration.py grow --after "$toml" --target "$TARGET" \
+            || echo "== the growth check after $toml failed (see above); going on"
     done
     .venv/bin/python scripts/study/generated_calibration.py select
     ;;
