@@ -86,29 +86,59 @@ def test_next_names_the_first_unfinished_piece_in_run_order_and_stops_at_the_tar
     assert capsys.readouterr().out.strip().endswith("piece_04.toml")
     with pytest.raises(SystemExit) as stop:
         calibration.next_piece(set(), target=2)  # two in band: the registered stop
-    assert stop.value.code == 1
+    assert stop.value.code == calibration.STOP == 3  # not 1, which a crash would give
+    everything = {str(calibration.piece_path(n)) for n in (2, 4, 5)}
+    with pytest.raises(SystemExit) as stop:
+        calibration.next_piece(everything, target=10)  # nothing left to start in this loop
+    assert stop.value.code == 3
+
+
+def staged_growth(calibration: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[int]:
+    """PIECES as the plan (piece 1 difficulty 1, 2-5 level 2ee), checks recorded in tmp_path; each growth asked for
+    is appended to the list returned instead of written (generated_pool.grow is tested in test_generated_pool.py)."""
+    grown: list[int] = []
+    monkeypatch.setattr(calibration, "FOLDER", tmp_path)
+    monkeypatch.setattr(calibration, "all_pieces", lambda: PIECES)
+    monkeypatch.setattr(calibration, "ordered_pieces", lambda: [1, 2, 3, 4, 5])
+    monkeypatch.setattr(calibration, "level_sizes", lambda: {"1": 2, "2ee": 5})
+    monkeypatch.setattr(calibration, "grow", grown.append)
+    return grown
 
 
 def test_the_pool_grows_only_after_a_third_finished_2ee_piece_and_by_the_shortfall_at_2ees_share(
-        calibration: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    grown: list[int] = []
-    monkeypatch.setattr(calibration, "all_pieces", lambda: PIECES)
-    monkeypatch.setattr(calibration, "level_sizes", lambda: {"1": 2, "2ee": 5})
-    monkeypatch.setattr(calibration, "grow", grown.append)
+        calibration: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    grown = staged_growth(calibration, monkeypatch, tmp_path)
     two_done = judged_as(PIECES, [True, False, True, False, True, None, None])
     monkeypatch.setattr(calibration, "judged", lambda: two_done)
-    calibration.grow_step(calibration.piece_path(3), target=10)
-    assert grown == [] and "2 finished so far" in capsys.readouterr().out
+    calibration.grow_step(tmp_path / "piece_03.toml", target=10)
+    assert grown == [] and "2 finished" in capsys.readouterr().out
     three_done = judged_as(PIECES, [True, False, True, False, True, False, None])
     monkeypatch.setattr(calibration, "judged", lambda: three_done)
-    calibration.grow_step(calibration.piece_path(1), target=10)  # a difficulty-1 piece: no check
+    calibration.grow_step(tmp_path / "piece_01.toml", target=10)  # a difficulty-1 piece: no check
     assert grown == []
-    calibration.grow_step(calibration.piece_path(4), target=10)
+    calibration.grow_step(tmp_path / "piece_04.toml", target=10)
     # 3 in band, projected 3 + 0.5 x 1 (2ee: 2 of 4) = 3.5; the shortfall 6.5 at 0.5 x 24 a piece: 1 piece, plus one
     assert grown == [2] and "grown by 2 pieces" in capsys.readouterr().out
-    assert calibration.growth_pieces(120.0, 0.3, 150) == 6  # 30 short at 7.2 a piece: 5, plus one
-    calibration.grow_step(calibration.piece_path(4), target=3)  # projected above the target: nothing
+    calibration.grow_step(tmp_path / "piece_04.toml", target=10)  # once a piece: its check is recorded
     assert grown == [2]
+    assert (tmp_path / "growth_checks.txt").read_text().startswith("piece_04.toml: the pool projected to 4 ")
+
+
+def test_a_missed_growth_check_is_made_up_and_the_arithmetic_is_exact(
+        calibration: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from fractions import Fraction
+
+    grown = staged_growth(calibration, monkeypatch, tmp_path)
+    monkeypatch.setattr(calibration, "judged", lambda: judged_as(PIECES, [True, False, True, False, True, False,
+                                                                          False]))
+    calibration.grow_step(None, target=3)  # pieces 4 and 5 finished unchecked (a stop between end and check)
+    assert grown == [] and [line.split(":")[0] for line in
+                            (tmp_path / "growth_checks.txt").read_text().splitlines()] == ["piece_04.toml",
+                                                                                          "piece_05.toml"]
+    assert calibration.growth_pieces(Fraction(120), Fraction(3, 10), 150) == 6  # 30 short at 7.2 a piece: 5, +1
+    # a shortfall that is an exact multiple of a piece's yield: no extra piece from float noise
+    assert calibration.growth_pieces(Fraction(138), Fraction(1, 2), 150) == 2  # 12 short at 12 a piece: 1, +1
 
 
 def test_the_projection_adds_each_levels_in_band_share_times_its_problems_left(calibration: ModuleType) -> None:
@@ -203,16 +233,17 @@ def test_the_training_spread_reads_the_answers_to_the_seeds_own_prompt_and_a_gro
 
 
 
-def test_the_forecast_walks_the_run_order_at_each_levels_answers_and_in_band_share(calibration: ModuleType) -> None:
+def test_the_forecast_walks_the_run_order_at_each_levels_answers_and_in_band_share() -> None:
+    forecast = load_script("generated_forecast")
     d1 = [f"generated/gl_d1_{i:04d}" for i in range(1, 7)]
     d2 = [f"generated/gl_d2ee_{i:04d}" for i in range(1, 7)]
     verdicts = {d1[0]: True, d1[1]: False, d2[0]: True, d2[1]: True}
     spent = {d1[0]: 100, d1[1]: 300, d2[0]: 500, d2[1]: 300, d2[2]: 150}  # d2[2] under way
     order = [d1[:3], d2[:3], d1[3:], d2[3:]]
-    result = calibration.forecast(verdicts, spent, order, 50.0, target=5)
+    result = forecast.forecast(verdicts, spent, order, 50.0, target=5)
     assert result.per_level == {"1": (200.0, 0.5, 2), "2ee": (400.0, 1.0, 2)}
     # 3 in band; d1[2] +0.5 (200 answers), d2[2] +1 (400 - 150 = 250), d1[3] +0.5 (200): 5 reached
     assert result.in_band_now == 3 and result.answers_to_target == pytest.approx(650.0)
-    assert calibration.forecast(verdicts, spent, order, 50.0, target=20).answers_to_target is None  # pool too small
-    unjudged = calibration.forecast({d1[0]: True}, spent, order, 50.0, target=4)  # reaches an unjudged 2ee
+    assert forecast.forecast(verdicts, spent, order, 50.0, target=20).answers_to_target is None  # pool too small
+    unjudged = forecast.forecast({d1[0]: True}, spent, order, 50.0, target=4)  # reaches an unjudged 2ee
     assert unjudged.answers_to_target is None and "2ee" not in unjudged.per_level

@@ -5,11 +5,11 @@
   piece is committed once, packed, when it ends. The same command writes the same files (generated_pool.py: the
   pool, the pieces, their order, the growth).
 - `order` prints the pieces' files in the order they run; `next` the first not finished (every problem's two cells
-  ended), skipping those named by `--skip`, or exits 1 when none is left or `--target` problems are in band (the
-  registered stop: no piece starts after that); `grow --after PIECE` applies the registered growth rule once that
-  piece has ended (after each finished 2ee piece from the third: if the projection is under the target, the pool
-  grows by as many 2ee pieces as the shortfall needs at 2ee's share so far, plus one); `count` the 2ee problems
-  the pool needs imported (400, and 24 more per grown piece).
+  ended), skipping those named by `--skip`, or exits 3 when none is left or `--target` problems are in band (the
+  registered stop: no piece starts after that); `grow [--after PIECE]` applies the registered growth rule (after
+  each finished 2ee piece from the third, once: if the projection is under the target, the pool grows by as many
+  2ee pieces as the shortfall needs at 2ee's share so far, plus one; growth_checks.txt records every check);
+  `count` the 2ee problems the pool needs imported (400, and 24 more per grown piece).
 - `select` applies calibration_select.py's rule to every finished piece's store with the thresholds registered in
   experiments/generated/calibration/README.md (`--study TEMPLATE OUT`: also a study file with the lists); `table`
   prints the crack rates by level of the problems whose two cells have finished, as docs/generated_problems.md
@@ -29,11 +29,11 @@ import sqlite3
 import subprocess
 import sys
 from collections import Counter
-from dataclasses import dataclass
+from fractions import Fraction
 from math import comb
 from pathlib import Path
 
-from calibration_select import Band, PilotCell, cells_by_task, in_band, query, read_pilot
+from calibration_select import Band, PilotCell, cells_by_task, in_band, read_pilot
 from generated_pool import (
     FOLDER,
     GROWN_LEVEL,
@@ -46,7 +46,6 @@ from generated_pool import (
     ordered_pieces,
     plan,
 )
-from store_pack import ANSWER_KINDS
 
 from evolve.records import code_key
 
@@ -56,6 +55,7 @@ NEAR_MISS = "0.8"  # the HumanEval study's: 10 of 12 tests passed in both cells
 TEST_SIZE, TRAIN_SIZE = 100, 50
 GROUP = 8  # the paper's group size: the spread figure is for groups of this many answers
 RULE = Band(float(BAND[0]), float(BAND[1]), float(LATE_CRACK), float(NEAR_MISS))
+CHECKS = "growth_checks.txt"  # one line per growth check made: the piece after which, what it found
 
 def finished_stores() -> list[Path]:
     """The stores of the pieces, in order, that exist unpacked here."""
@@ -103,15 +103,17 @@ def crack_table(cells: list[PilotCell]) -> str:
     return "\n".join(rows)
 
 
-def projection(verdicts: dict[str, bool], pool_sizes: dict[str, int]) -> tuple[float, str]:
+def projection(verdicts: dict[str, bool], pool_sizes: dict[str, int]) -> tuple[Fraction, str]:
     """The README's projection of the pool's problems in band: those in band so far plus, per level, its in-band
-    share so far times its problems without a verdict (a level with none yet adds nothing); and a line per level."""
-    total, lines = 0.0, []
+    share so far times its problems without a verdict (a level with none yet adds nothing); and a line per level.
+    Exact (a Fraction), so that the growth rule's arithmetic has no float noise."""
+    total, lines = Fraction(0), []
     for level, size in pool_sizes.items():
         done = [verdict for problem, verdict in verdicts.items() if level_of(problem) == level]
-        share = sum(done) / len(done) if done else 0.0
+        share = Fraction(sum(done), len(done)) if done else Fraction(0)
         total += sum(done) + share * (size - len(done))
-        lines.append(f"level {level}: {sum(done)} of {len(done)} in band ({share:.0%}), {size - len(done)} to run")
+        lines.append(f"level {level}: {sum(done)} of {len(done)} in band ({float(share):.0%}), "
+                     f"{size - len(done)} to run")
     return total, "; ".join(lines)
 
 
@@ -128,7 +130,7 @@ def enough(target: int = TEST_SIZE + TRAIN_SIZE) -> None:
     count = sum(verdicts.values())
     projected, lines = projection(verdicts, level_sizes())
     print(f"{count} problems in band so far; the pilot stops at {target}; the whole pool projects to "
-          f"{projected:.0f} ({lines})")
+          f"{float(projected):.0f} ({lines})")
     raise SystemExit(0 if count >= target else 1)
 
 
@@ -148,119 +150,67 @@ def finished_pieces(verdicts: dict[str, bool]) -> set[int]:
             if all(problem.removeprefix("programs/") in verdicts for problem in problems)}
 
 
+STOP = 3  # `next`'s exit status when no piece is left to start (any other failure is an error)
+
+
 def next_piece(skip: set[str], target: int = TEST_SIZE + TRAIN_SIZE) -> None:
-    """Print the first piece in run order that has not finished and is not in `skip`; exit 1 when none is left or
+    """Print the first piece in run order that has not finished and is not in `skip`; exit STOP when none is left or
     `target` problems are in band (the registered stop: no piece starts after that)."""
     verdicts = judged()
     if sum(verdicts.values()) >= target:
-        raise SystemExit(1)
+        raise SystemExit(STOP)
     done = finished_pieces(verdicts)
     for number in ordered_pieces():
         if number not in done and str(piece_path(number)) not in skip:
             print(piece_path(number))
             return
-    raise SystemExit(1)
+    raise SystemExit(STOP)
 
 
-def growth_pieces(projected: float, share: float, target: int) -> int:
+def growth_pieces(projected: Fraction, share: Fraction, target: int) -> int:
     """The registered growth: as many pieces as the shortfall needs at 2ee's in-band share so far, plus one."""
-    return -(-(target - projected) // (share * PIECE_SIZE[GROWN_LEVEL])) + 1
+    return int(-(-(target - projected) // (share * PIECE_SIZE[GROWN_LEVEL]))) + 1
 
 
-def grow_step(after: Path, target: int = TEST_SIZE + TRAIN_SIZE) -> None:
-    """The growth rule once piece `after` has ended: only after a finished 2ee piece, from the third finished one."""
-    number = int(after.stem.removeprefix("piece_"))
-    pieces = all_pieces()
-    verdicts = judged()
-    finished_2ee = sorted(n for n in finished_pieces(verdicts) if level_of(pieces[n - 1][0]) == GROWN_LEVEL)
-    if number not in finished_2ee or len(finished_2ee) < 3:
-        print(f"{after.name}: no growth check (the rule checks after each finished 2ee piece from the third; "
-              f"{len(finished_2ee)} finished so far)")
-        return
+def growth_check(number: int, verdicts: dict[str, bool], target: int) -> str:
+    """The rule's check once piece `number` (a finished 2ee piece, the third or later) has ended: grows the pool when
+    the projection is short; what it found, as a line."""
     projected, lines = projection(verdicts, level_sizes())
     if projected >= target:
-        print(f"after {after.name}: the pool projects to {projected:.0f} in band ({lines}): no growth")
-        return
+        return f"the pool projects to {float(projected):.0f} in band ({lines}): no growth"
     judged_2ee = [v for problem, v in verdicts.items() if level_of(problem) == GROWN_LEVEL]
-    share = sum(judged_2ee) / len(judged_2ee)
+    share = Fraction(sum(judged_2ee), len(judged_2ee))
     if share == 0:
-        print(f"after {after.name}: the pool projects to {projected:.0f}, and no 2ee problem is in band: growing "
-              "2ee cannot reach the target; a session must decide (README)")
-        return
-    added = int(growth_pieces(projected, share, target))
+        return (f"the pool projects to {float(projected):.0f} and no 2ee problem is in band: growing 2ee cannot "
+                "reach the target; a session must decide (README)")
+    added = growth_pieces(projected, share, target)
     grow(added)
-    print(f"after {after.name}: the pool projected to {projected:.0f} in band ({lines}); grown by {added} pieces "
-          f"of {PIECE_SIZE[GROWN_LEVEL]} 2ee problems (experiments/generated/calibration/growth.txt)")
+    return (f"the pool projected to {float(projected):.0f} in band ({lines}); grown by {added} pieces of "
+            f"{PIECE_SIZE[GROWN_LEVEL]} 2ee problems (growth.txt)")
 
 
-def answers_by_problem(store: Path) -> dict[str, int]:
-    """Policy answers each problem's cells have taken so far in `store`."""
-    rows = query(store, "SELECT c.problem, COUNT(*) FROM experiment_cells c JOIN attempts a ON a.run_id = c.run_id "
-                        f"WHERE a.{ANSWER_KINDS} GROUP BY c.problem")
-    return {problem.removeprefix("programs/"): int(count) for problem, count in rows}
-
-
-@dataclass(frozen=True)
-class Forecast:
-    """What the pieces run so far say of the rest: per level, answers per problem and in-band share (problems with a
-    verdict), the pace, and the answers (hours) until `target` are in band along the run order."""
-
-    per_level: dict[str, tuple[float, float, int]]  # level -> (answers per problem, in-band share, problems judged)
-    answers_a_minute: float
-    answers_to_target: float | None  # None: the pool as run so far would not reach the target
-    in_band_now: int
-
-
-def forecast(verdicts: dict[str, bool], spent: dict[str, int], order: list[list[str]], answers_a_minute: float,
-             target: int) -> Forecast:
-    """Walk the problems without a verdict in run order (`order`: each piece's problems), each expected to take its
-    level's mean answers per judged problem (less what it has taken) and to be in band at its level's share."""
-    per_level: dict[str, tuple[float, float, int]] = {}
-    for level in dict.fromkeys(level_of(problem) for piece in order for problem in piece):
-        judged = [problem for problem in verdicts if level_of(problem) == level]
-        if judged:
-            per_level[level] = (sum(spent.get(p, 0) for p in judged) / len(judged),
-                                sum(verdicts[p] for p in judged) / len(judged), len(judged))
-    expected, answers = float(sum(verdicts.values())), 0.0
-    for problem in (problem for piece in order for problem in piece if problem not in verdicts):
-        if expected >= target:
-            break
-        if level_of(problem) not in per_level:
-            return Forecast(per_level, answers_a_minute, None, sum(verdicts.values()))
-        mean, share, _ = per_level[level_of(problem)]
-        answers += max(0.0, mean - spent.get(problem, 0))
-        expected += share
-    reached = answers if expected >= target else None
-    return Forecast(per_level, answers_a_minute, reached, sum(verdicts.values()))
-
-
-def forecast_step(target: int = TEST_SIZE + TRAIN_SIZE) -> None:
-    """Print the forecast: how many more hours of running until `target` problems are in band."""
-    from pilot_status import active_hours
-
-    stores = finished_stores()
+def grow_step(after: Path | None, target: int = TEST_SIZE + TRAIN_SIZE) -> None:
+    """The growth rule: checked after each finished 2ee piece from the third, once per piece (growth_checks.txt
+    records each check). With `after`, that piece only; without, every such piece not checked yet (a check missed by
+    a stop between a piece's end and its check), each against the state now."""
+    pieces = all_pieces()
     verdicts = judged()
-    spent: dict[str, int] = {}
-    minutes, answers = 0.0, 0
-    for store in stores:
-        spent |= answers_by_problem(store)
-        times = [row[0] for row in query(store, "SELECT (julianday(created_at) - julianday('2000-01-01')) * 1440 "
-                                                f"FROM attempts WHERE {ANSWER_KINDS} ORDER BY created_at")]
-        minutes += active_hours(times) * 60
-        answers += len(times)
-    pace = answers / minutes if minutes else 0.0
-    cut = all_pieces()
-    order = [[name.removeprefix("programs/") for name in cut[number - 1]] for number in ordered_pieces()]
-    result = forecast(verdicts, spent, order, pace, target)
-    for level, (mean, share, problems) in result.per_level.items():
-        print(f"level {level}: {problems} problems judged, {mean:.0f} answers a problem, {share:.0%} in band")
-    print(f"{answers} answers in {minutes / 60:.1f} hours of running: {pace:.0f} answers a minute")
-    if result.answers_to_target is None or not pace:
-        print(f"{result.in_band_now} in band; no forecast to {target} yet (a level not judged yet, or the pool as "
-              "run so far falls short)")
-    else:
-        print(f"{result.in_band_now} in band; about {result.answers_to_target:,.0f} more answers to {target}: "
-              f"{result.answers_to_target / pace / 60:.1f} hours of running at that pace")
+    finished_2ee = [n for n in ordered_pieces() if n in finished_pieces(verdicts)
+                    and level_of(pieces[n - 1][0]) == GROWN_LEVEL]
+    record = FOLDER / CHECKS
+    checked = {line.split(":", 1)[0] for line in record.read_text().splitlines()} if record.exists() else set()
+    due = [n for n in finished_2ee[2:] if piece_path(n).name not in checked]
+    if after is not None:
+        due = [n for n in due if piece_path(n).name == after.name]
+    if not due:
+        print(f"{after.name if after else 'now'}: no growth check due (the rule checks after each finished 2ee "
+              f"piece from the third, once; {len(finished_2ee)} finished, {len(checked)} checked)")
+        return
+    for number in due:
+        line = f"{piece_path(number).name}: {growth_check(number, judged(), target)}"
+        with record.open("a") as out:
+            out.write(line + "\n")
+        print(f"after {line}")
 
 
 def seed_prompt_rewards(store: Path) -> dict[str, list[float]]:
@@ -378,7 +328,8 @@ def main() -> None:
     parser.add_argument("--study", nargs=2, metavar=("TEMPLATE", "OUT"),
                         help="select: also write the study file OUT from TEMPLATE with the lists filled")
     parser.add_argument("--skip", default="", help="next: pieces' files (space-separated) not to name again")
-    parser.add_argument("--after", type=Path, help="grow: the piece that has just ended")
+    parser.add_argument("--after", type=Path, help="grow: the piece that has just ended (default: every finished 2ee "
+                        "piece not checked yet)")
     args = parser.parse_args()
     if args.step == "next":
         next_piece(set(args.skip.split()), args.target)
@@ -387,8 +338,6 @@ def main() -> None:
         print(dict(LEVELS)[GROWN_LEVEL] + PIECE_SIZE[GROWN_LEVEL] * sum(growths()))
         return
     if args.step == "grow":
-        if args.after is None:
-            parser.error("grow needs --after PIECE")
         grow_step(args.after, args.target)
         return
     if args.step == "select":
@@ -396,6 +345,8 @@ def main() -> None:
     if args.step == "enough":
         enough(args.target)
     if args.step == "forecast":
+        from generated_forecast import forecast_step  # it reads this module's verdicts: imported once both exist
+
         forecast_step(args.target)
         return
     {"plan": plan, "order": order, "table": table, "spread": spread}[args.step]()

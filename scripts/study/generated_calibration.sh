@@ -3,7 +3,8 @@
 #   bash scripts/study/generated_calibration.sh start    # unpack the committed stores, import the pool, run in the background
 #   bash scripts/study/generated_calibration.sh status   # per piece: answers, cells finished; whether it runs; forecast
 #   bash scripts/study/generated_calibration.sh save     # Ctrl-C the running piece (resumable), pack every store
-# then commit experiments/generated/calibration/piece_*.db.xz. `start` on any machine carries on where `save` left
+# then commit experiments/generated/calibration/ (the packed stores piece_*.db.xz, and after a growth growth.txt,
+# growth_checks.txt, pool.txt and the new pieces). `start` on any machine carries on where `save` left
 # off: the pieces run in order (difficulty 1 and 2ee alternating, grown pieces last: `generated_calibration.py
 # order`), a finished piece is skipped (`next`: every problem's two cells ended), the pool grows as the README's rule
 # says (`grow`, after each piece), and no piece starts once $EVOLVE_CALIBRATION_IN_BAND (default 150) problems are
@@ -25,6 +26,7 @@ start)
         echo "the calibration already runs (log: $LOG)"; exit 0
     fi
     [ -x .venv/bin/evolve ] || bash scripts/install.sh
+    .venv/bin/python scripts/study/generated_calibration.py plan >/dev/null  # the pieces, grown ones too (same bytes)
     .venv/bin/evolve import generated --count 133 --difficulty 1 --seed 0 --force >/dev/null
     .venv/bin/evolve import generated --count "$(.venv/bin/python scripts/study/generated_calibration.py count)" \
         --difficulty 2ee --seed 0 --force >/dev/null  # 400, and more once the pool has grown
@@ -36,21 +38,28 @@ start)
     echo "started (pid $!), log: $LOG; stop it with: bash scripts/study/generated_calibration.sh save"
     ;;
 run)  # what `start` runs in the background: each piece to its end, packed, then the next, until 150 are in band
+    PY=".venv/bin/python scripts/study/generated_calibration.py"
+    # a growth check missed by a stop between a piece's end and its check (README's rule), then its problems
+    $PY grow --target "$TARGET" || echo "== the growth check failed; going on"
+    .venv/bin/evolve import generated --count "$($PY count)" --difficulty 2ee --seed 0 --force >/dev/null
     tried=" "  # pieces run by this loop: one whose cell failed is retried by the next start, not again now
-    while toml=$(.venv/bin/python scripts/study/generated_calibration.py next --target "$TARGET" --skip "$tried"); do
+    while true; do
+        rc=0; toml=$($PY next --target "$TARGET" --skip "$tried") || rc=$?
+        if [ "$rc" = 3 ]; then break; fi  # none left to start, or enough in band
+        if [ "$rc" != 0 ]; then echo "== choosing the next piece failed (exit $rc); see above"; exit "$rc"; fi
         tried="$tried$toml "
         db=${toml%.toml}.db
         echo "== $(date -u +%FT%TZ) $toml"
-        rc=0
         .venv/bin/evolve experiment "$toml" --plain || rc=$?
         if [ "$rc" = 130 ]; then echo "interrupted: $toml resumes on the next start"; exit 130; fi
-        .venv/bin/python scripts/study/store_pack.py pack "$db" "$db.xz"
+        [ -f "$db" ] && .venv/bin/python scripts/study/store_pack.py pack "$db" "$db.xz"
         [ "$rc" = 0 ] || echo "== $toml ended with cells not finished (exit $rc); see above; going on"
-        # the registered growth rule (README): after a finished 2ee piece from the third, more pieces if short
-        .venv/bin/python scripts/study/generated_calibration.py grow --after "$toml" --target "$TARGET" \
-            || echo "== the growth check after $toml failed (see above); going on"
+        # the registered growth rule (README): after a finished 2ee piece from the third, more pieces if short;
+        # a growth's problems are imported before its pieces run
+        $PY grow --after "$toml" --target "$TARGET" || echo "== the growth check after $toml failed; going on"
+        .venv/bin/evolve import generated --count "$($PY count)" --difficulty 2ee --seed 0 --force >/dev/null
     done
-    .venv/bin/python scripts/study/generated_calibration.py select
+    $PY select
     ;;
 status)
     echo "$(pgrep -f "$PATTERN" >/dev/null && echo running || echo 'not running')"
@@ -82,7 +91,7 @@ save|pack)
             echo "packed $db.xz ($(du -h "$db.xz" | cut -f1))"
         fi
     done
-    echo "commit them: git add $FOLDER/piece_*.db.xz && git commit"
+    echo "commit them (and any growth: growth.txt, growth_checks.txt, pool.txt, new pieces): git add $FOLDER && git commit"
     ;;
 *)
     echo "usage: bash scripts/study/generated_calibration.sh start|status|save|pack" >&2

@@ -168,12 +168,13 @@ def piece_text(header: str, number: int, problems: list[str], **labels: int) -> 
                           seeds=", ".join(map(str, SEEDS))))
 
 
-def plan(folder: Path = FOLDER) -> None:
+def plan(folder: Path = FOLDER, sizes: list[int] | None = None) -> None:
     """Write the pool (pool.txt: the registered pool, then each growth's problems) and every piece's experiment file
-    into `folder`: the same bytes every time, a growth adding files and lines without changing any before it."""
+    into `folder`: the same bytes every time, a growth adding files and lines without changing any before it.
+    `sizes`: the growths to write (default: growth.txt's)."""
     levels = pool()
     registered = pieces(levels)
-    grown = grown_pieces(growths(folder))
+    grown = grown_pieces(growths(folder) if sizes is None else sizes)
     folder.mkdir(parents=True, exist_ok=True)
     extra = [name for growth in grown for piece in growth for name in piece]
     (folder / "pool.txt").write_text("".join(f"{name}\n" for names in levels for name in names)
@@ -192,9 +193,10 @@ def plan(folder: Path = FOLDER) -> None:
 
 
 def grow(pieces_asked: int, folder: Path = FOLDER) -> None:
-    """Record one growth of `pieces_asked` pieces (a line of growth.txt) and write its pieces."""
+    """One growth of `pieces_asked` pieces: its pieces' files first, then its line in growth.txt (a stop between the
+    two leaves files no piece list names, which the next growth or plan writes again, the same bytes)."""
     if pieces_asked < 1:
         raise ValueError("a growth adds at least one piece")
+    plan(folder, growths(folder) + [pieces_asked])
     with (folder / GROWTH).open("a") as record:
         record.write(f"{pieces_asked}\n")
-    plan(folder)

@@ -1,0 +1,83 @@
+"""Issue 60's calibration forecast: how many more hours of running until the registered target is in band, from what
+the pieces run so far say (each level's answers per judged problem and in-band share, and the pace), walked along
+the pieces' run order. `generated_calibration.py forecast` prints it; `generated_calibration.sh status` too."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from calibration_select import query
+from generated_calibration import TEST_SIZE, TRAIN_SIZE, finished_stores, judged, level_of
+from generated_pool import all_pieces, ordered_pieces
+from store_pack import ANSWER_KINDS
+
+
+def answers_by_problem(store: Path) -> dict[str, int]:
+    """Policy answers each problem's cells have taken so far in `store`."""
+    rows = query(store, "SELECT c.problem, COUNT(*) FROM experiment_cells c JOIN attempts a ON a.run_id = c.run_id "
+                        f"WHERE a.{ANSWER_KINDS} GROUP BY c.problem")
+    return {problem.removeprefix("programs/"): int(count) for problem, count in rows}
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """What the pieces run so far say of the rest: per level, answers per problem and in-band share (problems with a
+    verdict), the pace, and the answers (hours) until `target` are in band along the run order."""
+
+    per_level: dict[str, tuple[float, float, int]]  # level -> (answers per problem, in-band share, problems judged)
+    answers_a_minute: float
+    answers_to_target: float | None  # None: the pool as run so far would not reach the target
+    in_band_now: int
+
+
+def forecast(verdicts: dict[str, bool], spent: dict[str, int], order: list[list[str]], answers_a_minute: float,
+             target: int) -> Forecast:
+    """Walk the problems without a verdict in run order (`order`: each piece's problems), each expected to take its
+    level's mean answers per judged problem (less what it has taken) and to be in band at its level's share."""
+    per_level: dict[str, tuple[float, float, int]] = {}
+    for level in dict.fromkeys(level_of(problem) for piece in order for problem in piece):
+        judged = [problem for problem in verdicts if level_of(problem) == level]
+        if judged:
+            per_level[level] = (sum(spent.get(p, 0) for p in judged) / len(judged),
+                                sum(verdicts[p] for p in judged) / len(judged), len(judged))
+    expected, answers = float(sum(verdicts.values())), 0.0
+    for problem in (problem for piece in order for problem in piece if problem not in verdicts):
+        if expected >= target:
+            break
+        if level_of(problem) not in per_level:
+            return Forecast(per_level, answers_a_minute, None, sum(verdicts.values()))
+        mean, share, _ = per_level[level_of(problem)]
+        answers += max(0.0, mean - spent.get(problem, 0))
+        expected += share
+    reached = answers if expected >= target else None
+    return Forecast(per_level, answers_a_minute, reached, sum(verdicts.values()))
+
+
+def forecast_step(target: int = TEST_SIZE + TRAIN_SIZE) -> None:
+    """Print the forecast: how many more hours of running until `target` problems are in band."""
+    from pilot_status import active_hours
+
+    stores = finished_stores()
+    verdicts = judged()
+    spent: dict[str, int] = {}
+    minutes, answers = 0.0, 0
+    for store in stores:
+        spent |= answers_by_problem(store)
+        times = [row[0] for row in query(store, "SELECT (julianday(created_at) - julianday('2000-01-01')) * 1440 "
+                                                f"FROM attempts WHERE {ANSWER_KINDS} ORDER BY created_at")]
+        minutes += active_hours(times) * 60
+        answers += len(times)
+    pace = answers / minutes if minutes else 0.0
+    cut = all_pieces()
+    order = [[name.removeprefix("programs/") for name in cut[number - 1]] for number in ordered_pieces()]
+    result = forecast(verdicts, spent, order, pace, target)
+    for level, (mean, share, problems) in result.per_level.items():
+        print(f"level {level}: {problems} problems judged, {mean:.0f} answers a problem, {share:.0%} in band")
+    print(f"{answers} answers in {minutes / 60:.1f} hours of running: {pace:.0f} answers a minute")
+    if result.answers_to_target is None or not pace:
+        print(f"{result.in_band_now} in band; no forecast to {target} yet (a level not judged yet, or the pool as "
+              "run so far falls short)")
+    else:
+        print(f"{result.in_band_now} in band; about {result.answers_to_target:,.0f} more answers to {target}: "
+              f"{result.answers_to_target / pace / 60:.1f} hours of running at that pace")
