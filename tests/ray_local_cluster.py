@@ -69,13 +69,25 @@ class RayNode:
         return {process.pid for process in self.processes()}
 
 
-def _node_ports() -> dict[str, int]:
+def _distinct_port(taken: set[int]) -> int:
+    """A free port other than those in `taken` (which it joins): free_port draws each at random and only checks
+    that nothing holds it now, so two draws for servers not started yet can meet (seen: Ray refused a node whose
+    node manager and metrics export had drawn the same port)."""
+    port = free_port()
+    while port in taken:
+        port = free_port()
+    taken.add(port)
+    return port
+
+
+def _node_ports(taken: set[int] | None = None) -> dict[str, int]:
     """Ports for a node's own servers, chosen here (free_port: never one an outgoing connection can take) instead
-    of by Ray, whose picks come from the ephemeral range; keys as RayParams names them (CLI_FLAG: where
-    `ray start` names one otherwise)."""
+    of by Ray, whose picks come from the ephemeral range, each distinct from the others and from `taken`; keys as
+    RayParams names them (CLI_FLAG: where `ray start` names one otherwise)."""
     names = ("node_manager_port", "object_manager_port", "metrics_export_port", "dashboard_agent_listen_port",
              "metrics_agent_port", "runtime_env_agent_port")
-    return {name: free_port() for name in names}
+    chosen = set() if taken is None else taken
+    return {name: _distinct_port(chosen) for name in names}
 
 
 def _is_loopback(ip: str) -> bool:
@@ -99,12 +111,15 @@ class LocalRayCluster:
         self.nodes: list[RayNode] = []
 
     def __enter__(self) -> LocalRayCluster:
+        taken = {self.port}
+        client_port = _distinct_port(taken)
         self.head = self._start("head", [
             RAY, "start", "--block", "--disable-usage-stats", "--head", f"--port={self.port}",
-            f"--node-ip-address={LOCALHOST}", f"--ray-client-server-port={free_port()}",
+            f"--node-ip-address={LOCALHOST}", f"--ray-client-server-port={client_port}",
             f"--num-cpus={self.head_cpus}", f"--object-store-memory={OBJECT_STORE_BYTES}",
             "--include-dashboard=false", f"--temp-dir={self.folder / 'tmp'}",
-            *(f"--{CLI_FLAG.get(name, name.replace('_', '-'))}={port}" for name, port in _node_ports().items())])
+            *(f"--{CLI_FLAG.get(name, name.replace('_', '-'))}={port}"
+              for name, port in _node_ports(taken).items())])
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,

@@ -281,3 +281,15 @@ def test_ctrl_c_interrupts_every_ray_cell_and_the_same_command_finishes_them(tmp
     runs = store.list_runs()
     assert len(runs) == 2 and all(run.status == "finished" for run in runs)
     assert all(store.completed_iterations(run.id) == set(range(iterations + 1)) for run in runs)
+
+
+def test_a_local_clusters_node_ports_are_distinct_even_when_random_draws_repeat(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray_local_cluster
+
+    draws = iter([23915, 23915, 20943, 23915, 21186, 20943, 28169, 29901, 30001, 30002])
+    monkeypatch.setattr(ray_local_cluster, "free_port", lambda: next(draws))
+    taken = {21186}  # the head's own port, drawn before
+    ports = ray_local_cluster._node_ports(taken)
+    assert len(set(ports.values())) == 6 and 21186 not in ports.values()
+    assert ports["node_manager_port"] == 23915 and ports["metrics_export_port"] == 28169
