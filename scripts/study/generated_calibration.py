@@ -195,8 +195,8 @@ def grow_step(after: Path | None, target: int = TEST_SIZE + TRAIN_SIZE) -> None:
     a stop between a piece's end and its check), each against the state now."""
     pieces = all_pieces()
     verdicts = judged()
-    finished_2ee = [n for n in ordered_pieces() if n in finished_pieces(verdicts)
-                    and level_of(pieces[n - 1][0]) == GROWN_LEVEL]
+    finished = finished_pieces(verdicts)  # once: it builds the pool
+    finished_2ee = [n for n in ordered_pieces() if n in finished and level_of(pieces[n - 1][0]) == GROWN_LEVEL]
     record = FOLDER / CHECKS
     checked = {line.split(":", 1)[0] for line in record.read_text().splitlines()} if record.exists() else set()
     due = [n for n in finished_2ee[2:] if piece_path(n).name not in checked]
