@@ -244,6 +244,10 @@ def test_the_forecast_walks_the_run_order_at_each_levels_answers_and_in_band_sha
     assert result.per_level == {"1": (200.0, 0.5, 2), "2ee": (400.0, 1.0, 2)}
     # 3 in band; d1[2] +0.5 (200 answers), d2[2] +1 (400 - 150 = 250), d1[3] +0.5 (200): 5 reached
     assert result.in_band_now == 3 and result.answers_to_target == pytest.approx(650.0)
-    assert forecast.forecast(verdicts, spent, order, 50.0, target=20).answers_to_target is None  # pool too small
+    # the pool too small: 3 + d1[2..5] 2 + d2[2..5] 4 = 9 in band; 11 more 2ee problems at 400 answers each
+    short = forecast.forecast(verdicts, spent, order, 50.0, target=20)
+    assert short.grown_problems == 11
+    assert short.answers_to_target == pytest.approx(4 * 200 + 250 + 3 * 400 + 11 * 400)
+    assert forecast.forecast(verdicts, spent, order, 50.0, target=9).grown_problems == 0
     unjudged = forecast.forecast({d1[0]: True}, spent, order, 50.0, target=4)  # reaches an unjudged 2ee
     assert unjudged.answers_to_target is None and "2ee" not in unjudged.per_level

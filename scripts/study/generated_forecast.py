@@ -4,6 +4,7 @@ the pieces' run order. `generated_calibration.py forecast` prints it; `generated
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,7 @@ class Forecast:
     answers_a_minute: float
     answers_to_target: float | None  # None: the pool as run so far would not reach the target
     in_band_now: int
+    grown_problems: int = 0  # problems of the last level the pool would have to grow by (the registered rule's level)
 
 
 def forecast(verdicts: dict[str, bool], spent: dict[str, int], order: list[list[str]], answers_a_minute: float,
@@ -50,8 +52,15 @@ def forecast(verdicts: dict[str, bool], spent: dict[str, int], order: list[list[
         mean, share, _ = per_level[level_of(problem)]
         answers += max(0.0, mean - spent.get(problem, 0))
         expected += share
+    grown = 0
+    if expected < target and order:  # the growth rule adds problems of the pool's last level (2ee), at its rates
+        mean, share, _ = per_level.get(level_of(order[-1][-1]), (0.0, 0.0, 0))
+        if share > 0:
+            grown = math.ceil((target - expected) / share - 1e-9)
+            answers += grown * mean
+            expected = target
     reached = answers if expected >= target else None
-    return Forecast(per_level, answers_a_minute, reached, sum(verdicts.values()))
+    return Forecast(per_level, answers_a_minute, reached, sum(verdicts.values()), grown)
 
 
 def forecast_step(target: int = TEST_SIZE + TRAIN_SIZE) -> None:
@@ -76,8 +85,10 @@ def forecast_step(target: int = TEST_SIZE + TRAIN_SIZE) -> None:
         print(f"level {level}: {problems} problems judged, {mean:.0f} answers a problem, {share:.0%} in band")
     print(f"{answers} answers in {minutes / 60:.1f} hours of running: {pace:.0f} answers a minute")
     if result.answers_to_target is None or not pace:
-        print(f"{result.in_band_now} in band; no forecast to {target} yet (a level not judged yet, or the pool as "
-              "run so far falls short)")
+        print(f"{result.in_band_now} in band; no forecast to {target} yet (a level not judged yet, or none of the "
+              "last level in band)")
     else:
         print(f"{result.in_band_now} in band; about {result.answers_to_target:,.0f} more answers to {target}: "
-              f"{result.answers_to_target / pace / 60:.1f} hours of running at that pace")
+              f"{result.answers_to_target / pace / 60:.1f} hours of running at that pace"
+              + (f", the pool grown by about {result.grown_problems} problems of its last level (the registered "
+                 "growth rule)" if result.grown_problems else ""))
