@@ -251,3 +251,17 @@ def test_the_forecast_walks_the_run_order_at_each_levels_answers_and_in_band_sha
     assert forecast.forecast(verdicts, spent, order, 50.0, target=9).grown_problems == 0
     unjudged = forecast.forecast({d1[0]: True}, spent, order, 50.0, target=4)  # reaches an unjudged 2ee
     assert unjudged.answers_to_target is None and "2ee" not in unjudged.per_level
+
+
+def test_the_futility_check_counts_the_cells_a_stop_would_end_and_the_cracks_it_would_cut(tmp_path: Path) -> None:
+    futility = load_script("generated_futility")
+    store = pilot_store(tmp_path / "piece_01.db", {("gl_d1_0001", 100): 70, ("gl_d1_0001", 101): None,
+                                                    ("gl_d1_0002", 100): 5, ("gl_d1_0002", 101): 50})
+    cells = futility.cell_paths(store, at=50)
+    assert [(c.problem, c.seed, c.first_crack) for c in cells] == [
+        ("generated/gl_d1_0001", 100, 70), ("generated/gl_d1_0001", 101, None),
+        ("generated/gl_d1_0002", 100, 5), ("generated/gl_d1_0002", 101, 50)]
+    assert cells[0].best_by_stop == 0.5 and cells[3].best_by_stop == 1.0  # the crack at 70 is after the look
+    ended = futility.stopped(cells, at=50, below=0.6)
+    assert [(c.problem, c.seed) for c in ended] == [("generated/gl_d1_0001", 100), ("generated/gl_d1_0001", 101)]
+    assert futility.stopped(cells, at=50, below=0.5) == []  # a best of 0.5 is not below 0.5
