@@ -265,3 +265,13 @@ def test_the_futility_check_counts_the_cells_a_stop_would_end_and_the_cracks_it_
     ended = futility.stopped(cells, at=50, below=0.6)
     assert [(c.problem, c.seed) for c in ended] == [("generated/gl_d1_0001", 100), ("generated/gl_d1_0001", 101)]
     assert futility.stopped(cells, at=50, below=0.5) == []  # a best of 0.5 is not below 0.5
+
+
+def test_select_refuses_to_draw_the_lists_before_the_stop(calibration: ModuleType, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(calibration, "FOLDER", tmp_path)
+    (tmp_path / "piece_01.toml").write_text("")
+    pilot_store(tmp_path / "piece_01.db", {("gl_d1_0001", 100): 5, ("gl_d1_0001", 101): None})  # one in band
+    with pytest.raises(SystemExit, match="1 problems in band, fewer than the 150 the lists need"):
+        calibration.select()
+    assert not list(tmp_path.glob("*.txt")) and not list(tmp_path.glob("*.tsv"))  # no list written

@@ -184,16 +184,17 @@ def nearest_to_band(by_task: dict[str, list[PilotCell]], verdicts: dict[str, boo
 def split_lists(cells: list[PilotCell], band_rule: Band = HUMANEVAL_BAND, test_size: int = TEST_SIZE,
                 train_min: int = TRAIN_MIN, train_spans_band: bool = False) -> tuple[list[str], list[str], list[str]]:
     """(test, train, pending): in-band tasks by task number, every second one to the test list up to `test_size`,
-    the rest to the train list (with `train_spans_band`: the train list takes every in-band task beyond `test_size`
-    from below and above the band's median in turn, see spanning_train, and the test list the rest); too few in
-    band, the test list takes what the train list would have, then both are topped up (test to `test_size`, then
-    train to `train_min`) from the out-of-band tasks nearest the band, its two sides in turn."""
+    the rest to the train list (with `train_spans_band`, issue 60's registered rule: the train list takes
+    `train_min` in-band tasks from below and above the band's median in turn, see spanning_train, and the test list
+    the rest, `test_size` or more); too few in band, the test list takes what the train list would have, then both
+    are topped up (test to `test_size`, then train to `train_min`) from the out-of-band tasks nearest the band, its
+    two sides in turn."""
     by_task = cells_by_task(cells)
     verdicts = {task: in_band(task_cells, band_rule) for task, task_cells in by_task.items()}
     pending = sorted(task for task, verdict in verdicts.items() if verdict is None)
     band = sorted((task for task, verdict in verdicts.items() if verdict), key=task_number)
     if train_spans_band:
-        train = spanning_train(by_task, band, max(0, len(band) - test_size))
+        train = spanning_train(by_task, band, min(train_min, max(0, len(band) - test_size)))
         test = [task for task in band if task not in train]
     else:
         test = band[0::2][:test_size]

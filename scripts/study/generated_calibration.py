@@ -11,7 +11,8 @@
   2ee pieces as the shortfall needs at 2ee's share so far, plus one; growth_checks.txt records every check);
   `count` the 2ee problems the pool needs imported (400, and 24 more per grown piece).
 - `select` applies calibration_select.py's rule to every finished piece's store with the thresholds registered in
-  experiments/generated/calibration/README.md (`--study TEMPLATE OUT`: also a study file with the lists); `table`
+  experiments/generated/calibration/README.md and writes the lists there (`--study TEMPLATE OUT`: also a study
+  file with the lists); it refuses before 150 problems are in band (the stop); `table`
   prints the crack rates by level of the problems whose two cells have finished, as docs/generated_problems.md
   shows them; `enough` exits 0 once 150 are in band; `forecast` the hours of running left until then, from each
   level's answers per problem and in-band share so far and the pace; `spread` the share of train problems whose
@@ -68,6 +69,11 @@ def select(study: tuple[str, str] | None = None) -> None:
     stores = finished_stores()
     if not stores:
         raise SystemExit(f"no piece store in {FOLDER}: bash scripts/study/generated_calibration.sh start")
+    found = sum(judged().values())
+    if found < TEST_SIZE + TRAIN_SIZE:  # before the stop the rule would top the lists up from outside the band
+        raise SystemExit(f"{found} problems in band, fewer than the {TEST_SIZE + TRAIN_SIZE} the lists need: they "
+                         "are drawn at the stop (generated_calibration.sh runs this step itself); `table`, `enough` "
+                         "and `forecast` look at the pieces so far and write nothing")
     writes = ["--study-template", study[0], "--study", study[1]] if study else ["--no-study"]
     command = [sys.executable, "scripts/study/calibration_select.py", "--pilot-only", "--pilot", *map(str, stores),
                "--out", str(FOLDER / "in_band.txt"), "--band", *BAND, "--late-crack", LATE_CRACK,

@@ -26,7 +26,9 @@ start)
     if running || pgrep -f "training_pilots.sh run" >/dev/null; then echo "the pilots already run (log: $LOG)"; exit 0; fi
     [ -x .venv/bin/evolve ] || bash scripts/install.sh
     .venv/bin/evolve import generated --count 133 --difficulty 1 --seed 0 --force >/dev/null
-    .venv/bin/evolve import generated --count 400 --difficulty 2ee --seed 0 --force >/dev/null
+    # the calibration's pool as it stands, grown pieces included (its train problems may lie past the first 400)
+    .venv/bin/evolve import generated --count "$(.venv/bin/python scripts/study/generated_calibration.py count)" \
+        --difficulty 2ee --seed 0 --force >/dev/null
     nohup nice -n 5 bash scripts/study/training_pilots.sh run >>"$LOG" 2>&1 &
     echo "started (pid $!), log: $LOG; stop it with: bash scripts/study/training_pilots.sh save"
     ;;
