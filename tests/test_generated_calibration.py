@@ -123,6 +123,9 @@ def test_the_pool_grows_only_after_a_third_finished_2ee_piece_and_by_the_shortfa
     calibration.grow_step(tmp_path / "piece_04.toml", target=10)  # once a piece: its check is recorded
     assert grown == [2]
     assert (tmp_path / "growth_checks.txt").read_text().startswith("piece_04.toml: the pool projected to 4 ")
+    assert (tmp_path / "growth_checks.txt").read_text().endswith(" [target 10]\n")
+    calibration.grow_step(tmp_path / "piece_04.toml", target=12)  # a larger target: checked again
+    assert grown == [2, 2] and (tmp_path / "growth_checks.txt").read_text().count("piece_04.toml") == 2
 
 
 def test_a_missed_growth_check_is_made_up_and_the_arithmetic_is_exact(
@@ -272,6 +275,8 @@ def test_select_refuses_to_draw_the_lists_before_the_stop(calibration: ModuleTyp
     monkeypatch.setattr(calibration, "FOLDER", tmp_path)
     (tmp_path / "piece_01.toml").write_text("")
     pilot_store(tmp_path / "piece_01.db", {("gl_d1_0001", 100): 5, ("gl_d1_0001", 101): None})  # one in band
-    with pytest.raises(SystemExit, match="1 problems in band, fewer than the 150 the lists need"):
-        calibration.select()
+    with pytest.raises(SystemExit, match="1 problems in band, fewer than the 200 the lists need"):
+        calibration.select()  # the registered stop: test 150 + train 50
+    with pytest.raises(SystemExit, match="fewer than the 250 the lists need"):
+        calibration.select(target=250)
     assert not list(tmp_path.glob("*.txt")) and not list(tmp_path.glob("*.tsv"))  # no list written

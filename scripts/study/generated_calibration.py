@@ -12,9 +12,9 @@
   `count` the 2ee problems the pool needs imported (400, and 24 more per grown piece).
 - `select` applies calibration_select.py's rule to every finished piece's store with the thresholds registered in
   experiments/generated/calibration/README.md and writes the lists there (`--study TEMPLATE OUT`: also a study
-  file with the lists); it refuses before 150 problems are in band (the stop); `table`
+  file with the lists); it refuses before `--target` (200) problems are in band (the stop); `table`
   prints the crack rates by level of the problems whose two cells have finished, as docs/generated_problems.md
-  shows them; `enough` exits 0 once 150 are in band; `forecast` the hours of running left until then, from each
+  shows them; `enough` exits 0 once 200 are in band; `forecast` the hours of running left until then, from each
   level's answers per problem and in-band share so far and the pace; `spread` the share of train problems whose
   answers to the seed prompt differ in reward (issue 60's figure for training groups).
 
@@ -26,6 +26,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sqlite3
 import subprocess
 import sys
@@ -53,7 +54,7 @@ from evolve.records import code_key
 BAND = ("0.1", "0.9")
 LATE_CRACK = "43.9"  # 1 - (1 - h)^100 = 0.9 at h = 1/43.93: a mean first crack later than that is a rate under 0.9
 NEAR_MISS = "0.8"  # the HumanEval study's: 10 of 12 tests passed in both cells
-TEST_SIZE, TRAIN_SIZE = 100, 50
+TEST_SIZE, TRAIN_SIZE = 150, 50  # README's changes: the stop at 200 in band, a test list of 150
 GROUP = 8  # the paper's group size: the spread figure is for groups of this many answers
 RULE = Band(float(BAND[0]), float(BAND[1]), float(LATE_CRACK), float(NEAR_MISS))
 CHECKS = "growth_checks.txt"  # one line per growth check made: the piece after which, what it found
@@ -63,15 +64,15 @@ def finished_stores() -> list[Path]:
     return [path.with_suffix(".db") for path in sorted(FOLDER.glob("piece_*.toml")) if path.with_suffix(".db").exists()]
 
 
-def select(study: tuple[str, str] | None = None) -> None:
+def select(study: tuple[str, str] | None = None, target: int = TEST_SIZE + TRAIN_SIZE) -> None:
     """The registered rule on the finished pieces: the lists and selection.tsv; with `study` (template, out) also the
     study file from that template with the lists filled (issue 63's draft: experiments/generated/)."""
     stores = finished_stores()
     if not stores:
         raise SystemExit(f"no piece store in {FOLDER}: bash scripts/study/generated_calibration.sh start")
     found = sum(judged().values())
-    if found < TEST_SIZE + TRAIN_SIZE:  # before the stop the rule would top the lists up from outside the band
-        raise SystemExit(f"{found} problems in band, fewer than the {TEST_SIZE + TRAIN_SIZE} the lists need: they "
+    if found < target:  # before the stop the rule would top the lists up from outside the band
+        raise SystemExit(f"{found} problems in band, fewer than the {target} the lists need: they "
                          "are drawn at the stop (generated_calibration.sh runs this step itself); `table`, `enough` "
                          "and `forecast` look at the pieces so far and write nothing")
     writes = ["--study-template", study[0], "--study", study[1]] if study else ["--no-study"]
@@ -131,7 +132,7 @@ def judged() -> dict[str, bool]:
 
 def enough(target: int = TEST_SIZE + TRAIN_SIZE) -> None:
     """Exit 0 once the pieces run so far hold `target` problems in band (the registered stopping rule: the lists'
-    150; more after the power check, README's changes), else 1. Prints the README's projection beside."""
+    200, README's changes), else 1. Prints the README's projection beside."""
     verdicts = judged()
     count = sum(verdicts.values())
     projected, lines = projection(verdicts, level_sizes())
@@ -195,16 +196,25 @@ def growth_check(number: int, verdicts: dict[str, bool], target: int) -> str:
             f"{PIECE_SIZE[GROWN_LEVEL]} 2ee problems (growth.txt)")
 
 
+def checked_target(line: str) -> int:
+    """The target a line of growth_checks.txt was checked against (150, the target then, for a line without one):
+    a piece checked against a smaller target than today's is checked again."""
+    found = re.search(r"\[target (\d+)\]$", line)
+    return int(found.group(1)) if found else 150
+
+
 def grow_step(after: Path | None, target: int = TEST_SIZE + TRAIN_SIZE) -> None:
     """The growth rule: checked after each finished 2ee piece from the third, once per piece (growth_checks.txt
-    records each check). With `after`, that piece only; without, every such piece not checked yet (a check missed by
-    a stop between a piece's end and its check), each against the state now."""
+    records each check and its target). With `after`, that piece only; without, every such piece not checked yet
+    against `target` (a check missed by a stop between a piece's end and its check, or made against a smaller
+    target), each against the state now."""
     pieces = all_pieces()
     verdicts = judged()
     finished = finished_pieces(verdicts)  # once: it builds the pool
     finished_2ee = [n for n in ordered_pieces() if n in finished and level_of(pieces[n - 1][0]) == GROWN_LEVEL]
     record = FOLDER / CHECKS
-    checked = {line.split(":", 1)[0] for line in record.read_text().splitlines()} if record.exists() else set()
+    lines = record.read_text().splitlines() if record.exists() else []
+    checked = {line.split(":", 1)[0] for line in lines if checked_target(line) >= target}
     due = [n for n in finished_2ee[2:] if piece_path(n).name not in checked]
     if after is not None:
         due = [n for n in due if piece_path(n).name == after.name]
@@ -213,7 +223,7 @@ def grow_step(after: Path | None, target: int = TEST_SIZE + TRAIN_SIZE) -> None:
               f"piece from the third, once; {len(finished_2ee)} finished, {len(checked)} checked)")
         return
     for number in due:
-        line = f"{piece_path(number).name}: {growth_check(number, judged(), target)}"
+        line = f"{piece_path(number).name}: {growth_check(number, judged(), target)} [target {target}]"
         with record.open("a") as out:
             out.write(line + "\n")
         print(f"after {line}")
@@ -330,7 +340,7 @@ def main() -> None:
     parser.add_argument("step", choices=("plan", "order", "next", "grow", "count", "select", "table", "enough",
                                          "forecast", "spread"))
     parser.add_argument("--target", type=int, default=TEST_SIZE + TRAIN_SIZE,
-                        help="enough: the problems in band at which the pilot stops (default 150)")
+                        help="the problems in band at which the pilot stops (default 200)")
     parser.add_argument("--study", nargs=2, metavar=("TEMPLATE", "OUT"),
                         help="select: also write the study file OUT from TEMPLATE with the lists filled")
     parser.add_argument("--skip", default="", help="next: pieces' files (space-separated) not to name again")
@@ -347,7 +357,7 @@ def main() -> None:
         grow_step(args.after, args.target)
         return
     if args.step == "select":
-        select(tuple(args.study) if args.study else None)
+        select(tuple(args.study) if args.study else None, args.target)
     if args.step == "enough":
         enough(args.target)
     if args.step == "forecast":

@@ -7,14 +7,14 @@
 # growth_checks.txt, pool.txt and the new pieces). `start` on any machine carries on where `save` left
 # off: the pieces run in order (difficulty 1 and 2ee alternating, grown pieces last: `generated_calibration.py
 # order`), a finished piece is skipped (`next`: every problem's two cells ended), the pool grows as the README's rule
-# says (`grow`, after each piece), and no piece starts once $EVOLVE_CALIBRATION_IN_BAND (default 150) problems are
-# in band.
+# says (`grow`, after each piece), and no piece starts once $EVOLVE_CALIBRATION_IN_BAND (default 200: README's
+# changes) problems are in band.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 FOLDER=experiments/generated/calibration
 LOG=${EVOLVE_CALIBRATION_LOG:-/tmp/evolve-generated-calibration.log}
 PATTERN="evolve experiment $FOLDER/piece_"
-TARGET=${EVOLVE_CALIBRATION_IN_BAND:-150}  # problems in band at which no further piece starts (README: the stop)
+TARGET=${EVOLVE_CALIBRATION_IN_BAND:-200}  # problems in band at which no further piece starts (README: the stop)
 
 pieces() { ls "$FOLDER"/piece_*.toml | sort; }
 answers() { .venv/bin/python scripts/study/store_pack.py attempts "$1"; }
@@ -37,7 +37,7 @@ start)
     nohup nice -n 5 bash scripts/study/generated_calibration.sh run >>"$LOG" 2>&1 &
     echo "started (pid $!), log: $LOG; stop it with: bash scripts/study/generated_calibration.sh save"
     ;;
-run)  # what `start` runs in the background: each piece to its end, packed, then the next, until 150 are in band
+run)  # what `start` runs in the background: each piece to its end, packed, then the next, until 200 are in band
     PY=".venv/bin/python scripts/study/generated_calibration.py"
     # a growth check missed by a stop between a piece's end and its check (README's rule), then its problems
     $PY grow --target "$TARGET" || echo "== the growth check failed; going on"
@@ -59,7 +59,7 @@ run)  # what `start` runs in the background: each piece to its end, packed, then
         $PY grow --after "$toml" --target "$TARGET" || echo "== the growth check after $toml failed; going on"
         .venv/bin/evolve import generated --count "$($PY count)" --difficulty 2ee --seed 0 --force >/dev/null
     done
-    $PY select
+    $PY select --target "$TARGET"
     ;;
 status)
     echo "$(pgrep -f "$PATTERN" >/dev/null && echo running || echo 'not running')"
