@@ -123,6 +123,10 @@ def test_a_studys_cells_run_seed_by_seed_so_a_study_cut_short_has_paired_every_a
     (("answers = 3\n", "answers = 3\nseed = 0\n"), "training.seed is now training.seeds = [0, ...]"),
     (("answers = 3\n", "answers = 3\nseeds = [1, 1]\n"), "training.seeds must be distinct; repeated: 1"),
     (('description = "tiny"', 'description = "tiny"\nclaim = "methodz"'), "invalid value for 'claim'"),
+    (('description = "tiny"', 'description = "tiny"\ncomparisons = [["vpo", "ppo"]]'),
+     "comparisons: 'ppo' is no arm of this study (its arms: base, vpo, grpo, multi-rlvr)"),
+    (('description = "tiny"', 'description = "tiny"\ncomparisons = [["vpo", "grpo"], ["grpo", "vpo"]]'),
+     "comparisons: ['grpo', 'vpo'] compares an arm with itself or repeats a pair"),
 ])
 def test_each_mistake_in_a_study_file_is_one_line(tmp_path: Path, change: tuple[str, str], expected: str) -> None:
     old, new = change

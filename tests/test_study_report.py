@@ -209,6 +209,36 @@ def test_the_terminal_shows_the_claim_the_arm_table_and_the_arm_differences(resu
     assert "over the 3 pairs of arms" in text
 
 
+def test_registered_comparisons_are_holm_adjusted_alone_and_the_other_pairs_shown_apart_as_exploratory(
+        results: ExperimentResults) -> None:
+    report = arm_report(results, TRAINING_RUNS, "methods", [0, 1], comparisons=[("vpo", "grpo"), ("vpo", "base")])
+    assert report.registered
+    assert [(d.policy_a, d.policy_b) for d in report.differences] == [("vpo", "grpo"), ("vpo", "base")]
+    primary, second = report.differences
+    assert primary.permutation_p == pytest.approx(2 / 64) and primary.family == 2
+    raw = [primary.permutation_p, second.permutation_p]
+    assert [primary.permutation_p_holm, second.permutation_p_holm] == pytest.approx(list(holm(raw)))
+    assert primary.permutation_p_holm == pytest.approx(2 / 32)  # a family of 2, not the 3 pairs of arms
+    assert second.per_problem == pytest.approx(list(VPO - BASE))  # in the direction registered
+    (other,) = report.exploratory
+    assert (other.policy_a, other.policy_b, other.family) == ("base", "grpo", 1)
+    section = arms_section_html(report)
+    assert "Holm-adjusted over the 2 registered comparisons" in section
+    assert "Other pairs of arms (exploratory, not registered)" in section
+    assert section.index("registered comparisons") < section.index('data-a="base" data-b="grpo"')
+    console = Console(record=True, width=260)
+    render_arms(report, console)
+    text = console.export_text()
+    assert "over the 2 registered comparisons" in text and "exploratory" in text
+    document = study_json("study", FACTS | {"spec": {"comparisons": [["vpo", "grpo"], ["vpo", "base"]]}}, [], [], {},
+                          results, {})
+    assert document["arm_differences_registered"] and len(document["arm_differences"]) == 2
+    assert [(d["policy_a"], d["policy_b"]) for d in document["arm_differences_exploratory"]] == [("base", "grpo")]
+    text = results_markdown(document)
+    assert "Holm-adjusted over the 2 registered comparisons" in text
+    assert "### Other pairs of arms (exploratory, not registered)" in text
+
+
 def test_one_training_seed_is_a_claim_about_checkpoints_and_an_arm_not_yet_evolved_gets_a_note(
         results: ExperimentResults) -> None:
     single = arm_report(results, TRAINING_RUNS, "checkpoints", [0])

@@ -357,30 +357,40 @@ def pooled_cells(table: Iterable[ProblemPolicyRow], policies: Iterable[str]) -> 
     return pooled
 
 
-def pooled_differences(results: ExperimentResults, arm_of: Mapping[str, str],
-                       samples: int = 100_000) -> tuple[PairedDifference, ...]:
-    """The paired differences between groups of policies (arms; `arm_of`: policy -> arm, policies it does not name
-    left out), for the study report: per problem, arm a's share of cells cracked minus arm b's, each arm's cells
-    pooled over all its policies (a trained arm's checkpoints, one per training seed); the mean over the problems
-    both arms ran with its betting interval, the sign and sign-flip permutation tests, Holm-adjusted over every
-    pair of arms (in the order the arms first appear among the policies). The plain experiment report does not
-    call it."""
+def arm_groups(results: ExperimentResults, arm_of: Mapping[str, str]) -> dict[str, list[str]]:
+    """Each arm's policies (`arm_of`: policy -> arm; policies it does not name left out), in the order the arms
+    first appear among the policies."""
     arms: dict[str, list[str]] = {}
     for policy in results.policies:
         if policy in arm_of:
             arms.setdefault(arm_of[policy], []).append(policy)
+    return arms
+
+
+def pooled_differences(results: ExperimentResults, arm_of: Mapping[str, str], samples: int = 100_000,
+                       pairs: Sequence[tuple[str, str]] | None = None) -> tuple[PairedDifference, ...]:
+    """The paired differences between groups of policies (arms; `arm_of`: policy -> arm, policies it does not name
+    left out), for the study report: per problem, arm a's share of cells cracked minus arm b's, each arm's cells
+    pooled over all its policies (a trained arm's checkpoints, one per training seed); the mean over the problems
+    both arms ran with its betting interval, the sign and sign-flip permutation tests, Holm-adjusted together.
+    `pairs`: these (a, b) as a - b, in this order (a study's registered comparisons; a pair whose arms ran no
+    common problem is left out); by default every pair of arms, in the order the arms first appear among the
+    policies. The plain experiment report does not call it."""
+    arms = arm_groups(results, arm_of)
     shares = {arm: {problem: cracked / cells for problem, (cracked, cells) in pooled_cells(results.table,
                                                                                           policies).items()}
               for arm, policies in arms.items()}
     names = list(arms)
+    if pairs is None:
+        pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
     out = []
-    for i, a in enumerate(names):
-        for b in names[i + 1:]:
-            shared = tuple(p for p in results.problems if p in shares[a] and p in shares[b])
-            if not shared:
-                continue
-            out.append(paired_difference("pooled_cracked_share", a, b, shared,
-                                         np.array([shares[a][p] for p in shared]),
-                                         np.array([shares[b][p] for p in shared]), results.confidence, (0.0, 1.0),
-                                         samples))
+    for a, b in pairs:
+        if a not in shares or b not in shares:
+            continue
+        shared = tuple(p for p in results.problems if p in shares[a] and p in shares[b])
+        if not shared:
+            continue
+        out.append(paired_difference("pooled_cracked_share", a, b, shared, np.array([shares[a][p] for p in shared]),
+                                     np.array([shares[b][p] for p in shared]), results.confidence, (0.0, 1.0),
+                                     samples))
     return holm_correct(out)

@@ -5,7 +5,7 @@ the paired differences between arms, training seeds pooled (HTML section, termin
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from html import escape
 from typing import Any
@@ -28,7 +28,8 @@ ARMS_METHOD = ("per arm (the base; each algorithm with its checkpoints ALGO-tSEE
 ARM_DIFFERENCES_METHOD = ("per test problem, arm a's share of cells cracked minus arm b's, each pooling all its "
                           "checkpoints' cells (training seeds pooled), over the problems both ran; mean: betting "
                           "interval of the per-problem differences; sign_p and permutation_p (sign-flip) raw, "
-                          "*_holm Holm-adjusted over every pair of arms (`family`); significant: "
+                          "*_holm Holm-adjusted over the study's registered comparisons (its `comparisons`, the "
+                          "primary first) or, where it names none, over every pair of arms (`family`); significant: "
                           "permutation_p_holm <= alpha. Conditional on these checkpoints: the spread between "
                           "training seeds is the variation a new training run adds")
 TRAINED_POLICY = re.compile(r"^(?P<algo>.+)-t(?P<seed>\d+)$")  # a study's checkpoint: ALGO-tSEED
@@ -122,8 +123,10 @@ class ArmReport:
     confidence: float
     problems: tuple[str, ...]
     arms: tuple[ArmResult, ...]
-    differences: tuple[PairedDifference, ...]  # metric "pooled_cracked_share", Holm over every pair of arms
+    differences: tuple[PairedDifference, ...]  # metric "pooled_cracked_share": the registered family, Holm over it
     notes: tuple[str, ...]
+    registered: bool = False  # True: `differences` are the study's named comparisons, not every pair of arms
+    exploratory: tuple[PairedDifference, ...] = ()  # the other pairs of arms, with a registered family: Holm apart
 
     def arm(self, name: str) -> ArmResult:
         return next(arm for arm in self.arms if arm.arm == name)
@@ -154,10 +157,12 @@ def _spread(shares: list[float]) -> Spread | None:
 
 def arm_report(results: ExperimentResults, training_runs: Iterable[Mapping[str, Any]] | None = None,
                claim: str | None = None, training_seeds: Iterable[int] | None = None,
-               samples: int = 100_000) -> ArmReport:
+               samples: int = 100_000, comparisons: Iterable[Sequence[str]] | None = None) -> ArmReport:
     """Per arm (`study_arms`): its crack share pooled over its checkpoints and per training seed, the spread
-    between training seeds; and per pair of arms the paired difference of their pooled per-problem shares
-    (`pooled_differences`). `claim` defaults to "methods" when every trained arm has at least 2 checkpoints."""
+    between training seeds; and the paired differences of arms' pooled per-problem shares (`pooled_differences`):
+    with `comparisons` (the study's registered (a, b) pairs, the primary first) those, Holm-adjusted together, and
+    every other pair of arms apart as exploratory; without, every pair of arms in one family. `claim` defaults to
+    "methods" when every trained arm has at least 2 checkpoints."""
     arms = study_arms(results.policies, training_runs)
     trained = [arm for arm in arms if arm.trained]
     claim = claim or ("methods" if trained and all(len(arm.policies) >= 2 for arm in trained) else "checkpoints")
@@ -179,8 +184,20 @@ def arm_report(results: ExperimentResults, training_runs: Iterable[Mapping[str, 
         notes.append(f"{len(failed)} (problem, policy) rows whose every policy call failed are left out of the crack "
                      f"shares and differences: " + ", ".join(f"{row.policy} on {row.problem}" for row in failed))
     arm_of = {policy: arm.name for arm in arms for _, policy in arm.policies}
+    registered = [(str(a), str(b)) for a, b in comparisons or ()]
+    if not registered:
+        return ArmReport(claim, seeds, results.confidence, results.problems, tuple(out),
+                         pooled_differences(results, arm_of, samples), tuple(notes))
+    names = [arm.name for arm in arms]
+    missing = sorted({name for pair in registered for name in pair if name not in names})
+    if missing:
+        notes.append(f"registered comparisons name arms with no cells here ({', '.join(missing)}): those "
+                     "comparisons are missing from the family, which Holm adjusts over what remains.")
+    named = {frozenset(pair) for pair in registered}
+    others = [(a, b) for i, a in enumerate(names) for b in names[i + 1:] if frozenset((a, b)) not in named]
     return ArmReport(claim, seeds, results.confidence, results.problems, tuple(out),
-                     pooled_differences(results, arm_of, samples), tuple(notes))
+                     pooled_differences(results, arm_of, samples, registered), tuple(notes), True,
+                     pooled_differences(results, arm_of, samples, others))
 
 
 def arm_json(arm: ArmResult) -> dict[str, Any]:
@@ -267,6 +284,8 @@ def arms_section_html(report: ArmReport) -> str:
     family = report.differences[0].family if report.differences else 0
     differences = (differences_table_html(report.differences, report.confidence) if report.differences else
                    '<p class="missing">no two arms ran a common test problem</p>')
+    over = (f"the {family} registered comparisons (the study&rsquo;s <code>comparisons</code>, the primary first)"
+            if report.registered else f"the {family} pairs of arms")
     return (f'<section id="arms"><h2>Arms: each algorithm&rsquo;s checkpoints pooled, and per training seed</h2>'
             f'<p class="claim" data-claim="{escape(report.claim)}"><strong>{escape(claim_text(report))}</strong></p>'
             f"{notes}"
@@ -283,9 +302,20 @@ def arms_section_html(report: ArmReport) -> str:
             f'<p class="hint">Per test problem, arm a&rsquo;s pooled share of cells cracked minus arm b&rsquo;s '
             f"(training seeds pooled), paired across the problems both ran: the mean with its {level} betting "
             f"interval and width, the exact sign test and the sign-flip permutation test; p-values raw and, in "
-            f"brackets, Holm-adjusted over the {family} pairs of arms; &ldquo;significant&rdquo; is the Holm-adjusted "
+            f"brackets, Holm-adjusted over {over}; &ldquo;significant&rdquo; is the Holm-adjusted "
             f"permutation p at or below &alpha; = {1 - report.confidence:.2g}. The differences between single "
-            f"checkpoints are in the table of paired differences between policies.</p>{differences}</section>")
+            f"checkpoints are in the table of paired differences between policies.</p>{differences}"
+            f"{_exploratory_html(report)}</section>")
+
+
+def _exploratory_html(report: ArmReport) -> str:
+    """The pairs of arms outside a registered family: exploratory, Holm-adjusted among themselves."""
+    if not report.exploratory:
+        return ""
+    return (f'<h3 class="exploratory">Other pairs of arms (exploratory, not registered)</h3>'
+            f'<p class="hint">The same measures for the {len(report.exploratory)} pairs the study did not register; '
+            f"their p-values are Holm-adjusted among themselves, apart from the registered family, and no headline "
+            f"rests on them.</p>{differences_table_html(report.exploratory, report.confidence)}")
 
 
 def render_arms(report: ArmReport, console: Console) -> None:
@@ -308,8 +338,13 @@ def render_arms(report: ArmReport, console: Console) -> None:
     console.print(table)
     if report.differences:
         family = report.differences[0].family
+        over = f"the {family} registered comparisons" if report.registered else f"the {family} pairs of arms"
         console.print(differences_table(
             report.differences,
             f"paired differences between arms (a - b): per test problem, a's share of cells cracked minus b's, "
             f"training seeds pooled; mean over problems [{level} betting interval], exact tests: raw p (Holm-adjusted "
-            f"over the {family} pairs of arms); significant: Holm permutation p <= {1 - report.confidence:.2g}"))
+            f"over {over}); significant: Holm permutation p <= {1 - report.confidence:.2g}"))
+    if report.exploratory:
+        console.print(differences_table(
+            report.exploratory, f"other pairs of arms (exploratory, not registered): the same measures, Holm-adjusted "
+                                f"over these {len(report.exploratory)} alone"))

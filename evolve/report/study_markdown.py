@@ -119,24 +119,36 @@ def _arms(document: Mapping[str, Any]) -> str:
          "spread"], rows)
 
 
-def _differences(document: Mapping[str, Any]) -> str:
-    differences = document.get("arm_differences") or []
-    if not differences:
-        return ""
+def _difference_rows(differences: list[Mapping[str, Any]]) -> str:
     rows = []
     for d in differences:
         mean = d["mean"]
         rows.append([f"`{d['policy_a']}` − `{d['policy_b']}`", _num(mean["estimate"]), _interval(mean),
                      _num(mean["width"]), f"{d['wins']}/{d['losses']}/{d['ties']}", _p(d["permutation_p"]),
                      _p(d["permutation_p_holm"]), "yes" if d["significant"] else "no"])
+    return _table(["pair", "mean difference", "interval", "width", "wins/losses/ties", "p", "p (Holm)",
+                   "significant"], rows)
+
+
+def _differences(document: Mapping[str, Any]) -> str:
+    differences = document.get("arm_differences") or []
+    if not differences:
+        return ""
     alpha = differences[0].get("alpha", 0.05)
-    return ("### Paired comparisons\n\n"
+    family = differences[0].get("family", len(differences))
+    over = (f"the {family} registered comparisons (the study's `comparisons`, the primary first)"
+            if document.get("arm_differences_registered") else f"the {family} pairs")
+    text = ("### Paired comparisons\n\n"
             f"Per test problem the difference of the two arms' crack shares, paired across problems; the mean with "
             f"its {1 - alpha:.0%} betting interval (and width), wins/losses/ties over problems, the sign-flip "
-            f"permutation p-value raw and Holm-adjusted over the {differences[0].get('family', len(differences))} "
-            "pairs; significant means Holm-adjusted p <= "
-            f"{alpha:g}.\n\n" + _table(["pair", "mean difference", "interval", "width", "wins/losses/ties", "p",
-                                        "p (Holm)", "significant"], rows))
+            f"permutation p-value raw and Holm-adjusted over {over}; significant means Holm-adjusted p <= "
+            f"{alpha:g}.\n\n" + _difference_rows(differences))
+    exploratory = document.get("arm_differences_exploratory") or []
+    if exploratory:
+        text += ("\n\n### Other pairs of arms (exploratory, not registered)\n\n"
+                 f"The same measures for the {len(exploratory)} pairs the study did not register, Holm-adjusted "
+                 "among themselves; no headline rests on them.\n\n" + _difference_rows(exploratory))
+    return text
 
 
 def _per_problem(document: Mapping[str, Any]) -> str:

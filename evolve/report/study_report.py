@@ -256,7 +256,8 @@ def study_json(name: str, facts: dict[str, Any], budgets: list[dict[str, Any]], 
     `arms`: the study's arms (`arm_report`); by default made from facts' training_runs, claim and training_seeds
     (without training_runs, policies named ALGO-tSEED are grouped under ALGO)."""
     if arms is None:
-        arms = arm_report(results, facts.get("training_runs"), facts.get("claim"), facts.get("training_seeds"))
+        arms = arm_report(results, facts.get("training_runs"), facts.get("claim"), facts.get("training_seeds"),
+                          comparisons=(facts.get("spec") or {}).get("comparisons"))
     return {
         "study": name, "claim": arms.claim, **facts,
         "training_budgets": budgets,
@@ -278,6 +279,8 @@ def study_json(name: str, facts: dict[str, Any], budgets: list[dict[str, Any]], 
         "arms": {arm.arm: arm_json(arm) for arm in arms.arms},
         "arm_differences_method": ARM_DIFFERENCES_METHOD,
         "arm_differences": [asdict(d) for d in arms.differences],
+        "arm_differences_registered": arms.registered,
+        "arm_differences_exploratory": [asdict(d) for d in arms.exploratory],
         "arm_notes": list(arms.notes),
         "stage_seconds": seconds,
     }

@@ -144,6 +144,12 @@ class StudySpec(StrictModel):
     evolution: EvolutionSection
     policy: dict[str, Any] = Field(default_factory=dict, description="how every policy is served and sampled: the "
                                    "keys of evolve.toml's [policy] (backend, temperature, max_new_tokens, ...)")
+    comparisons: tuple[tuple[str, str], ...] = Field((), description="the registered comparisons between arms, the "
+                                                     "primary first: [a, b] pairs, each read as a - b, over arm "
+                                                     "names ('base', each algorithm, 'sampling'); the report "
+                                                     "Holm-adjusts over these alone and shows every other pair of "
+                                                     "arms apart, as exploratory; empty: every pair of arms, one "
+                                                     "family")
 
     @model_validator(mode="after")
     def _train_and_test_are_disjoint(self) -> StudySpec:
@@ -157,6 +163,20 @@ class StudySpec(StrictModel):
             repeated = sorted({str(v) for v in values if list(values).count(v) > 1})
             if repeated:
                 raise ValueError(f"{what} must be distinct; repeated: {', '.join(repeated)}")
+        return self
+
+    @model_validator(mode="after")
+    def _comparisons_name_two_arms_once(self) -> StudySpec:
+        arms = list(self.arms())
+        seen: set[frozenset[str]] = set()
+        for a, b in self.comparisons:
+            unknown = [name for name in (a, b) if name not in arms]
+            if unknown:
+                raise ValueError(f"comparisons: {', '.join(map(repr, unknown))} is no arm of this study (its arms: "
+                                 f"{', '.join(arms)})")
+            if a == b or frozenset((a, b)) in seen:
+                raise ValueError(f"comparisons: [{a!r}, {b!r}] compares an arm with itself or repeats a pair")
+            seen.add(frozenset((a, b)))
         return self
 
     @model_validator(mode="after")
