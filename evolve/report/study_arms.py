@@ -312,8 +312,9 @@ def _exploratory_html(report: ArmReport) -> str:
     """The pairs of arms outside a registered family: exploratory, Holm-adjusted among themselves."""
     if not report.exploratory:
         return ""
+    count = len(report.exploratory)
     return (f'<h3 class="exploratory">Other pairs of arms (exploratory, not registered)</h3>'
-            f'<p class="hint">The same measures for the {len(report.exploratory)} pairs the study did not register; '
+            f'<p class="hint">The same measures for the {count} pair{"s" * (count != 1)} the study did not register; '
             f"their p-values are Holm-adjusted among themselves, apart from the registered family, and no headline "
             f"rests on them.</p>{differences_table_html(report.exploratory, report.confidence)}")
 

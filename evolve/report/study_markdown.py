@@ -145,9 +145,10 @@ def _differences(document: Mapping[str, Any]) -> str:
             f"{alpha:g}.\n\n" + _difference_rows(differences))
     exploratory = document.get("arm_differences_exploratory") or []
     if exploratory:
+        count = len(exploratory)
         text += ("\n\n### Other pairs of arms (exploratory, not registered)\n\n"
-                 f"The same measures for the {len(exploratory)} pairs the study did not register, Holm-adjusted "
-                 "among themselves; no headline rests on them.\n\n" + _difference_rows(exploratory))
+                 f"The same measures for the {count} pair{'s' * (count != 1)} the study did not register, "
+                 "Holm-adjusted among themselves; no headline rests on them.\n\n" + _difference_rows(exploratory))
     return text
 
 
