@@ -275,14 +275,16 @@ def test_the_second_studys_draft_template_fills_into_a_valid_study_with_its_desi
                                                                                    tmp_path: Path) -> None:
     from evolve.study.plan import load_study
 
-    test = [f"generated/gl_d2ee_{i:04d}" for i in range(1, 101)]
+    test = [f"generated/gl_d2ee_{i:04d}" for i in range(1, 151)]
     train = [f"generated/gl_d1_{i:04d}" for i in range(1, 51)]
     out = tmp_path / "study_second.toml"
     template = SCRIPTS.parent / "experiments/generated/study_second.template.toml"
     select.write_study(template, out, test, train)
     assert "Written from " + template.as_posix() in out.read_text()
     spec = load_study(out)
-    assert len(spec.test_problems) == 100 and len(spec.training.problems) == 50
+    assert len(spec.test_problems) == 150 and len(spec.training.problems) == 50
+    assert spec.comparisons[0] == ("vpo", "grpo") and len(spec.comparisons) == 5  # the primary first, a family of 5
+    assert {name for pair in spec.comparisons for name in pair} == set(spec.arms())
     assert spec.training.algorithms == ("vpo", "grpo", "multi-rlvr") and spec.training.seeds == (0, 1)
     assert spec.evolution.sampling_arm and spec.evolution.pieces == 10 and spec.evolution.checkpoint_seeds == "split"
     assert (spec.evolution.iterations, spec.evolution.answers_per_iteration) == (100, 3)

@@ -30,7 +30,7 @@ from evolve.problems.check import new_problem
 from evolve.report.html import report_html
 from evolve.report.results import ExperimentResults, collect
 from evolve.report.stats import clopper_pearson, holm, mean_interval, paired_difference
-from evolve.report.study_arms import arm_report, arms_section_html, render_arms
+from evolve.report.study_arms import arm_report, arms_section_html, claim_text, render_arms
 from evolve.report.study_markdown import results_markdown
 from evolve.report.study_report import (
     cracked_by_policy,
@@ -237,6 +237,20 @@ def test_registered_comparisons_are_holm_adjusted_alone_and_the_other_pairs_show
     text = results_markdown(document)
     assert "Holm-adjusted over the 2 registered comparisons" in text
     assert "### Other pairs of arms (exploratory, not registered)" in text
+
+
+def test_a_registered_pair_with_no_common_problem_is_named_in_a_note_and_the_split_design_in_the_claim(
+        results: ExperimentResults) -> None:
+    runs = [*TRAINING_RUNS, {"policy": "multi-rlvr-t0", "algo": "multi-rlvr", "training_seed": 0}]
+    report = arm_report(results, runs, "methods", [0, 1], comparisons=[("vpo", "grpo"), ("multi-rlvr", "grpo")],
+                        split=True)
+    assert [(d.policy_a, d.policy_b, d.family) for d in report.differences] == [("vpo", "grpo", 1)]
+    assert any("not in the Holm family (which adjusts over the 1 that remain): multi-rlvr - grpo" in note
+               for note in report.notes)
+    assert "each checkpoint was evolved on every test problem with its share of the evolution seeds" in \
+        claim_text(report)
+    assert "every checkpoint was evolved on every test problem x evolution seed" in claim_text(
+        arm_report(results, TRAINING_RUNS, "methods", [0, 1]))
 
 
 def test_one_training_seed_is_a_claim_about_checkpoints_and_an_arm_not_yet_evolved_gets_a_note(

@@ -126,6 +126,7 @@ class ArmReport:
     differences: tuple[PairedDifference, ...]  # metric "pooled_cracked_share": the registered family, Holm over it
     notes: tuple[str, ...]
     registered: bool = False  # True: `differences` are the study's named comparisons, not every pair of arms
+    split: bool = False  # checkpoint_seeds = "split": each checkpoint evolved on its share of the seeds
     exploratory: tuple[PairedDifference, ...] = ()  # the other pairs of arms, with a registered family: Holm apart
 
     def arm(self, name: str) -> ArmResult:
@@ -157,12 +158,14 @@ def _spread(shares: list[float]) -> Spread | None:
 
 def arm_report(results: ExperimentResults, training_runs: Iterable[Mapping[str, Any]] | None = None,
                claim: str | None = None, training_seeds: Iterable[int] | None = None,
-               samples: int = 100_000, comparisons: Iterable[Sequence[str]] | None = None) -> ArmReport:
+               samples: int = 100_000, comparisons: Iterable[Sequence[str]] | None = None,
+               split: bool = False) -> ArmReport:
     """Per arm (`study_arms`): its crack share pooled over its checkpoints and per training seed, the spread
     between training seeds; and the paired differences of arms' pooled per-problem shares (`pooled_differences`):
     with `comparisons` (the study's registered (a, b) pairs, the primary first) those, Holm-adjusted together, and
     every other pair of arms apart as exploratory; without, every pair of arms in one family. `claim` defaults to
-    "methods" when every trained arm has at least 2 checkpoints."""
+    "methods" when every trained arm has at least 2 checkpoints; `split`: the study's checkpoint_seeds = "split"
+    (each checkpoint evolved on its share of the evolution seeds), for the claim's words."""
     arms = study_arms(results.policies, training_runs)
     trained = [arm for arm in arms if arm.trained]
     claim = claim or ("methods" if trained and all(len(arm.policies) >= 2 for arm in trained) else "checkpoints")
@@ -187,17 +190,18 @@ def arm_report(results: ExperimentResults, training_runs: Iterable[Mapping[str, 
     registered = [(str(a), str(b)) for a, b in comparisons or ()]
     if not registered:
         return ArmReport(claim, seeds, results.confidence, results.problems, tuple(out),
-                         pooled_differences(results, arm_of, samples), tuple(notes))
+                         pooled_differences(results, arm_of, samples), tuple(notes), split=split)
     names = [arm.name for arm in arms]
-    missing = sorted({name for pair in registered for name in pair if name not in names})
-    if missing:
-        notes.append(f"registered comparisons name arms with no cells here ({', '.join(missing)}): those "
-                     "comparisons are missing from the family, which Holm adjusts over what remains.")
     named = {frozenset(pair) for pair in registered}
     others = [(a, b) for i, a in enumerate(names) for b in names[i + 1:] if frozenset((a, b)) not in named]
-    return ArmReport(claim, seeds, results.confidence, results.problems, tuple(out),
-                     pooled_differences(results, arm_of, samples, registered), tuple(notes), True,
-                     pooled_differences(results, arm_of, samples, others))
+    family = pooled_differences(results, arm_of, samples, registered)
+    compared = {(d.policy_a, d.policy_b) for d in family}
+    dropped = [f"{a} - {b}" for a, b in registered if (a, b) not in compared]
+    if dropped:
+        notes.append(f"registered comparisons without a test problem both arms ran, so not in the Holm family (which "
+                     f"adjusts over the {len(family)} that remain): {', '.join(dropped)}.")
+    return ArmReport(claim, seeds, results.confidence, results.problems, tuple(out), family, tuple(notes), True,
+                     split, pooled_differences(results, arm_of, samples, others))
 
 
 def arm_json(arm: ArmResult) -> dict[str, Any]:
@@ -214,9 +218,13 @@ def claim_text(report: ArmReport) -> str:
     seeds = len(report.training_seeds)
     listed = ", ".join(map(str, report.training_seeds))
     if report.claim == "methods":
+        evolved = ("each checkpoint was evolved on every test problem with its share of the evolution seeds (split: "
+                   "the i-th seed to the checkpoint of the i-th training seed, in turn), so every arm has one cell "
+                   "per problem and seed" if report.split else
+                   "every checkpoint was evolved on every test problem x evolution seed")
         return (f"Claim: methods. Each algorithm was trained from {seeds} training seed{'s' * (seeds != 1)} "
-                f"({listed}), one checkpoint each (ALGO-tSEED), and every checkpoint was evolved on every test "
-                f"problem x evolution seed. An arm's crack share pools the cells of all its checkpoints, so a "
+                f"({listed}), one checkpoint each (ALGO-tSEED), and {evolved}. An arm's crack share pools the cells "
+                f"of all its checkpoints, so a "
                 f"difference between arms compares the training methods averaged over their training runs; the "
                 f"spread between training seeds shows how far one training run moves an arm.")
     return (f"Claim: checkpoints. Each algorithm was trained from {seeds} training seed{'s' * (seeds != 1)} "

@@ -111,7 +111,8 @@ def _arms(document: Mapping[str, Any]) -> str:
     seeds = document.get("training_seeds") or []
     claim = document.get("claim", "checkpoints")
     lead = (f"Claim: **{claim}** ({len(seeds)} training seed{'s' * (len(seeds) != 1)} per trained algorithm). "
-            "Crack share: per test problem the share of its cells (evolution seeds x checkpoints) that cracked it, "
+            "Crack share: per test problem the share of its cells (one per evolution seed and checkpoint that ran "
+            "it) that cracked it, "
             "then the mean over problems with its betting interval; cells: cracked cells / cells with the exact "
             "Clopper-Pearson interval.")
     return "### Arms\n\n" + lead + "\n\n" + _table(

@@ -256,8 +256,10 @@ def study_json(name: str, facts: dict[str, Any], budgets: list[dict[str, Any]], 
     `arms`: the study's arms (`arm_report`); by default made from facts' training_runs, claim and training_seeds
     (without training_runs, policies named ALGO-tSEED are grouped under ALGO)."""
     if arms is None:
+        spec = facts.get("spec") or {}
         arms = arm_report(results, facts.get("training_runs"), facts.get("claim"), facts.get("training_seeds"),
-                          comparisons=(facts.get("spec") or {}).get("comparisons"))
+                          comparisons=spec.get("comparisons"),
+                          split=(spec.get("evolution") or {}).get("checkpoint_seeds") == "split")
     return {
         "study": name, "claim": arms.claim, **facts,
         "training_budgets": budgets,

@@ -66,7 +66,7 @@ def write_study_report(spec: StudySpec, paths: StudyPaths, store: Any, train_con
              "interim": _interim(results) if interim else None,
              "redone": redone}
     arms = arm_report(results, facts["training_runs"], spec.claim, spec.training.seeds,
-                      comparisons=spec.comparisons)
+                      comparisons=spec.comparisons, split=spec.evolution.checkpoint_seeds == "split")
     render_arms(arms, console)
     samples = sampled_results(spec, paths, store)
     sampling = sampling_section_html(k_curves(samples, results.confidence, results.score_range), diversity(samples),

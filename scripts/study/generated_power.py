@@ -134,7 +134,7 @@ def main() -> None:
     print(f"test list: {source}; per problem a rate drawn from Beta(c + 1/2, n - c + 1/2) of its pilot cells; "
           f"B - A = {args.difference} on average (logit shift); {CHECKPOINTS} training seeds per arm; "
           f"{args.studies} studies per row")
-    print("seeds  tau  " + "  ".join(f"power (0.05/{k})" for k in args.families) + "  null (0.05/3)")
+    print("seeds  tau  " + "  ".join(f"power (0.05/{k})" for k in args.families) + f"  null (0.05/{args.families[0]})")
     for seeds, tau in itertools.product(args.seeds, args.taus):
         found = power(listed, seeds, args.difference, tau, tuple(args.families), args.studies, args.samples)
         null = power(listed, seeds, 0.0, tau, (args.families[0],), args.studies, args.samples)
