@@ -50,7 +50,8 @@ from evolve.report.stats import (
 from evolve.store.program_store import IterationCost, ProgramStore
 
 __all__ = ["AXES", "AXIS_LABELS", "METRIC_LABELS", "CellResult", "Curve", "ExperimentResults", "ObjectiveReach",
-           "Pairs", "PolicyBudget", "ProblemPolicyRow", "RowState", "collect", "pooled_cells", "pooled_differences"]
+           "Pairs", "PolicyBudget", "ProblemPolicyRow", "RowState", "collect", "every_pair", "pooled_cells",
+           "pooled_differences"]
 
 StoredScores = tuple[int, dict[str, float], float, bool]  # store.score_vectors: iteration, vector, scalar, solved
 
@@ -322,14 +323,18 @@ def _budget(policy: str, cells: list[CellResult], spec: ExperimentSpec) -> Polic
                         tuple(dict.fromkeys(p.max_new_tokens for p in spec.arm_policies(policy))))
 
 
+def every_pair(names: Sequence[str]) -> list[tuple[str, str]]:
+    """Every pair (a, b) of `names`, a before b in their order."""
+    return [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+
+
 def _differences(table: tuple[ProblemPolicyRow, ...], policies: tuple[str, ...], problems: tuple[str, ...],
                  pairs: Pairs, confidence: float, score_range: tuple[float, float],
                  samples: int) -> tuple[PairedDifference, ...]:
     """Policy a minus policy b over the problems both ran with a live policy, for share cracked and mean best; the
     p-values Holm-adjusted over all these comparisons (every pair, both metrics: the rows a reader scans)."""
     rows = {(r.problem, r.policy): r for r in table}
-    compared = [(a, b) for i, a in enumerate(policies) for b in policies[i + 1:]
-                if pairs == "all" or a == policies[0]]
+    compared = [(a, b) for a, b in every_pair(policies) if pairs == "all" or a == policies[0]]
     out = []
     for a, b in compared:
         shared = tuple(p for p in problems if all(
@@ -357,16 +362,6 @@ def pooled_cells(table: Iterable[ProblemPolicyRow], policies: Iterable[str]) -> 
     return pooled
 
 
-def arm_groups(results: ExperimentResults, arm_of: Mapping[str, str]) -> dict[str, list[str]]:
-    """Each arm's policies (`arm_of`: policy -> arm; policies it does not name left out), in the order the arms
-    first appear among the policies."""
-    arms: dict[str, list[str]] = {}
-    for policy in results.policies:
-        if policy in arm_of:
-            arms.setdefault(arm_of[policy], []).append(policy)
-    return arms
-
-
 def pooled_differences(results: ExperimentResults, arm_of: Mapping[str, str], samples: int = 100_000,
                        pairs: Sequence[tuple[str, str]] | None = None) -> tuple[PairedDifference, ...]:
     """The paired differences between groups of policies (arms; `arm_of`: policy -> arm, policies it does not name
@@ -376,13 +371,15 @@ def pooled_differences(results: ExperimentResults, arm_of: Mapping[str, str], sa
     `pairs`: these (a, b) as a - b, in this order (a study's registered comparisons; a pair whose arms ran no
     common problem is left out); by default every pair of arms, in the order the arms first appear among the
     policies. The plain experiment report does not call it."""
-    arms = arm_groups(results, arm_of)
+    arms: dict[str, list[str]] = {}
+    for policy in results.policies:
+        if policy in arm_of:
+            arms.setdefault(arm_of[policy], []).append(policy)
     shares = {arm: {problem: cracked / cells for problem, (cracked, cells) in pooled_cells(results.table,
                                                                                           policies).items()}
               for arm, policies in arms.items()}
-    names = list(arms)
     if pairs is None:
-        pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+        pairs = every_pair(list(arms))
     out = []
     for a, b in pairs:
         if a not in shares or b not in shares:

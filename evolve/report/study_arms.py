@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from evolve.report.html_tables import differences_table_html
-from evolve.report.results import ExperimentResults, pooled_cells, pooled_differences
+from evolve.report.results import ExperimentResults, every_pair, pooled_cells, pooled_differences
 from evolve.report.stats import Interval, PairedDifference, clopper_pearson, mean_interval
 from evolve.report.terminal import differences_table
 
@@ -191,9 +191,8 @@ def arm_report(results: ExperimentResults, training_runs: Iterable[Mapping[str, 
     if not registered:
         return ArmReport(claim, seeds, results.confidence, results.problems, tuple(out),
                          pooled_differences(results, arm_of, samples), tuple(notes), split=split)
-    names = [arm.name for arm in arms]
     named = {frozenset(pair) for pair in registered}
-    others = [(a, b) for i, a in enumerate(names) for b in names[i + 1:] if frozenset((a, b)) not in named]
+    others = [pair for pair in every_pair([arm.name for arm in arms]) if frozenset(pair) not in named]
     family = pooled_differences(results, arm_of, samples, registered)
     compared = {(d.policy_a, d.policy_b) for d in family}
     dropped = [f"{a} - {b}" for a, b in registered if (a, b) not in compared]
