@@ -267,7 +267,10 @@ def test_a_tiny_real_study_stopped_after_training_resumes_without_redoing_anythi
     assert 'id="training"' in page and f"<h1>Study {report['study']}</h1>" in page
     assert "Sampling before evolution" in page and "pass@k against k" in page
     figures = {path.name for path in (folder / "report" / "figures").iterdir()}
-    assert {"cracked_share-iterations.svg", "best_score-iterations-run_length.svg", "training-reward.svg"} <= figures
+    assert {"cracked_share-iterations.svg", "best_score-iterations-run_length.svg", "training-reward.svg",
+            "cracked_share-arms-answers.svg"} <= figures
+    assert {(c["policy"], c["axis"], c["seeds"]) for c in report["arm_curves"]} == {
+        (arm, axis, runs) for arm, runs in (("base", 1), ("vpo", 2), ("grpo", 2)) for axis in ("answers", "iterations")}
 
     store = ProgramStore(str(folder / "study.db"), mode="read")
     before = [(run.id, run.name, store.count_programs(run.id), run.status) for run in store.list_runs()]

@@ -180,7 +180,8 @@ def test_a_study_in_pieces_keeps_each_pieces_cells_in_its_own_store_and_its_stat
     assert main(["study", str(path), "--out", str(folder), "--status"]) == 0
     out = capsys.readouterr().out
     assert "evolution in 2 pieces" in out
-    assert "3. evolve  partial  14/28 cells finished (16 started); every arm has finished seed 0" in out
+    assert ("3. evolve  partial  14/28 cells finished (16 started); every arm has finished pieces 1 and 2 (seed 0): "
+            "2 of 4 (piece, seed) parts") in out
     for piece, problem in (("01", "run_length"), ("02", "lis")):
         store = ProgramStore(str(folder / f"evolution_{piece}.db"), mode="read")
         assert {cell.problem for cell in store.experiment_cells("tiny")} == {problem}

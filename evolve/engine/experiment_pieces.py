@@ -30,6 +30,11 @@ def piece_problems(spec: ExperimentSpec, piece: int) -> tuple[str, ...]:
     return spec.problems[start:start + size + (piece - 1 < larger)]
 
 
+def problem_pieces(spec: ExperimentSpec) -> dict[str, int]:
+    """Each problem's piece (1-based); an experiment of one piece: 1 for every problem."""
+    return {problem: piece for piece in piece_numbers(spec) for problem in piece_problems(spec, piece)}
+
+
 def piece_db(spec: ExperimentSpec, piece: int) -> str:
     """Piece `piece`'s store: the experiment's db with its number (01, 02, ...) for {piece}."""
     _check_piece(spec, piece)

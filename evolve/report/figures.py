@@ -20,12 +20,13 @@ _SVG_OPEN = re.compile(r"<svg\b[^>]*>")
 
 
 def figure_name(attrs: str) -> str:
-    """The file stem of one chart from its figure's data attributes: training-NAME, or METRIC-AXIS[-PROBLEM]."""
+    """The file stem of one chart from its figure's data attributes: training-NAME, METRIC-AXIS[-PROBLEM], or
+    METRIC-arms-AXIS for a chart of a study's arms (data-by="arm")."""
     data = {m["key"]: unescape(m["value"]) for m in _ATTR.finditer(attrs)}
     if "training" in data:
         parts = ["training", data["training"]]
     else:
-        parts = [data.get("metric", "chart"), data.get("axis", "")]
+        parts = [data.get("metric", "chart"), "arms" if data.get("by") == "arm" else "", data.get("axis", "")]
         if "problem" in data:
             parts.append(data["problem"].rsplit("/", 1)[-1])  # a problem given as a path: its folder's name
     return "-".join(_slug(part) for part in parts if part)

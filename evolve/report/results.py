@@ -24,6 +24,7 @@ from typing import Literal
 
 import numpy as np
 
+from evolve.engine.experiment_pieces import problem_pieces
 from evolve.engine.experiment_spec import CellKey, ExperimentSpec
 from evolve.problems.problem import Problem, ProblemError, load_problem
 from evolve.report.by_choice import instructions_by_arm
@@ -176,25 +177,56 @@ def cell_statuses_in(stores: Sequence[ProgramStore], spec: ExperimentSpec) -> di
     return statuses
 
 
-def whole_seeds(spec: ExperimentSpec, statuses: Mapping[CellKey, str]) -> tuple[int, ...]:
-    """The seeds whose every cell (every arm that runs the seed, every problem) has finished (`statuses`: from
-    cell_statuses), in `spec.seeds` order."""
-    planned = spec.cells()
-    return tuple(seed for seed in spec.seeds
-                 if all(statuses.get(key) == "finished" for key in planned if key[2] == seed))
+Part = tuple[int, int]  # (piece, seed): the unit an interim report counts
+
+
+def whole_parts(spec: ExperimentSpec, statuses: Mapping[CellKey, str]) -> tuple[Part, ...]:
+    """The (piece, seed) parts whose every cell (every arm that runs the seed, every problem of the piece) has finished
+    (`statuses`: from cell_statuses), piece by piece in `spec.seeds` order. An experiment of one piece: (1, seed) per
+    seed finished on every problem. Pieces run one after another, so with several a seed is whole on every problem
+    only near the end: the finished pieces' problems are what an interim report can compare the arms on."""
+    piece_of = problem_pieces(spec)
+    cells: dict[Part, list[CellKey]] = {}
+    for key in spec.cells():
+        cells.setdefault((piece_of[key[0]], key[2]), []).append(key)
+    return tuple(part for part in sorted(cells, key=lambda part: (part[0], spec.seeds.index(part[1])))
+                 if all(statuses.get(key) == "finished" for key in cells[part]))
+
+
+def parts_text(parts: Sequence[Sequence[int]], pieces: int) -> str:
+    """'evolution seeds 0, 1' (one piece), or 'pieces 1 and 2 (seeds 0, 1), piece 3 (seed 0)'; 'no evolution seed'
+    / 'no (piece, seed)' when none."""
+    if pieces == 1:
+        seeds = [seed for _piece, seed in parts]
+        return (f"evolution seed{'s' * (len(seeds) != 1)} {', '.join(map(str, seeds))}" if seeds
+                else "no evolution seed")
+    if not parts:
+        return "no (piece, seed)"
+    by_piece: dict[int, list[int]] = {}
+    for piece, seed in parts:
+        by_piece.setdefault(piece, []).append(seed)
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for piece, seeds in by_piece.items():
+        groups.setdefault(tuple(seeds), []).append(piece)
+    return ", ".join(f"piece{'s' * (len(numbers) != 1)} {_and(numbers)} (seed{'s' * (len(seeds) != 1)} "
+                     f"{', '.join(map(str, seeds))})" for seeds, numbers in groups.items())
+
+
+def _and(numbers: list[int]) -> str:
+    return ", ".join(map(str, numbers[:-1])) + f" and {numbers[-1]}" if len(numbers) > 1 else str(numbers[0])
 
 
 def collect(store: ProgramStore | Sequence[ProgramStore], spec: ExperimentSpec, samples: int = 100_000,
             confidence: float = 0.95, score_range: tuple[float, float] = (0.0, 1.0), pairs: Pairs = "all",
-            whole_seeds_only: bool = False) -> ExperimentResults:
+            whole_parts_only: bool = False) -> ExperimentResults:
     """Every number of the report. `store`: the experiment's store, or for an experiment of several pieces the
     stores of the pieces begun (engine/experiment_pieces.py: piece_stores): each cell is read from the first store
     that holds it, and a cell none holds counts as not run. `samples`: Monte Carlo sign patterns for a permutation
     test that cannot be exact (more than 20 non-zero differences off any lattice: evolve/report/permutation.py);
-    `pairs`: compare every pair of policies, or the first with each other; `whole_seeds_only`: an interim report of
-    an experiment under way, in which only the seeds every cell of which has finished count (`whole_seeds`), the
-    other cells as not run: the cells finished first are the quick cracks, so counting every finished cell would
-    flatter, and an unfinished one read as a failure would not."""
+    `pairs`: compare every pair of policies, or the first with each other; `whole_parts_only`: an interim report of
+    an experiment under way, in which only the (piece, seed) parts every cell of which has finished count
+    (`whole_parts`), the other cells as not run: the cells finished first are the quick cracks, so counting every
+    finished cell would flatter, and an unfinished one read as a failure would not."""
     stores = [store] if isinstance(store, ProgramStore) else list(store)
     if not stores:
         raise ValueError(f"experiment {spec.name}: a report needs at least one store")
@@ -204,13 +236,15 @@ def collect(store: ProgramStore | Sequence[ProgramStore], spec: ExperimentSpec, 
         for key, run_id in held.items():
             runs.setdefault(key, (part, run_id))
     notes: list[str] = []
-    if whole_seeds_only:
-        whole = whole_seeds(spec, cell_statuses_in(stores, spec))
-        runs = {key: run for key, run in runs.items() if key[2] in whole}
-        counted = sum(key[2] in whole for key in spec.cells())
-        notes.append(f"Interim: evolution seed{'s' * (len(whole) != 1)} {', '.join(map(str, whole)) or 'none'} "
-                     f"finished for every arm ({counted} of {len(spec.cells())} cells); the cells of the other seeds "
-                     "count as not run, so the arms are compared on the same whole seeds.")
+    if whole_parts_only:
+        parts = whole_parts(spec, cell_statuses_in(stores, spec))
+        whole = set(parts)
+        piece_of = problem_pieces(spec)
+        runs = {key: run for key, run in runs.items() if (piece_of[key[0]], key[2]) in whole}
+        counted = sum((piece_of[key[0]], key[2]) in whole for key in spec.cells())
+        notes.append(f"Interim: {parts_text(parts, spec.pieces)} finished for every arm ({counted} of "
+                     f"{len(spec.cells())} cells); the other cells count as not run, so the arms are compared on the "
+                     "same problems and seeds.")
     judges = _judges(spec.problems, spec.run.programs_dir, runs, notes)  # streams the vectors, as cell_result does
     found: dict[CellKey, tuple[ProgramStore, int | None]] = {key: runs.get(key, (stores[0], None))
                                                              for key in spec.cells()}
@@ -218,10 +252,8 @@ def collect(store: ProgramStore | Sequence[ProgramStore], spec: ExperimentSpec, 
     by_key = {(c.problem, c.policy, c.seed): c for c in cells}
     policies = spec.arm_names()  # a policy's arms, then the ensembles'
 
-    def complete(cell: CellResult) -> bool:  # curves use whole cells only: every iteration done, policy alive
-        return (cell.run_id is not None and (cell.iterations_done >= spec.iterations_of(cell.policy)
-                                             or cell.stopped_early)
-                and not cell.policy_failed)
+    def complete(cell: CellResult) -> bool:
+        return complete_cell(cell, spec.iterations_of(cell.policy))
 
     table, curves, problem_curves, objectives = [], [], [], []
     for policy in policies:
@@ -264,6 +296,13 @@ def collect(store: ProgramStore | Sequence[ProgramStore], spec: ExperimentSpec, 
         instructions=instructions_by_arm((found[key][0], key[1], found[key][1]) for key in spec.cells()),
         arm_seeds={arm: spec.seeds_of(arm) for arm in spec.arm_seeds},
         arm_budgets={arm: (budget.answers_per_iteration, budget.iterations) for arm, budget in spec.arm_budget.items()})
+
+
+def complete_cell(cell: CellResult, iterations: int) -> bool:
+    """Whether a cell counts for the curves: it ran every iteration of its budget (or stopped early), its policy
+    alive."""
+    return (cell.run_id is not None and (cell.iterations_done >= iterations or cell.stopped_early)
+            and not cell.policy_failed)
 
 
 def _row(problem: str, policy: str, cells: list[CellResult], confidence: float,

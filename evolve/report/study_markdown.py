@@ -8,18 +8,22 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from evolve.report.results import parts_text
+
 # the charts embedded, by figures/ file name, with their captions (figures.py names them)
 FIGURES = (
     ("cracked_share-iterations.svg", "Share of test problems cracked against iterations (mean over evolution seeds, "
                                      "pointwise band)"),
     ("best_score-iterations.svg", "Best score so far against iterations, mean over test problems"),
     ("cracked_share-tokens.svg", "Share cracked against generated tokens"),
+    ("cracked_share-arms-answers.svg", "Share of test problems cracked against candidate answers, one line per arm "
+                                       "(the sampling arm beside evolution at equal answers)"),
     ("training-reward.svg", "Training: mean reward per step, one line per training run"),
     ("training-kl.svg", "Training: KL to the base per step"),
 )
 
 
-README_FIGURES = ("cracked_share-iterations.svg", "cracked_share-tokens.svg")
+README_FIGURES = ("cracked_share-iterations.svg", "cracked_share-tokens.svg", "cracked_share-arms-answers.svg")
 
 
 def results_markdown(document: Mapping[str, Any], figures: str = "figures",
@@ -50,11 +54,12 @@ def _interim(document: Mapping[str, Any]) -> str:
     interim = document.get("interim")
     if not interim:
         return ""
-    seeds = interim["seeds"]
-    return (f"**Interim results, the study under way: evolution seed{'s' * (len(seeds) != 1)} "
-            f"{', '.join(map(str, seeds))} finished for every arm ({interim['cells_counted']} of {interim['cells']} "
-            "cells).** Every evolution number below compares the arms on those whole seeds only; the final report "
-            "replaces these.")
+    pieces = interim.get("pieces", 1)
+    parts = interim.get("parts", [[1, seed] for seed in interim["seeds"]])  # a report written before parts
+    unit = "whole seeds" if pieces == 1 else "same problems and seeds"
+    return (f"**Interim results, the study under way: {parts_text(parts, pieces)} finished for every arm "
+            f"({interim['cells_counted']} of {interim['cells']} cells).** Every evolution number below compares the "
+            f"arms on those {unit} only; the final report replaces these.")
 
 
 def redone_lines(records: Iterable[Mapping[str, Any]]) -> list[str]:

@@ -1,5 +1,6 @@
 """Stage 3 of a study, as `--status` reads it: how many of the experiment's cells have finished and started, the
-seeds every arm has finished, the batches under way, and how long the rest will take at each arm's own pace.
+(piece, seed) parts every arm has finished, the batches under way, and how long the rest will take at each arm's
+own pace.
 
 Arms differ in pace by an order of magnitude (a policy that writes long answers, or never cracks a problem, runs its
 cells for their whole budget): a share of the cells done times the clock (what the other stages use) would follow
@@ -22,7 +23,7 @@ from typing import Any
 
 from evolve.engine.experiment_pieces import piece_stores
 from evolve.engine.experiment_spec import ExperimentSpec
-from evolve.report.results import CellKey, whole_seeds
+from evolve.report.results import CellKey, Part, parts_text, whole_parts
 from evolve.study.config import StudySpec
 
 
@@ -33,8 +34,9 @@ class EvolutionCounts:
     finished: int
     started: int
     planned: int
-    seeds: int  # evolution seeds planned
-    whole_seeds: tuple[int, ...]  # those every arm has finished
+    parts: int  # (piece, seed) parts planned: evolution seeds x pieces
+    pieces: int
+    whole_parts: tuple[Part, ...]  # those every arm has finished
     under_way: tuple[tuple[str, int, int, int], ...]  # (policy, seed, cells finished, cells planned) of each batch
     # with a cell started and one unfinished, in the experiment's order
 
@@ -43,10 +45,14 @@ class EvolutionCounts:
         text = f"{self.finished}/{self.planned} cells finished ({self.started} started)"
         if self.finished == self.planned or not self.started:
             return text
-        whole = self.whole_seeds
-        text += (f"; every arm has finished seed{'s' * (len(whole) != 1)} {', '.join(map(str, whole))} "
-                 f"({len(whole)} of {self.seeds} seeds)" if whole
-                 else "; no seed finished by every arm yet")
+        whole = self.whole_parts
+        if self.pieces == 1:
+            seeds = [seed for _piece, seed in whole]
+            text += (f"; every arm has finished seed{'s' * (len(seeds) != 1)} {', '.join(map(str, seeds))} "
+                     f"({len(seeds)} of {self.parts} seeds)" if seeds else "; no seed finished by every arm yet")
+        else:
+            text += (f"; every arm has finished {parts_text(whole, self.pieces)}: {len(whole)} of {self.parts} "
+                     "(piece, seed) parts" if whole else "; no (piece, seed) finished by every arm yet")
         if self.under_way:
             text += "; under way: " + ", ".join(f"{policy} seed {seed} ({done}/{planned} cells)"
                                                 for policy, seed, done, planned in self.under_way)
@@ -76,7 +82,8 @@ def evolution_counts(experiment: ExperimentSpec, statuses: dict[CellKey, str]) -
     under_way = tuple((policy, seed, cells.count("finished"), len(cells)) for (policy, seed), cells in batches.items()
                       if any(status is not None for status in cells) and cells.count("finished") < len(cells))
     return EvolutionCounts(sum(status == "finished" for status in statuses.values()), len(statuses),
-                           len(experiment.cells()), len(experiment.seeds), whole_seeds(experiment, statuses), under_way)
+                           len(experiment.cells()), len(experiment.seeds) * experiment.pieces, experiment.pieces,
+                           whole_parts(experiment, statuses), under_way)
 
 
 def machine_shares(spans: dict[int, list[tuple[float, float]]]) -> dict[int, float]:

@@ -26,7 +26,7 @@ from typing import Any, Literal
 from rich.console import Console
 
 from evolve.engine.events import Observer
-from evolve.report.results import cell_statuses_in, whole_seeds
+from evolve.report.results import cell_statuses_in, whole_parts
 from evolve.study.config import StudySpec
 from evolve.study.evolution_stage import evolution_counts, evolution_seconds_left, evolution_stores
 from evolve.study.plan import StudyPaths, experiment_spec, sampling_plans, train_configs
@@ -164,9 +164,9 @@ class Study:
             self.console.print(f"  left: {'; '.join(parts)}", highlight=False, soft_wrap=True)
 
     def write_interim_report(self) -> Path:
-        """STUDY/report/ from what has run so far, the study perhaps running in another process: the evolution
-        seeds finished for every arm (an interim report, which the report stage replaces); the path of
-        study_report.json. StudyError before training and sampling are done, before a seed is whole, or after
+        """STUDY/report/ from what has run so far, the study perhaps running in another process: the (piece,
+        seed) parts finished for every arm (an interim report, which the report stage replaces); the path of
+        study_report.json. StudyError before training and sampling are done, before a part is whole, or after
         evolution is done (the report stage's turn)."""
         from evolve.study.report_stage import write_study_report
 
@@ -178,11 +178,11 @@ class Study:
             raise StudyError(f"study {self.spec.name}: its evolution is done; run `evolve study` for the final report")
         experiment = experiment_spec(self.spec, self.paths)
         with evolution_stores(experiment, self.store) as stores:
-            whole = whole_seeds(experiment, cell_statuses_in(stores, experiment))
+            whole = whole_parts(experiment, cell_statuses_in(stores, experiment))
         if not whole:
-            raise StudyError(f"study {self.spec.name}: an interim report compares the arms on whole seeds, and no "
-                             f"evolution seed has finished for every arm yet ({evolve.fraction:.0%} of the cells "
-                             "have)")
+            unit = "seed" if experiment.pieces == 1 else "(piece, seed) part"
+            raise StudyError(f"study {self.spec.name}: an interim report compares the arms on whole {unit}s, and no "
+                             f"{unit} has finished for every arm yet ({evolve.fraction:.0%} of the cells have)")
         return write_study_report(self.spec, self.paths, self.store, self.train_configs, self.state.seconds_now(),
                                   self.console, interim=True)
 

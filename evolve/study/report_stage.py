@@ -20,12 +20,13 @@ def write_study_report(spec: StudySpec, paths: StudyPaths, store: Any, train_con
                        seconds: dict[str, float], console: Console, interim: bool = False) -> Path:
     """Write STUDY/report/ from the study's store (a ProgramStore), its training logs (train_configs: TrainConfig
     by policy name) and the seconds spent per stage; print the report on `console`; the path of
-    study_report.json. `interim`: the study is under way; only the evolution seeds every arm has finished count."""
+    study_report.json. `interim`: the study is under way; only the (piece, seed) parts every arm has finished count."""
     from evolve.problems.problem import load_problem
+    from evolve.report.arm_curves import arm_curves, arm_curves_html
     from evolve.report.figures import FIGURES_DIR
     from evolve.report.html import report_html
     from evolve.report.report_files import write_report
-    from evolve.report.results import collect
+    from evolve.report.results import cell_statuses_in, collect, whole_parts
     from evolve.report.reward_change import reward_change
     from evolve.report.sampling_curves import diversity, k_curves, sampling_section_html
     from evolve.report.study_arms import arm_report, arms_section_html, render_arms
@@ -43,7 +44,8 @@ def write_study_report(spec: StudySpec, paths: StudyPaths, store: Any, train_con
     experiment = experiment_spec(spec, paths)
     study_store = ProgramStore(paths.db, mode="read") if experiment.pieces == 1 else None  # else the pieces' own
     with evolution_stores(experiment, study_store) as stores:
-        results = collect(stores, experiment, whole_seeds_only=interim)
+        results = collect(stores, experiment, whole_parts_only=interim)
+        parts = whole_parts(experiment, cell_statuses_in(stores, experiment)) if interim else ()
     if study_store is not None:
         study_store.close()
     redone = redone_cells(paths)
@@ -63,19 +65,23 @@ def write_study_report(spec: StudySpec, paths: StudyPaths, store: Any, train_con
              "training_runs": [{"policy": run.name, "algo": run.algo, "training_seed": run.seed}
                                for run in spec.training_runs()],
              "spec": spec.model_dump(mode="json"),
-             "interim": _interim(results) if interim else None,
+             "interim": _interim(results, parts, experiment.pieces) if interim else None,
              "redone": redone}
     arms = arm_report(results, facts["training_runs"], spec.claim, spec.training.seeds,
                       comparisons=spec.comparisons, split=spec.evolution.checkpoint_seeds == "split")
     render_arms(arms, console)
+    arm_names = [arm.arm for arm in arms.arms]
+    by_arm = arm_curves(results, {policy: arm.arm for arm in arms.arms for policy in arm.policies})
     samples = sampled_results(spec, paths, store)
     sampling = sampling_section_html(k_curves(samples, results.confidence, results.score_range), diversity(samples),
                                      results.confidence)
     page = with_training_section(report_html(results, kind="Study"),
-                                 arms_section_html(arms) + sampling + training_section_html(curves, budgets, changes))
+                                 arms_section_html(arms) + arm_curves_html(by_arm, arm_names, results.confidence)
+                                 + sampling + training_section_html(curves, budgets, changes))
     files = write_report(results, paths.report, page=page)
     figures = sorted((paths.report / FIGURES_DIR).glob("*.svg"))
     document = study_json(spec.name, facts, budgets, curves, samples, results, seconds, arms=arms, changes=changes)
+    document["arm_curves"] = [asdict(curve) for curve in by_arm]
     path = paths.report / "study_report.json"
     path.write_text(json.dumps(document, indent=1) + "\n")
     markdown = paths.report / "results.md"
@@ -85,10 +91,11 @@ def write_study_report(spec: StudySpec, paths: StudyPaths, store: Any, train_con
     return path
 
 
-def _interim(results: Any) -> dict[str, Any]:  # results: ExperimentResults of whole seeds only
+def _interim(results: Any, parts: tuple[tuple[int, int], ...], pieces: int) -> dict[str, Any]:
+    """results: ExperimentResults of the whole (piece, seed) parts only."""
     counted = [cell for cell in results.cells if cell.status == "finished"]
-    return {"seeds": sorted({cell.seed for cell in counted}), "cells_counted": len(counted),
-            "cells": len(results.cells)}
+    return {"seeds": sorted({cell.seed for cell in counted}), "parts": [list(part) for part in parts],
+            "pieces": pieces, "cells_counted": len(counted), "cells": len(results.cells)}
 
 
 def redone_cells(paths: StudyPaths) -> list[dict[str, Any]]:

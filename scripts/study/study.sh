@@ -3,7 +3,7 @@
 # calibration pilot:
 #   bash scripts/study/study.sh start [FILE]    # unpack what was committed, then `evolve study FILE` in the background
 #   bash scripts/study/study.sh status [FILE]   # `evolve study FILE --status`: each stage, what is left and for how long
-#   bash scripts/study/study.sh report-so-far [FILE]  # an interim STUDY/report/: the evolution seeds every arm finished
+#   bash scripts/study/study.sh report-so-far [FILE]  # an interim STUDY/report/: the (piece,) seeds every arm finished
 #   bash scripts/study/study.sh save [FILE]     # Ctrl-C the study (it stops resumable), then pack
 #   bash scripts/study/study.sh pack [FILE]     # pack while it goes on
 #   bash scripts/study/study.sh save-after-step [FILE]  # wait (<= 20 min) for the training step under way to end, then save
@@ -71,7 +71,7 @@ start)
 status)
     .venv/bin/evolve study "$FILE" --status
     ;;
-report-so-far)  # an interim report from the evolution seeds every arm has finished, beside the running study
+report-so-far)  # an interim report from the (piece, seed) parts every arm has finished, beside the running study
     nice .venv/bin/evolve study "$FILE" --report-so-far
     ;;
 save|pack)
