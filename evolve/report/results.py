@@ -28,6 +28,7 @@ from evolve.engine.experiment_pieces import problem_pieces
 from evolve.engine.experiment_spec import CellKey, ExperimentSpec
 from evolve.problems.problem import Problem, ProblemError, load_problem
 from evolve.report.by_choice import instructions_by_arm
+from evolve.report.cell_status import cell_statuses_in, parts_text, whole_parts
 from evolve.report.result_types import (
     METRIC_LABELS,
     CellResult,
@@ -158,62 +159,6 @@ def answers_asked(spec: ExperimentSpec, arm: str, costs: Iterable[IterationCost]
     if len(sizes) == 1:
         return sizes.pop() * sum(c.policy_calls + c.policy_errors for c in costs)
     return spec.answers_per_iteration_of(arm) * sum(1 for c in costs if c.policy_calls + c.policy_errors)
-
-
-def cell_statuses(store: ProgramStore, spec: ExperimentSpec) -> dict[CellKey, str]:
-    """The run status of each of the experiment's cells that has a run in the store, by (problem, policy, seed)."""
-    status = {info.id: info.status for info in store.list_runs()}
-    planned = set(spec.cells())
-    return {key: status[cell.run_id] for cell in store.experiment_cells(spec.name)
-            if (key := (cell.problem, cell.policy, cell.seed)) in planned and cell.run_id in status}
-
-
-def cell_statuses_in(stores: Sequence[ProgramStore], spec: ExperimentSpec) -> dict[CellKey, str]:
-    """cell_statuses over several stores (an experiment's pieces), a cell's status from the first store holding it."""
-    statuses: dict[CellKey, str] = {}
-    for store in stores:
-        for key, status in cell_statuses(store, spec).items():
-            statuses.setdefault(key, status)
-    return statuses
-
-
-Part = tuple[int, int]  # (piece, seed): the unit an interim report counts
-
-
-def whole_parts(spec: ExperimentSpec, statuses: Mapping[CellKey, str]) -> tuple[Part, ...]:
-    """The (piece, seed) parts whose every cell (every arm that runs the seed, every problem of the piece) has finished
-    (`statuses`: from cell_statuses), piece by piece in `spec.seeds` order. An experiment of one piece: (1, seed) per
-    seed finished on every problem. Pieces run one after another, so with several a seed is whole on every problem
-    only near the end: the finished pieces' problems are what an interim report can compare the arms on."""
-    piece_of = problem_pieces(spec)
-    cells: dict[Part, list[CellKey]] = {}
-    for key in spec.cells():
-        cells.setdefault((piece_of[key[0]], key[2]), []).append(key)
-    return tuple(part for part in sorted(cells, key=lambda part: (part[0], spec.seeds.index(part[1])))
-                 if all(statuses.get(key) == "finished" for key in cells[part]))
-
-
-def parts_text(parts: Sequence[Sequence[int]], pieces: int) -> str:
-    """'evolution seeds 0, 1' (one piece), or 'pieces 1 and 2 (seeds 0, 1), piece 3 (seed 0)'; 'no evolution seed'
-    / 'no (piece, seed)' when none."""
-    if pieces == 1:
-        seeds = [seed for _piece, seed in parts]
-        return (f"evolution seed{'s' * (len(seeds) != 1)} {', '.join(map(str, seeds))}" if seeds
-                else "no evolution seed")
-    if not parts:
-        return "no (piece, seed)"
-    by_piece: dict[int, list[int]] = {}
-    for piece, seed in parts:
-        by_piece.setdefault(piece, []).append(seed)
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for piece, seeds in by_piece.items():
-        groups.setdefault(tuple(seeds), []).append(piece)
-    return ", ".join(f"piece{'s' * (len(numbers) != 1)} {_and(numbers)} (seed{'s' * (len(seeds) != 1)} "
-                     f"{', '.join(map(str, seeds))})" for seeds, numbers in groups.items())
-
-
-def _and(numbers: list[int]) -> str:
-    return ", ".join(map(str, numbers[:-1])) + f" and {numbers[-1]}" if len(numbers) > 1 else str(numbers[0])
 
 
 def collect(store: ProgramStore | Sequence[ProgramStore], spec: ExperimentSpec, samples: int = 100_000,

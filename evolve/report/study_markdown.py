@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from evolve.report.results import parts_text
+from evolve.report.cell_status import parts_text
 
 # the charts embedded, by figures/ file name, with their captions (figures.py names them)
 FIGURES = (

@@ -22,8 +22,8 @@ from statistics import fmean
 from typing import Any
 
 from evolve.engine.experiment_pieces import piece_stores
-from evolve.engine.experiment_spec import ExperimentSpec
-from evolve.report.results import CellKey, Part, parts_text, whole_parts
+from evolve.engine.experiment_spec import CellKey, ExperimentSpec
+from evolve.report.cell_status import Part, parts_text, whole_parts
 from evolve.study.config import StudySpec
 
 

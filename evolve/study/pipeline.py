@@ -26,7 +26,7 @@ from typing import Any, Literal
 from rich.console import Console
 
 from evolve.engine.events import Observer
-from evolve.report.results import cell_statuses_in, whole_parts
+from evolve.report.cell_status import cell_statuses_in, whole_parts
 from evolve.study.config import StudySpec
 from evolve.study.evolution_stage import evolution_counts, evolution_seconds_left, evolution_stores
 from evolve.study.plan import StudyPaths, experiment_spec, sampling_plans, train_configs

@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from evolve.report.results import cell_statuses
+from evolve.report.cell_status import cell_statuses
 from evolve.study.plan import StudyPaths, StudySpec, experiment_spec
 from evolve.study.state import StudyError, StudyState
 

@@ -23,10 +23,11 @@ def write_study_report(spec: StudySpec, paths: StudyPaths, store: Any, train_con
     study_report.json. `interim`: the study is under way; only the (piece, seed) parts every arm has finished count."""
     from evolve.problems.problem import load_problem
     from evolve.report.arm_curves import arm_curves, arm_curves_html
+    from evolve.report.cell_status import cell_statuses_in, whole_parts
     from evolve.report.figures import FIGURES_DIR
     from evolve.report.html import report_html
     from evolve.report.report_files import write_report
-    from evolve.report.results import cell_statuses_in, collect, whole_parts
+    from evolve.report.results import collect
     from evolve.report.reward_change import reward_change
     from evolve.report.sampling_curves import diversity, k_curves, sampling_section_html
     from evolve.report.study_arms import arm_report, arms_section_html, render_arms
