@@ -40,3 +40,17 @@ def test_the_arms_chart_is_one_figure_per_axis_named_for_the_arms_and_says_which
     page = arm_curves_html(arm_curves(results, no_grpo_t0), ["base", "vpo", "grpo"], results.confidence)
     assert list(page_figures(page)) == ["cracked_share-arms-answers.svg", "cracked_share-arms-iterations.svg"]
     assert page.count('data-series="2"') == 2 and "no curve (no run finished every test problem): grpo" in page
+
+
+def test_a_run_that_stopped_when_it_solved_holds_its_value_and_does_not_end_the_cost_axes(tmp_path: Path) -> None:
+    """vpo solves p0 at its first answer and stops (stop_when_solved); every other cell runs its 2 answers. The
+    answers axis still runs to 2, for the arm and for each policy, and vpo's share holds at 0.5 from answer 1."""
+    spec, store = _split_study(tmp_path)
+    for problem, policy, seed in spec.cells():
+        _write_cell(store, spec, problem, policy, seed, cracks=policy.startswith("vpo") and problem == "p0",
+                    stop_at=1)
+    results = collect(store, spec)
+    vpo = next(c for c in arm_curves(results, ARM_OF) if c.policy == "vpo" and c.axis == "answers")
+    assert (vpo.x, vpo.mean) == ((0.0, 1.0, 2.0), (0.0, 0.5, 0.5))
+    assert results.curve("vpo-t0", "cracked_share", axis="answers").x[-1] == 2.0
+    assert results.curve("vpo-t0", "best_score", problem="p1", axis="tokens").x[-1] == 40.0  # 2 answers x 20

@@ -142,6 +142,21 @@ def test_import_refuses_existing_folders_unless_forced(programs: Path, capsys: p
     assert main(["import", "generated", "--count", "3", "--difficulty", "1", "--out", str(programs), "--force"]) == 0
 
 
+def test_a_forced_import_leaves_unchanged_files_alone_and_mends_a_damaged_one_whole(tmp_path: Path) -> None:
+    """The calibration imports the pool again while a piece runs on it: a file already right is not rewritten (its
+    mtime stays), a damaged one is replaced, and no partial file is left behind."""
+    from evolve.problems.generated.folders import import_generated
+
+    (folder,) = [imported.folder for imported in import_generated(1, 1, out=tmp_path)]
+    stamps = {path.name: path.stat().st_mtime_ns for path in folder.iterdir()}
+    (folder / "evaluator.py").write_text("damaged")
+    import_generated(1, 1, out=tmp_path, force=True)
+    assert {path.name for path in folder.iterdir()} == set(stamps)
+    assert "damaged" not in (folder / "evaluator.py").read_text()
+    assert {name: (folder / name).stat().st_mtime_ns for name in stamps if name != "evaluator.py"} == \
+        {name: stamp for name, stamp in stamps.items() if name != "evaluator.py"}
+
+
 def reference_file(problem: GeneratedProblem, folder: Path) -> Path:
     path = folder / f"{problem.name}_reference.py"
     path.write_text(reference_program(problem))

@@ -67,17 +67,19 @@ def _child(passed: int, parent_id: int | None, policy: str) -> ChildRecord:
 
 
 def _write_cell(store: ProgramStore, spec: ExperimentSpec, problem: str, policy: str, seed: int,
-                cracks: bool | None = None) -> None:
+                cracks: bool | None = None, stop_at: int = ITERATIONS) -> None:
+    """A finished cell of ITERATIONS iterations, one answer each; one that cracks does so at iteration `stop_at` and,
+    when that is before the last, stops there (stop_when_solved)."""
     config = spec.cell_config(problem, policy, seed)
     run_id = store.create_run(name=config.run.name, problem=problem, policy=policy, seed=seed,
                               config_json=config.model_dump_json(), iterations_target=ITERATIONS,
                               experiment=spec.name)
     (seed_program,) = store.record_iteration(run_id, 0, [_child(3, None, "")], run_elapsed_s=0.1)
     cracks = seed in CRACKS.get((policy, problem), ()) if cracks is None else cracks
-    for iteration in range(1, ITERATIONS + 1):
+    for iteration in range(1, (stop_at if cracks else ITERATIONS) + 1):
         call = AttemptRecord("policy_call", "stop", prompt="improve it", completion="...", latency_s=0.1,
                              prompt_tokens=50, completion_tokens=20)
-        passed = TESTS if cracks and iteration == ITERATIONS else 4
+        passed = TESTS if cracks and iteration == stop_at else 4
         store.record_iteration(run_id, iteration, [call, _child(passed, seed_program.id, policy)], policy=policy,
                                run_elapsed_s=0.1 + iteration)
     store.set_run_status(run_id, "finished")
@@ -366,11 +368,13 @@ def test_a_checkpoint_whose_cells_have_not_started_counts_no_problems_in_the_cra
         tmp_path: Path) -> None:
     """Seed 0 whole for every arm, nothing else run: vpo-t1 and grpo-t1 (seed 1 only) have 0 problems of 0, the
     others their 2."""
+    from evolve.report.cell_status import cell_statuses, whole_parts
+
     spec, store = _split_study(tmp_path)
     for problem, policy, seed in spec.cells():
         if seed == 0:
             _write_cell(store, spec, problem, policy, seed, cracks=policy.startswith("vpo") and problem == "p0")
-    summary = cracked_by_policy(collect(store, spec, whole_parts_only=True))
+    summary = cracked_by_policy(collect(store, spec, parts=whole_parts(spec, cell_statuses(store, spec))))
     assert {policy: (row["problems_cracked"], row["problems"]) for policy, row in summary.items()} == {
         "base": (0, 2), "vpo-t0": (1, 2), "vpo-t1": (0, 0), "grpo-t0": (0, 2), "grpo-t1": (0, 0)}
 

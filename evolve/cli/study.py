@@ -27,8 +27,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                        help="stop after this stage (default: report, the whole study)")
     study.add_argument("--status", action="store_true", help="only print where each stage stands")
     study.add_argument("--report-so-far", action="store_true",
-                       help="only write STUDY/report/ from the evolution seeds finished so far for every arm "
-                       "(the study may be running): an interim report, which the report stage replaces")
+                       help="only write STUDY/report/ from the evolution seeds finished so far for every arm (with "
+                       "[evolution] pieces: the (piece, seed) parts) while the study may be running: an interim "
+                       "report, which the report stage replaces")
     study.add_argument("--redo", nargs="+", type=int, metavar="RUN_ID",
                        help="only take these evolution cells' runs out of the study (kept in the store, renamed), so "
                        "the next `evolve study` runs those cells again; needs --reason, refused while the study runs")

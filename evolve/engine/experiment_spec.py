@@ -29,7 +29,8 @@ CellKey = tuple[str, str, int]  # (problem, policy, seed)
 CellOrder = Literal["arms", "seeds"]
 CELL_ORDER = ("the order the cells run in. 'arms': arm by arm, each arm's seeds one after another (one model load "
               "per arm); 'seeds': seed by seed, every arm's cells of that seed in turn (a model load per arm and "
-              "seed), so an experiment stopped at any point has compared its arms on the same whole seeds")
+              "seed), so an experiment stopped at any point has compared its arms on the same whole seeds (with "
+              "pieces, seed by seed within each piece: the same whole (piece, seed) parts)")
 OVERRIDES_KEY = "overrides"  # ExperimentSpec's record of the --set flags, never read from a file
 
 

@@ -1,5 +1,6 @@
-"""A study's share of test problems cracked against candidate answers, one line per arm: the sampling arm and the
-evolution arms on one chart at equal answers (a registered secondary of the second study).
+"""A study's share of test problems cracked against candidate answers (and iterations), one line per arm: with a
+sampling arm, plain sampling and the evolution arms on one chart at equal answers (a registered secondary of the
+second study).
 
 A policy's curves (results_curves.py) average its evolution seeds; an arm pools its checkpoints, so its replicates
 are the (checkpoint, evolution seed) runs that finished every test problem, each one row of per-problem step
@@ -34,20 +35,23 @@ def arm_curves(results: ExperimentResults, arm_of: Mapping[str, str],
             arms.setdefault(arm_of[policy], []).append(policy)
     curves = []
     for arm, policies in arms.items():
-        runs = [[cells[(problem, policy, seed)].steps for problem in results.problems]
+        runs = [[cells[(problem, policy, seed)] for problem in results.problems]
                 for policy in policies for seed in results.arm_seeds.get(policy, results.seeds)
                 if all(complete_cell(cells[(problem, policy, seed)], results.iterations_of(policy))
                        for problem in results.problems)]
-        iterations = max((results.iterations_of(policy) for policy in policies), default=results.iterations)
+        iterations = min(results.iterations_of(policy) for policy in policies)  # no run carried past its budget
         for axis in axes:
-            curves += [curve for curve in policy_curves(arm, results.problems, runs, axis, iterations,
-                                                        results.confidence, results.score_range)
+            curves += [curve for curve in policy_curves(arm, results.problems, [[c.steps for c in run] for run in runs],
+                                                        axis, iterations, results.confidence, results.score_range,
+                                                        [[c.stopped_early for c in run] for run in runs])
                        if curve.metric == "cracked_share"]
     return curves
 
 
-def arm_curves_html(curves: Sequence[Curve], arms: Sequence[str], confidence: float) -> str:
-    """The arms' cracked-share charts, one per axis, for the study page (figures/cracked_share-arms-AXIS.svg)."""
+def arm_curves_html(curves: Sequence[Curve], arms: Sequence[str], confidence: float,
+                    sampling_arm: str | None = None) -> str:
+    """The arms' cracked-share charts, one per axis, for the study page (figures/cracked_share-arms-AXIS.svg);
+    `sampling_arm`: the arm that samples the base plainly, if the study has one."""
     colours = palette(list(arms))
     charts = []
     for axis in dict.fromkeys(curve.axis for curve in curves):
@@ -61,11 +65,14 @@ def arm_curves_html(curves: Sequence[Curve], arms: Sequence[str], confidence: fl
     missing = [arm for arm in arms if not any(curve.policy == arm for curve in curves)]
     note = (f'<p class="missing">no curve (no run finished every test problem): {escape(", ".join(missing))}</p>'
             if missing else "")
-    return ('<section id="arm-curves"><h2>Share cracked per arm, against answers</h2>'
-            '<p class="hint">Per arm, each run (one checkpoint&rsquo;s evolution seed; the base&rsquo;s and the '
-            "sampling arm&rsquo;s seeds) that finished every test problem gives the share of the test problems "
-            "solved by a program committed by x; the line is the mean over those runs with its pointwise "
-            f"{confidence:.0%} band, drawn as steps. Against candidate answers the sampling arm and the evolution "
-            "arms compare at equal answers. An arm&rsquo;s checkpoints are pooled: the band holds for these "
+    equal = (f"Against candidate answers the sampling arm ({escape(sampling_arm)}: the base sampled from the seed "
+             "program alone) and the evolution arms compare at equal answers. " if sampling_arm else
+             "Against candidate answers the arms compare at equal answers. ")
+    return ('<section id="arm-curves"><h2>Share cracked per arm, against answers and iterations</h2>'
+            '<p class="hint">Per arm, each run (one checkpoint&rsquo;s evolution seed, or an untrained arm&rsquo;s '
+            "seed) that finished every test problem gives the share of the test problems solved by a program "
+            "committed by x; the line is the mean over those runs with its pointwise "
+            f"{confidence:.0%} band, drawn as steps, a run that stopped when it solved its problem holding its "
+            f"value. {equal}An arm&rsquo;s checkpoints are pooled: the band holds for these "
             f"checkpoints, not for a new training run.</p>{note}"
             f'<div class="multiples">{"".join(charts)}</div></section>')

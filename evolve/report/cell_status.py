@@ -35,17 +35,29 @@ def cell_statuses_in(stores: Sequence[ProgramStore], spec: ExperimentSpec) -> di
 Part = tuple[int, int]  # (piece, seed): the unit an interim report counts
 
 
-def whole_parts(spec: ExperimentSpec, statuses: Mapping[CellKey, str]) -> tuple[Part, ...]:
-    """The (piece, seed) parts whose every cell (every arm that runs the seed, every problem of the piece) has finished
-    (`statuses`: from cell_statuses), piece by piece in `spec.seeds` order. An experiment of one piece: (1, seed) per
-    seed finished on every problem. Pieces run one after another, so with several a seed is whole on every problem
-    only near the end: the finished pieces' problems are what an interim report can compare the arms on."""
+def planned_parts(spec: ExperimentSpec) -> dict[Part, list[CellKey]]:
+    """Each (piece, seed) part some arm runs, with its cells, piece by piece in `spec.seeds` order."""
     piece_of = problem_pieces(spec)
     cells: dict[Part, list[CellKey]] = {}
     for key in spec.cells():
         cells.setdefault((piece_of[key[0]], key[2]), []).append(key)
-    return tuple(part for part in sorted(cells, key=lambda part: (part[0], spec.seeds.index(part[1])))
-                 if all(statuses.get(key) == "finished" for key in cells[part]))
+    return {part: cells[part] for part in sorted(cells, key=lambda part: (part[0], spec.seeds.index(part[1])))}
+
+
+def whole_parts(spec: ExperimentSpec, statuses: Mapping[CellKey, str], whole_pieces: bool = False) -> tuple[Part, ...]:
+    """The (piece, seed) parts whose every cell (every arm that runs the seed, every problem of the piece) has finished
+    (`statuses`: from cell_statuses), piece by piece in `spec.seeds` order. An experiment of one piece: (1, seed) per
+    seed finished on every problem. Pieces run one after another, so with several a seed is whole on every problem
+    only near the end: the finished pieces' problems are what an interim report can compare the arms on.
+    `whole_pieces`: a piece's parts count only once all of them are whole. A design whose checkpoints split the seeds
+    (checkpoint_seeds = "split") needs it: there a seed's part holds only some of an arm's checkpoints, so the
+    per-checkpoint shares would rest on different problems."""
+    planned = planned_parts(spec)
+    whole = [part for part, cells in planned.items() if all(statuses.get(key) == "finished" for key in cells)]
+    if whole_pieces:
+        done = {piece for piece, _ in planned} - {piece for piece, seed in planned if (piece, seed) not in whole}
+        whole = [part for part in whole if part[0] in done]
+    return tuple(whole)
 
 
 def parts_text(parts: Sequence[Sequence[int]], pieces: int) -> str:
@@ -63,9 +75,19 @@ def parts_text(parts: Sequence[Sequence[int]], pieces: int) -> str:
     groups: dict[tuple[int, ...], list[int]] = {}
     for piece, seeds in by_piece.items():
         groups.setdefault(tuple(seeds), []).append(piece)
-    return ", ".join(f"piece{'s' * (len(numbers) != 1)} {_and(numbers)} (seed{'s' * (len(seeds) != 1)} "
+    return ", ".join(f"piece{'s' * (len(numbers) != 1)} {_numbers_text(numbers)} (seed{'s' * (len(seeds) != 1)} "
                      f"{', '.join(map(str, seeds))})" for seeds, numbers in groups.items())
 
 
-def _and(numbers: list[int]) -> str:
-    return ", ".join(map(str, numbers[:-1])) + f" and {numbers[-1]}" if len(numbers) > 1 else str(numbers[0])
+def _numbers_text(numbers: list[int]) -> str:
+    """[1, 2, 3, 5, 7, 8] -> '1-3, 5, 7 and 8': runs of three or more as a range."""
+    runs: list[list[int]] = []
+    for number in numbers:
+        if runs and number == runs[-1][-1] + 1:
+            runs[-1].append(number)
+        else:
+            runs.append([number])
+    named: list[str] = []
+    for run in runs:
+        named += [f"{run[0]}-{run[-1]}"] if len(run) >= 3 else [str(number) for number in run]
+    return ", ".join(named[:-1]) + f" and {named[-1]}" if len(named) > 1 else named[0]

@@ -28,7 +28,7 @@ from evolve.engine.experiment_pieces import problem_pieces
 from evolve.engine.experiment_spec import CellKey, ExperimentSpec
 from evolve.problems.problem import Problem, ProblemError, load_problem
 from evolve.report.by_choice import instructions_by_arm
-from evolve.report.cell_status import cell_statuses_in, parts_text, whole_parts
+from evolve.report.cell_status import Part, parts_text
 from evolve.report.result_types import (
     METRIC_LABELS,
     CellResult,
@@ -163,26 +163,26 @@ def answers_asked(spec: ExperimentSpec, arm: str, costs: Iterable[IterationCost]
 
 def collect(store: ProgramStore | Sequence[ProgramStore], spec: ExperimentSpec, samples: int = 100_000,
             confidence: float = 0.95, score_range: tuple[float, float] = (0.0, 1.0), pairs: Pairs = "all",
-            whole_parts_only: bool = False) -> ExperimentResults:
+            parts: Sequence[Part] | None = None) -> ExperimentResults:
     """Every number of the report. `store`: the experiment's store, or for an experiment of several pieces the
     stores of the pieces begun (engine/experiment_pieces.py: piece_stores): each cell is read from the first store
     that holds it, and a cell none holds counts as not run. `samples`: Monte Carlo sign patterns for a permutation
     test that cannot be exact (more than 20 non-zero differences off any lattice: evolve/report/permutation.py);
-    `pairs`: compare every pair of policies, or the first with each other; `whole_parts_only`: an interim report of
-    an experiment under way, in which only the (piece, seed) parts every cell of which has finished count
-    (`whole_parts`), the other cells as not run: the cells finished first are the quick cracks, so counting every
-    finished cell would flatter, and an unfinished one read as a failure would not."""
+    `pairs`: compare every pair of policies, or the first with each other; `parts`: an interim report of an experiment
+    under way, in which only the cells of these (piece, seed) parts count (cell_status.whole_parts: every cell of
+    theirs has finished), the other cells as not run: the cells finished first are the quick cracks, so counting
+    every finished cell would flatter, and an unfinished one read as a failure would not."""
     stores = [store] if isinstance(store, ProgramStore) else list(store)
     if not stores:
         raise ValueError(f"experiment {spec.name}: a report needs at least one store")
     runs: dict[CellKey, tuple[ProgramStore, int]] = {}
-    for part in stores:
-        held = {(c.problem, c.policy, c.seed): c.run_id for c in part.experiment_cells(spec.name)}  # its latest run
+    for piece_store in stores:
+        held = {(c.problem, c.policy, c.seed): c.run_id
+                for c in piece_store.experiment_cells(spec.name)}  # its latest run
         for key, run_id in held.items():
-            runs.setdefault(key, (part, run_id))
+            runs.setdefault(key, (piece_store, run_id))
     notes: list[str] = []
-    if whole_parts_only:
-        parts = whole_parts(spec, cell_statuses_in(stores, spec))
+    if parts is not None:
         whole = set(parts)
         piece_of = problem_pieces(spec)
         runs = {key: run for key, run in runs.items() if (piece_of[key[0]], key[2]) in whole}
@@ -206,18 +206,19 @@ def collect(store: ProgramStore | Sequence[ProgramStore], spec: ExperimentSpec, 
             row_cells = [by_key[(problem, policy, s)] for s in spec.seeds_of(policy)]
             table.append(_row(problem, policy, row_cells, confidence, score_range))
             objectives += _objective_reach(problem, policy, row_cells, judges[problem])
-            whole = [c.steps for c in row_cells if complete(c)]
+            whole = [c for c in row_cells if complete(c)]
             for axis in AXES:
-                curve = problem_curve(policy, problem, whole, axis, spec.iterations_of(policy), confidence,
-                                      score_range)
+                curve = problem_curve(policy, problem, [c.steps for c in whole], axis, spec.iterations_of(policy),
+                                      confidence, score_range, [c.stopped_early for c in whole])
                 if curve is not None:
                     problem_curves.append(curve)
-        seeds_cells = [[by_key[(problem, policy, seed)].steps for problem in spec.problems]
-                       for seed in spec.seeds_of(policy)
-                       if all(complete(by_key[(problem, policy, seed)]) for problem in spec.problems)]
+        seeds_rows = [[by_key[(problem, policy, seed)] for problem in spec.problems]
+                      for seed in spec.seeds_of(policy)
+                      if all(complete(by_key[(problem, policy, seed)]) for problem in spec.problems)]
+        seeds_cells = [[cell.steps for cell in row] for row in seeds_rows]
         for axis in AXES:
             drawn = policy_curves(policy, spec.problems, seeds_cells, axis, spec.iterations_of(policy), confidence,
-                                  score_range)
+                                  score_range, [[cell.stopped_early for cell in row] for row in seeds_rows])
             if seeds_cells and not drawn:
                 notes.append(f"{policy}: no curves against {AXIS_LABELS[axis]}: some of its runs were stored "
                              f"without that cost (an older store).")

@@ -8,8 +8,11 @@ On the iterations axis the coordinate is the iteration number (programs of itera
 is the cumulative cost, so what a run had found after spending x is what it had committed by then.
 
 Seeds are compared on a common grid: from 0 to the smallest total that every complete cell of the policy reached
-(no seed is extrapolated past its budget). Bands are `evolve.report.stats.curve_bands`: pointwise intervals with at
-least nominal coverage for values in the declared range.
+(no seed is extrapolated past its budget). A cell a stop rule ended before its budget (stop_when_solved, a target
+score) is left out of that smallest total: it holds its last value to the grid's end, as a finished search does;
+were it counted, one problem solved at the first iteration would end every cost axis there. Bands are
+`evolve.report.stats.curve_bands`: pointwise intervals with at least nominal coverage for values in the declared
+range.
 """
 
 from __future__ import annotations
@@ -84,6 +87,13 @@ def evaluate_cell(steps: Sequence[Step], axis: Axis, grid: np.ndarray, metric: M
     return np.where(np.isfinite(out), out, 0.0)
 
 
+def horizon(totals: Sequence[float], stopped_early: Sequence[bool]) -> float:
+    """Where a cost axis' grid ends: the smallest total among the cells that ran their whole budget; when every cell
+    stopped early, the largest of theirs."""
+    full = [total for total, early in zip(totals, stopped_early, strict=True) if not early]
+    return min(full) if full else max(totals)
+
+
 def grid(axis: Axis, upper: float, iterations: int) -> np.ndarray:
     """The points a policy's curves are drawn at: every iteration, else 0..upper evenly (integers when few)."""
     if axis == "iterations":
@@ -95,18 +105,20 @@ def grid(axis: Axis, upper: float, iterations: int) -> np.ndarray:
 
 
 def policy_curves(policy: str, problems: Sequence[str], seeds_cells: Sequence[Sequence[Sequence[Step]]],
-                  axis: Axis, iterations: int, confidence: float,
-                  value_range: tuple[float, float]) -> list[Curve]:
+                  axis: Axis, iterations: int, confidence: float, value_range: tuple[float, float],
+                  stopped_early: Sequence[Sequence[bool]] | None = None) -> list[Curve]:
     """Share cracked and best score against `axis`, averaged over problems per seed, then over seeds.
 
     `seeds_cells[s][p]` are the steps of seed s on problem p; only complete seeds are passed (every problem ran
-    its budget), so every point rests on the same seeds. Returns [] when the axis is unknown for some cell."""
+    its budget or a stop rule ended it), so every point rests on the same seeds; `stopped_early[s][p]`: that cell
+    was ended by a stop rule (`horizon`; None: none was). Returns [] when the axis is unknown for some cell."""
     if not seeds_cells:
         return []
     totals = [cell_total(steps, axis) for cells in seeds_cells for steps in cells]
     if any(total is None for total in totals):
         return []
-    upper = iterations if axis == "iterations" else min(t for t in totals if t is not None)
+    early = [e for row in stopped_early for e in row] if stopped_early is not None else [False] * len(totals)
+    upper = iterations if axis == "iterations" else horizon([t for t in totals if t is not None], early)
     points = grid(axis, upper, iterations)
     curves = []
     for metric in ("cracked_share", "best_score"):
@@ -121,12 +133,15 @@ def policy_curves(policy: str, problems: Sequence[str], seeds_cells: Sequence[Se
 
 
 def problem_curve(policy: str, problem: str, cells: Sequence[Sequence[Step]], axis: Axis, iterations: int,
-                  confidence: float, value_range: tuple[float, float]) -> Curve | None:
-    """The best score so far on one problem against `axis`, mean over the complete seeds in `cells`."""
+                  confidence: float, value_range: tuple[float, float],
+                  stopped_early: Sequence[bool] | None = None) -> Curve | None:
+    """The best score so far on one problem against `axis`, mean over the complete seeds in `cells`
+    (`stopped_early`: as policy_curves')."""
     totals = [cell_total(steps, axis) for steps in cells]
     if not cells or any(total is None for total in totals):
         return None
-    upper = iterations if axis == "iterations" else min(t for t in totals if t is not None)
+    early = list(stopped_early) if stopped_early is not None else [False] * len(totals)
+    upper = iterations if axis == "iterations" else horizon([t for t in totals if t is not None], early)
     points = grid(axis, upper, iterations)
     rows = np.array([evaluate_cell(steps, axis, points, "best_score") for steps in cells])
     mean, low, high, outside = curve_bands(rows, confidence, value_range)

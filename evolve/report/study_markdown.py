@@ -16,8 +16,8 @@ FIGURES = (
                                      "pointwise band)"),
     ("best_score-iterations.svg", "Best score so far against iterations, mean over test problems"),
     ("cracked_share-tokens.svg", "Share cracked against generated tokens"),
-    ("cracked_share-arms-answers.svg", "Share of test problems cracked against candidate answers, one line per arm "
-                                       "(the sampling arm beside evolution at equal answers)"),
+    ("cracked_share-arms-answers.svg", "Share of test problems cracked against candidate answers, one line per arm, "
+                                       "its checkpoints pooled (equal answers)"),
     ("training-reward.svg", "Training: mean reward per step, one line per training run"),
     ("training-kl.svg", "Training: KL to the base per step"),
 )

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from statistics import fmean
 from typing import Any
 
-from evolve.engine.experiment_pieces import piece_stores
+from evolve.engine.experiment_pieces import piece_stores, problem_pieces
 from evolve.engine.experiment_spec import CellKey, ExperimentSpec
-from evolve.report.cell_status import Part, parts_text, whole_parts
+from evolve.report.cell_status import Part, parts_text, planned_parts, whole_parts
 from evolve.study.config import StudySpec
 
 
@@ -34,11 +34,12 @@ class EvolutionCounts:
     finished: int
     started: int
     planned: int
-    parts: int  # (piece, seed) parts planned: evolution seeds x pieces
+    parts: int  # (piece, seed) parts planned: those some arm runs
     pieces: int
     whole_parts: tuple[Part, ...]  # those every arm has finished
-    under_way: tuple[tuple[str, int, int, int], ...]  # (policy, seed, cells finished, cells planned) of each batch
-    # with a cell started and one unfinished, in the experiment's order
+    under_way: tuple[tuple[int, str, int, int, int], ...]  # (piece, policy, seed, cells finished, cells planned) of
+    # each batch (a policy's cells of one seed in one piece) with a cell started and one unfinished, in the
+    # experiment's order
 
     @property
     def detail(self) -> str:
@@ -54,8 +55,9 @@ class EvolutionCounts:
             text += (f"; every arm has finished {parts_text(whole, self.pieces)}: {len(whole)} of {self.parts} "
                      "(piece, seed) parts" if whole else "; no (piece, seed) finished by every arm yet")
         if self.under_way:
-            text += "; under way: " + ", ".join(f"{policy} seed {seed} ({done}/{planned} cells)"
-                                                for policy, seed, done, planned in self.under_way)
+            where = (lambda piece: "") if self.pieces == 1 else (lambda piece: f"piece {piece}: ")
+            text += "; under way: " + ", ".join(f"{where(piece)}{policy} seed {seed} ({done}/{planned} cells)"
+                                                for piece, policy, seed, done, planned in self.under_way)
         return text
 
 
@@ -76,13 +78,15 @@ def evolution_stores(experiment: ExperimentSpec, store: Any) -> Iterator[list[An
 
 def evolution_counts(experiment: ExperimentSpec, statuses: dict[CellKey, str]) -> EvolutionCounts:
     """`statuses`: cell_statuses(store, experiment)."""
-    batches: dict[tuple[str, int], list[str | None]] = {}
+    piece_of = problem_pieces(experiment)
+    batches: dict[tuple[int, str, int], list[str | None]] = {}
     for problem, policy, seed in experiment.cells():
-        batches.setdefault((policy, seed), []).append(statuses.get((problem, policy, seed)))
-    under_way = tuple((policy, seed, cells.count("finished"), len(cells)) for (policy, seed), cells in batches.items()
+        batches.setdefault((piece_of[problem], policy, seed), []).append(statuses.get((problem, policy, seed)))
+    under_way = tuple((piece, policy, seed, cells.count("finished"), len(cells))
+                      for (piece, policy, seed), cells in batches.items()
                       if any(status is not None for status in cells) and cells.count("finished") < len(cells))
     return EvolutionCounts(sum(status == "finished" for status in statuses.values()), len(statuses),
-                           len(experiment.cells()), len(experiment.seeds) * experiment.pieces, experiment.pieces,
+                           len(experiment.cells()), len(planned_parts(experiment)), experiment.pieces,
                            whole_parts(experiment, statuses), under_way)
 
 

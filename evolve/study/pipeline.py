@@ -178,7 +178,8 @@ class Study:
             raise StudyError(f"study {self.spec.name}: its evolution is done; run `evolve study` for the final report")
         experiment = experiment_spec(self.spec, self.paths)
         with evolution_stores(experiment, self.store) as stores:
-            whole = whole_parts(experiment, cell_statuses_in(stores, experiment))
+            whole = whole_parts(experiment, cell_statuses_in(stores, experiment),
+                                whole_pieces=self.spec.evolution.checkpoint_seeds == "split")
         if not whole:
             unit = "seed" if experiment.pieces == 1 else "(piece, seed) part"
             raise StudyError(f"study {self.spec.name}: an interim report compares the arms on whole {unit}s, and no "

@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
-from evolve.study.config import StudySpec
+from evolve.study.config import SAMPLING_ARM, StudySpec
 from evolve.study.evolution_stage import evolution_stores
 from evolve.study.plan import StudyPaths, experiment_spec, sampling_plans
 
@@ -45,8 +45,9 @@ def write_study_report(spec: StudySpec, paths: StudyPaths, store: Any, train_con
     experiment = experiment_spec(spec, paths)
     study_store = ProgramStore(paths.db, mode="read") if experiment.pieces == 1 else None  # else the pieces' own
     with evolution_stores(experiment, study_store) as stores:
-        results = collect(stores, experiment, whole_parts_only=interim)
-        parts = whole_parts(experiment, cell_statuses_in(stores, experiment)) if interim else ()
+        parts = whole_parts(experiment, cell_statuses_in(stores, experiment),
+                            whole_pieces=spec.evolution.checkpoint_seeds == "split") if interim else None
+        results = collect(stores, experiment, parts=parts)
     if study_store is not None:
         study_store.close()
     redone = redone_cells(paths)
@@ -66,7 +67,7 @@ def write_study_report(spec: StudySpec, paths: StudyPaths, store: Any, train_con
              "training_runs": [{"policy": run.name, "algo": run.algo, "training_seed": run.seed}
                                for run in spec.training_runs()],
              "spec": spec.model_dump(mode="json"),
-             "interim": _interim(results, parts, experiment.pieces) if interim else None,
+             "interim": _interim(results, parts, experiment.pieces) if parts is not None else None,
              "redone": redone}
     arms = arm_report(results, facts["training_runs"], spec.claim, spec.training.seeds,
                       comparisons=spec.comparisons, split=spec.evolution.checkpoint_seeds == "split")
@@ -77,7 +78,8 @@ def write_study_report(spec: StudySpec, paths: StudyPaths, store: Any, train_con
     sampling = sampling_section_html(k_curves(samples, results.confidence, results.score_range), diversity(samples),
                                      results.confidence)
     page = with_training_section(report_html(results, kind="Study"),
-                                 arms_section_html(arms) + arm_curves_html(by_arm, arm_names, results.confidence)
+                                 arms_section_html(arms) + arm_curves_html(by_arm, arm_names, results.confidence,
+                                                                 SAMPLING_ARM if spec.evolution.sampling_arm else None)
                                  + sampling + training_section_html(curves, budgets, changes))
     files = write_report(results, paths.report, page=page)
     figures = sorted((paths.report / FIGURES_DIR).glob("*.svg"))

@@ -8,13 +8,18 @@
 # off: the pieces run in order (difficulty 1 and 2ee alternating, grown pieces last: `generated_calibration.py
 # order`), a finished piece is skipped (`next`: every problem's two cells ended), the pool grows as the README's rule
 # says (`grow`, after each piece), and no piece starts once $EVOLVE_CALIBRATION_IN_BAND (default 200: README's
-# changes) problems are in band.
+# changes) problems are in band. $EVOLVE_CALIBRATION_WORKERS pieces run at once (default: the cores, each piece's
+# engine on one thread: two one-thread engines made 1.19-1.35x the tokens a second of one two-thread engine,
+# scripts/bench/bench_processes.py, docs/cpu_inference.md); a piece is claimed by a lock, so no two run it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 FOLDER=experiments/generated/calibration
-LOG=${EVOLVE_CALIBRATION_LOG:-/tmp/evolve-generated-calibration.log}
+LOG=${EVOLVE_CALIBRATION_LOG:-/tmp/evolve-generated-calibration.log}  # worker W logs to LOG with -W before .log
 PATTERN="evolve experiment $FOLDER/piece_"
 TARGET=${EVOLVE_CALIBRATION_IN_BAND:-200}  # problems in band at which no further piece starts (README: the stop)
+WORKERS=${EVOLVE_CALIBRATION_WORKERS:-$(nproc)}
+LOCKS=${EVOLVE_CALIBRATION_LOCKS:-/tmp/evolve-generated-calibration-locks}  # a piece's lock, held while it runs
+PY=".venv/bin/python scripts/study/generated_calibration.py"
 
 pieces() { ls "$FOLDER"/piece_*.toml | sort; }
 answers() { .venv/bin/python scripts/study/store_pack.py attempts "$1"; }
@@ -23,7 +28,7 @@ packed_answers() { local copy; copy=$(mktemp); xz -dc "$1" >"$copy"; answers "$c
 case "${1:-}" in
 start)
     if pgrep -f "$PATTERN" >/dev/null || pgrep -f "generated_calibration.sh run" >/dev/null; then
-        echo "the calibration already runs (log: $LOG)"; exit 0
+        echo "the calibration already runs (logs: ${LOG%.log}-N.log)"; exit 0
     fi
     [ -x .venv/bin/evolve ] || bash scripts/install.sh
     .venv/bin/python scripts/study/generated_calibration.py plan >/dev/null  # the pieces, grown ones too (same bytes)
@@ -34,32 +39,51 @@ start)
         db=${toml%.toml}.db
         [ -f "$db.xz" ] && .venv/bin/python scripts/study/store_pack.py unpack "$db.xz" "$db" >/dev/null
     done
-    nohup nice -n 5 bash scripts/study/generated_calibration.sh run >>"$LOG" 2>&1 &
-    echo "started (pid $!), log: $LOG; stop it with: bash scripts/study/generated_calibration.sh save"
-    ;;
-run)  # what `start` runs in the background: each piece to its end, packed, then the next, until 200 are in band
-    PY=".venv/bin/python scripts/study/generated_calibration.py"
     # a growth check missed by a stop between a piece's end and its check (README's rule), then its problems
     $PY grow --target "$TARGET" || echo "== the growth check failed; going on"
     .venv/bin/evolve import generated --count "$($PY count)" --difficulty 2ee --seed 0 --force >/dev/null
-    tried=" "  # pieces run by this loop: one whose cell failed is retried by the next start, not again now
+    mkdir -p "$LOCKS"
+    threads=$([ "$WORKERS" -gt 1 ] && echo 1 || echo "${EVOLVE_THREADS:-}")
+    for worker in $(seq 1 "$WORKERS"); do
+        EVOLVE_THREADS=$threads nohup nice -n 5 bash scripts/study/generated_calibration.sh run \
+            >>"${LOG%.log}-$worker.log" 2>&1 &
+        sleep 2  # the first worker claims its piece before the next asks
+    done
+    echo "started $WORKERS worker(s), logs: ${LOG%.log}-N.log; stop with: bash scripts/study/generated_calibration.sh save"
+    ;;
+run)  # what `start` runs in the background, once per worker: the next piece no worker holds, to its end, packed,
+    # then the next, until 200 are in band
+    mkdir -p "$LOCKS"
+    tried=" "  # pieces this worker ran or found claimed: one whose cell failed is retried by the next start
     while true; do
         rc=0; toml=$($PY next --target "$TARGET" --skip "$tried") || rc=$?
         if [ "$rc" = 3 ]; then break; fi  # none left to start, or enough in band
         if [ "$rc" != 0 ]; then echo "== choosing the next piece failed (exit $rc); see above"; exit "$rc"; fi
         tried="$tried$toml "
         db=${toml%.toml}.db
-        echo "== $(date -u +%FT%TZ) $toml"
-        .venv/bin/evolve experiment "$toml" --plain || rc=$?
+        lock="$LOCKS/$(basename "$toml").lock"
+        # the piece's lock, held by this subshell while its experiment runs (freed if it dies); claimed: skip it
+        rc=0
+        (
+            flock -n 9 || exit 75
+            echo "== $(date -u +%FT%TZ) $toml"
+            .venv/bin/evolve experiment "$toml" --plain
+        ) 9>"$lock" || rc=$?
+        if [ "$rc" = 75 ]; then continue; fi  # another worker runs it
         if [ "$rc" = 130 ]; then echo "interrupted: $toml resumes on the next start"; exit 130; fi
         [ -f "$db" ] && .venv/bin/python scripts/study/store_pack.py pack "$db" "$db.xz"
         [ "$rc" = 0 ] || echo "== $toml ended with cells not finished (exit $rc); see above; going on"
-        # the registered growth rule (README): after a finished 2ee piece from the third, more pieces if short;
-        # a growth's problems are imported before its pieces run
-        $PY grow --after "$toml" --target "$TARGET" || echo "== the growth check after $toml failed; going on"
-        .venv/bin/evolve import generated --count "$($PY count)" --difficulty 2ee --seed 0 --force >/dev/null
+        # the registered growth rule (README): after a finished 2ee piece from the third, more pieces if short; a
+        # growth's problems are imported before its pieces run (one worker at a time; unchanged files are left alone,
+        # so a piece running beside it reads the same bytes)
+        (
+            flock 9
+            $PY grow --after "$toml" --target "$TARGET" || echo "== the growth check after $toml failed; going on"
+            .venv/bin/evolve import generated --count "$($PY count)" --difficulty 2ee --seed 0 --force >/dev/null
+        ) 9>"$LOCKS/grow.lock"
     done
-    $PY select --target "$TARGET"
+    # the lists once no piece runs (the last worker to end writes them; two ending together write the same bytes)
+    if ! pgrep -f "$PATTERN" >/dev/null; then $PY select --target "$TARGET"; fi
     ;;
 status)
     echo "$(pgrep -f "$PATTERN" >/dev/null && echo running || echo 'not running')"
@@ -74,12 +98,16 @@ status)
     ;;
 save|pack)
     if [ "$1" = save ]; then
-        pkill -f "generated_calibration.sh run" || true  # the loop first, so no next piece starts
+        pkill -f "generated_calibration.sh run" || true  # the loops first, so no next piece starts
         for _ in $(seq 1 120); do pgrep -f "store_pack.py pack" >/dev/null || break; sleep 1; done  # its pack ends
         if pgrep -f "$PATTERN" >/dev/null; then
-            pkill -INT -of "$PATTERN"  # the oldest match: the command, not its sandboxed evaluators
+            # each piece's command, not its sandboxed evaluators (forks of it, with its command line)
+            for pid in $(pgrep -f "$PATTERN"); do
+                parent=$(ps -o ppid= -p "$pid" | tr -d ' ')
+                tr '\0' ' ' <"/proc/$parent/cmdline" 2>/dev/null | grep -q "$PATTERN" || kill -INT "$pid" 2>/dev/null || true
+            done
             for _ in $(seq 1 120); do pgrep -f "$PATTERN" >/dev/null || break; sleep 1; done
-            if pgrep -f "$PATTERN" >/dev/null; then echo "the piece did not stop in 120 s; nothing packed" >&2; exit 1; fi
+            if pgrep -f "$PATTERN" >/dev/null; then echo "a piece did not stop in 120 s; nothing packed" >&2; exit 1; fi
         fi
     fi
     for toml in $(pieces); do

@@ -3,7 +3,7 @@
 # calibration pilot:
 #   bash scripts/study/study.sh start [FILE]    # unpack what was committed, then `evolve study FILE` in the background
 #   bash scripts/study/study.sh status [FILE]   # `evolve study FILE --status`: each stage, what is left and for how long
-#   bash scripts/study/study.sh report-so-far [FILE]  # an interim STUDY/report/: the (piece,) seeds every arm finished
+#   bash scripts/study/study.sh report-so-far [FILE]  # an interim STUDY/report/: the (piece, seed) parts every arm finished
 #   bash scripts/study/study.sh save [FILE]     # Ctrl-C the study (it stops resumable), then pack
 #   bash scripts/study/study.sh pack [FILE]     # pack while it goes on
 #   bash scripts/study/study.sh save-after-step [FILE]  # wait (<= 20 min) for the training step under way to end, then save

@@ -3,6 +3,7 @@ evaluator.py and check.py, the hidden tests), scored like HumanEval's by evolve.
 
 from __future__ import annotations
 
+import os
 import shutil
 import textwrap
 from pathlib import Path
@@ -87,13 +88,23 @@ def evaluate(program_path: str, sandbox: Sandbox) -> EvaluationResult:
 
 
 def write_problem(problem: GeneratedProblem, folder: Path) -> ImportedProblem:
-    """Write the four files of one problem's folder (replacing them when present)."""
+    """Write the four files of one problem's folder, replacing those present that differ. A file already holding
+    its text is left alone and a replaced one is swapped in whole (os.replace), so a run evaluating the problem
+    while it is imported again (the calibration's pool grows beside a running piece) never reads a partial file."""
     folder.mkdir(parents=True, exist_ok=True)
     files = {"problem.toml": problem_toml(problem), "initial.py": initial_program(problem),
              "evaluator.py": evaluator_source(problem), "check.py": check_source(problem)}
+    changed = False
     for filename, text in files.items():
-        (folder / filename).write_text(text)
-    shutil.rmtree(folder / "__pycache__", ignore_errors=True)
+        path = folder / filename
+        if path.is_file() and path.read_text() == text:
+            continue
+        partial = path.with_name(f".{filename}.partial")
+        partial.write_text(text)
+        os.replace(partial, path)
+        changed = True
+    if changed:
+        shutil.rmtree(folder / "__pycache__", ignore_errors=True)
     return ImportedProblem(problem.name, problem.function, folder, len(problem.tests))
 
 
