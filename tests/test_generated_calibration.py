@@ -256,6 +256,13 @@ def test_the_forecast_walks_the_run_order_at_each_levels_answers_and_in_band_sha
     assert unjudged.answers_to_target is None and "2ee" not in unjudged.per_level
 
 
+def test_pieces_that_ran_at_once_count_their_minutes_of_running_once() -> None:
+    forecast = load_script("generated_forecast")
+    one, other = [0.0, 1.0, 2.0, 3.0], [0.5, 1.5, 2.5, 60.0, 61.0]  # the other resumed after a stop: 1 more minute
+    assert forecast.running_minutes(one + other) == pytest.approx(4.0)
+    assert forecast.running_minutes(one) + forecast.running_minutes(other) == pytest.approx(6.0)
+
+
 def test_the_futility_check_counts_the_cells_a_stop_would_end_and_the_cracks_it_would_cut(tmp_path: Path) -> None:
     futility = load_script("generated_futility")
     store = pilot_store(tmp_path / "piece_01.db", {("gl_d1_0001", 100): 70, ("gl_d1_0001", 101): None,

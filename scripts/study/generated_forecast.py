@@ -63,20 +63,26 @@ def forecast(verdicts: dict[str, bool], spent: dict[str, int], order: list[list[
     return Forecast(per_level, answers_a_minute, reached, sum(verdicts.values()), grown)
 
 
-def forecast_step(target: int = TEST_SIZE + TRAIN_SIZE) -> None:
-    """Print the forecast: how many more hours of running until `target` problems are in band."""
+def running_minutes(times: list[float]) -> float:
+    """Minutes the machine ran pieces, from the times (minutes) every piece's answers were stored: the gaps between
+    answers of all pieces together (pilot_status.active_hours), so two pieces that ran at once count their minutes
+    once."""
     from pilot_status import active_hours
 
+    return active_hours(sorted(times)) * 60
+
+
+def forecast_step(target: int = TEST_SIZE + TRAIN_SIZE) -> None:
+    """Print the forecast: how many more hours of running until `target` problems are in band."""
     stores = finished_stores()
     verdicts = judged()
     spent: dict[str, int] = {}
-    minutes, answers = 0.0, 0
+    times: list[float] = []  # every piece's answers together: pieces that ran at once share the machine's minutes
     for store in stores:
         spent |= answers_by_problem(store)
-        times = [row[0] for row in query(store, "SELECT (julianday(created_at) - julianday('2000-01-01')) * 1440 "
-                                                f"FROM attempts WHERE {ANSWER_KINDS} ORDER BY created_at")]
-        minutes += active_hours(times) * 60
-        answers += len(times)
+        times += [row[0] for row in query(store, "SELECT (julianday(created_at) - julianday('2000-01-01')) * 1440 "
+                                                 f"FROM attempts WHERE {ANSWER_KINDS}")]
+    minutes, answers = running_minutes(times), len(times)
     pace = answers / minutes if minutes else 0.0
     cut = all_pieces()
     order = [[name.removeprefix("programs/") for name in cut[number - 1]] for number in ordered_pieces()]
