@@ -23,7 +23,7 @@ FIGURES = (
 )
 
 
-README_FIGURES = ("cracked_share-iterations.svg", "cracked_share-tokens.svg", "cracked_share-arms-answers.svg")
+README_FIGURES = ("cracked_share-iterations.svg", "cracked_share-tokens.svg")
 
 
 def results_markdown(document: Mapping[str, Any], figures: str = "figures",
