@@ -75,7 +75,9 @@ def judged_as(pieces: list[list[str]], verdicts: list[bool | None]) -> dict[str,
 
 
 def test_next_names_the_first_unfinished_piece_in_run_order_and_stops_at_the_target(
-        calibration: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+        calibration: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    monkeypatch.setattr(calibration, "FOLDER", tmp_path)  # no piece has a store here: none begun
     monkeypatch.setattr(calibration, "all_pieces", lambda: PIECES)
     monkeypatch.setattr(calibration, "ordered_pieces", lambda: [1, 2, 3, 4, 5])
     monkeypatch.setattr(calibration, "judged", lambda: judged_as(PIECES, [True, False, True, None, False, None,
@@ -87,6 +89,9 @@ def test_next_names_the_first_unfinished_piece_in_run_order_and_stops_at_the_tar
     with pytest.raises(SystemExit) as stop:
         calibration.next_piece(set(), target=2)  # two in band: the registered stop
     assert stop.value.code == calibration.STOP == 3  # not 1, which a crash would give
+    (tmp_path / "piece_04.db").touch()  # piece 4 begun (under way beside another piece, or stopped by a save)
+    calibration.next_piece(set(), target=2)  # after the stop, a begun piece is still finished; none starts
+    assert capsys.readouterr().out.strip().endswith("piece_04.toml")
     everything = {str(calibration.piece_path(n)) for n in (2, 4, 5)}
     with pytest.raises(SystemExit) as stop:
         calibration.next_piece(everything, target=10)  # nothing left to start in this loop

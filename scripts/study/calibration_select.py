@@ -70,7 +70,7 @@ class TaskSample:
 
 def query(db: Path, sql: str) -> list[tuple]:
     """The rows of one query on a store opened read-only (nothing of it changes)."""
-    connection = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    connection = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=60)  # a piece may be writing it
     try:
         return connection.execute(sql).fetchall()
     finally:

@@ -161,15 +161,16 @@ STOP = 3  # `next`'s exit status when no piece is left to start (any other failu
 
 
 def next_piece(skip: set[str], target: int = TEST_SIZE + TRAIN_SIZE) -> None:
-    """Print the first piece in run order that has not finished and is not in `skip`; exit STOP when none is left or
-    `target` problems are in band (the registered stop: no piece starts after that)."""
+    """Print the first piece in run order that has not finished and is not in `skip`; exit STOP when none is left.
+    Once `target` problems are in band (the registered stop: no piece starts after that) only a begun piece (one
+    with a store: pieces run at once, and one may be under way, or stopped by a save, at the stop) is named."""
     verdicts = judged()
-    if sum(verdicts.values()) >= target:
-        raise SystemExit(STOP)
+    stopped = sum(verdicts.values()) >= target
     done = finished_pieces(verdicts)
     for number in ordered_pieces():
-        if number not in done and str(piece_path(number)) not in skip:
-            print(piece_path(number))
+        path = piece_path(number)
+        if number not in done and str(path) not in skip and (not stopped or path.with_suffix(".db").exists()):
+            print(path)
             return
     raise SystemExit(STOP)
 

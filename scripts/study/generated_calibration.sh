@@ -2,7 +2,7 @@
 # Issue 60's calibration of the generated pool (experiments/generated/calibration/) in pieces, one machine after another:
 #   bash scripts/study/generated_calibration.sh start    # unpack the committed stores, import the pool, run in the background
 #   bash scripts/study/generated_calibration.sh status   # per piece: answers, cells finished; whether it runs; forecast
-#   bash scripts/study/generated_calibration.sh save     # Ctrl-C the running piece (resumable), pack every store
+#   bash scripts/study/generated_calibration.sh save     # Ctrl-C the running pieces (resumable), pack every store
 # then commit experiments/generated/calibration/ (the packed stores piece_*.db.xz, and after a growth growth.txt,
 # growth_checks.txt, pool.txt and the new pieces). `start` on any machine carries on where `save` left
 # off: the pieces run in order (difficulty 1 and 2ee alternating, grown pieces last: `generated_calibration.py
@@ -18,6 +18,8 @@ LOG=${EVOLVE_CALIBRATION_LOG:-/tmp/evolve-generated-calibration.log}  # worker W
 PATTERN="evolve experiment $FOLDER/piece_"
 TARGET=${EVOLVE_CALIBRATION_IN_BAND:-200}  # problems in band at which no further piece starts (README: the stop)
 WORKERS=${EVOLVE_CALIBRATION_WORKERS:-$(nproc)}
+THREADS=${EVOLVE_THREADS:-}  # each piece's engine: unset, one worker's engine chooses as it runs; else cores/workers
+if [ -z "$THREADS" ] && [ "$WORKERS" -gt 1 ]; then THREADS=$(( $(nproc) / WORKERS > 1 ? $(nproc) / WORKERS : 1 )); fi
 LOCKS=${EVOLVE_CALIBRATION_LOCKS:-/tmp/evolve-generated-calibration-locks}  # a piece's lock, held while it runs
 PY=".venv/bin/python scripts/study/generated_calibration.py"
 
@@ -42,48 +44,60 @@ start)
     # a growth check missed by a stop between a piece's end and its check (README's rule), then its problems
     $PY grow --target "$TARGET" || echo "== the growth check failed; going on"
     .venv/bin/evolve import generated --count "$($PY count)" --difficulty 2ee --seed 0 --force >/dev/null
-    mkdir -p "$LOCKS"
-    threads=$([ "$WORKERS" -gt 1 ] && echo 1 || echo "${EVOLVE_THREADS:-}")
+    mkdir -p "$LOCKS" && [ -w "$LOCKS" ] || { echo "cannot write the lock folder $LOCKS" >&2; exit 1; }
+    rm -f "$LOCKS"/*.ended "$LOCKS/stop"  # what an earlier session's workers ran and its save
     for worker in $(seq 1 "$WORKERS"); do
-        EVOLVE_THREADS=$threads nohup nice -n 5 bash scripts/study/generated_calibration.sh run \
+        EVOLVE_THREADS=$THREADS nohup nice -n 5 bash scripts/study/generated_calibration.sh run \
             >>"${LOG%.log}-$worker.log" 2>&1 &
-        sleep 2  # the first worker claims its piece before the next asks
+        sleep 2  # politeness only: the piece's lock is what keeps two workers off one piece
     done
     echo "started $WORKERS worker(s), logs: ${LOG%.log}-N.log; stop with: bash scripts/study/generated_calibration.sh save"
     ;;
-run)  # what `start` runs in the background, once per worker: the next piece no worker holds, to its end, packed,
-    # then the next, until 200 are in band
+run)  # what `start` runs in the background, once per worker: the next piece no worker holds and none ran this
+    # session, to its end, packed, then the next, until 200 are in band (then only begun pieces are finished)
     mkdir -p "$LOCKS"
-    tried=" "  # pieces this worker ran or found claimed: one whose cell failed is retried by the next start
-    while true; do
-        rc=0; toml=$($PY next --target "$TARGET" --skip "$tried") || rc=$?
-        if [ "$rc" = 3 ]; then break; fi  # none left to start, or enough in band
+    while [ ! -e "$LOCKS/stop" ]; do
+        ended=$(for marker in "$LOCKS"/*.ended; do
+            if [ -e "$marker" ]; then echo "$FOLDER/$(basename "$marker" .ended)"; fi
+        done)
+        # `next` under the growth lock shared: a growth's pieces are named only once its problems are imported
+        rc=0; toml=$(flock -s "$LOCKS/grow.lock" $PY next --target "$TARGET" --skip "$ended ${claimed:-}") || rc=$?
+        if [ "$rc" = 3 ]; then
+            # nothing to start now; while another worker's piece runs, its growth may add pieces: ask again
+            if pgrep -f "$PATTERN" >/dev/null; then claimed=""; sleep 60; continue; fi
+            break
+        fi
         if [ "$rc" != 0 ]; then echo "== choosing the next piece failed (exit $rc); see above"; exit "$rc"; fi
-        tried="$tried$toml "
+        name=$(basename "$toml")
         db=${toml%.toml}.db
-        lock="$LOCKS/$(basename "$toml").lock"
-        # the piece's lock, held by this subshell while its experiment runs (freed if it dies); claimed: skip it
+        # the piece's lock, held while it runs and is packed; claimed by another worker (75): skip it for now; a
+        # piece that ended this session (any worker) is not run again until the next start
         rc=0
         (
-            flock -n 9 || exit 75
+            flock -n -E 75 9 || exit $?
+            if [ -e "$LOCKS/$name.ended" ] || [ -e "$LOCKS/stop" ]; then exit 75; fi
             echo "== $(date -u +%FT%TZ) $toml"
-            .venv/bin/evolve experiment "$toml" --plain
-        ) 9>"$lock" || rc=$?
-        if [ "$rc" = 75 ]; then continue; fi  # another worker runs it
-        if [ "$rc" = 130 ]; then echo "interrupted: $toml resumes on the next start"; exit 130; fi
-        [ -f "$db" ] && .venv/bin/python scripts/study/store_pack.py pack "$db" "$db.xz"
+            piece=0; .venv/bin/evolve experiment "$toml" --plain || piece=$?
+            if [ "$piece" = 130 ]; then echo "interrupted: $toml resumes on the next start"; exit 130; fi
+            touch "$LOCKS/$name.ended"
+            [ -f "$db" ] && .venv/bin/python scripts/study/store_pack.py pack "$db" "$db.xz"
+            exit "$piece"
+        ) 9>"$LOCKS/$name.lock" || rc=$?
+        if [ "$rc" = 75 ]; then claimed="${claimed:-} $toml"; continue; fi
+        if [ "$rc" = 130 ]; then exit 130; fi
         [ "$rc" = 0 ] || echo "== $toml ended with cells not finished (exit $rc); see above; going on"
-        # the registered growth rule (README): after a finished 2ee piece from the third, more pieces if short; a
-        # growth's problems are imported before its pieces run (one worker at a time; unchanged files are left alone,
-        # so a piece running beside it reads the same bytes)
+        claimed=""
+        # the registered growth rule (README): after each finished 2ee piece from the third, more pieces if short;
+        # every piece due is checked (pieces end out of order when several run); a growth's problems are imported
+        # before its pieces can be named (unchanged files are left alone: a piece beside it reads the same bytes)
         (
             flock 9
-            $PY grow --after "$toml" --target "$TARGET" || echo "== the growth check after $toml failed; going on"
+            $PY grow --target "$TARGET" || echo "== the growth check failed; going on"
             .venv/bin/evolve import generated --count "$($PY count)" --difficulty 2ee --seed 0 --force >/dev/null
         ) 9>"$LOCKS/grow.lock"
     done
     # the lists once no piece runs (the last worker to end writes them; two ending together write the same bytes)
-    if ! pgrep -f "$PATTERN" >/dev/null; then $PY select --target "$TARGET"; fi
+    if [ ! -e "$LOCKS/stop" ] && ! pgrep -f "$PATTERN" >/dev/null; then $PY select --target "$TARGET"; fi
     ;;
 status)
     echo "$(pgrep -f "$PATTERN" >/dev/null && echo running || echo 'not running')"
@@ -98,12 +112,15 @@ status)
     ;;
 save|pack)
     if [ "$1" = save ]; then
+        mkdir -p "$LOCKS" && touch "$LOCKS/stop"  # no worker starts a piece from now on
         pkill -f "generated_calibration.sh run" || true  # the loops first, so no next piece starts
+        flock "$LOCKS/grow.lock" true  # a growth check under way ends (its pieces and record written together)
         for _ in $(seq 1 120); do pgrep -f "store_pack.py pack" >/dev/null || break; sleep 1; done  # its pack ends
         if pgrep -f "$PATTERN" >/dev/null; then
-            # each piece's command, not its sandboxed evaluators (forks of it, with its command line)
+            # each piece's command, not a process it started (an evaluator between its fork and exec carries the
+            # command line)
             for pid in $(pgrep -f "$PATTERN"); do
-                parent=$(ps -o ppid= -p "$pid" | tr -d ' ')
+                parent=$(ps -o ppid= -p "$pid" 2>/dev/null | tr -d ' ') || continue
                 tr '\0' ' ' <"/proc/$parent/cmdline" 2>/dev/null | grep -q "$PATTERN" || kill -INT "$pid" 2>/dev/null || true
             done
             for _ in $(seq 1 120); do pgrep -f "$PATTERN" >/dev/null || break; sleep 1; done

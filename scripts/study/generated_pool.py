@@ -16,6 +16,7 @@ rule its README registered (the changes after registration, 2026-12-07).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from random import Random
 
@@ -168,6 +169,16 @@ def piece_text(header: str, number: int, problems: list[str], **labels: int) -> 
                           seeds=", ".join(map(str, SEEDS))))
 
 
+def write_if_changed(path: Path, text: str) -> None:
+    """Write `path` unless it holds `text` already, swapping the new file in whole: a piece starting beside a growth
+    (the calibration runs pieces at once) never reads a half-written file."""
+    if path.is_file() and path.read_text() == text:
+        return
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text)
+    os.replace(partial, path)
+
+
 def plan(folder: Path = FOLDER, sizes: list[int] | None = None) -> None:
     """Write the pool (pool.txt: the registered pool, then each growth's problems) and every piece's experiment file
     into `folder`: the same bytes every time, a growth adding files and lines without changing any before it.
@@ -177,17 +188,17 @@ def plan(folder: Path = FOLDER, sizes: list[int] | None = None) -> None:
     grown = grown_pieces(growths(folder) if sizes is None else sizes)
     folder.mkdir(parents=True, exist_ok=True)
     extra = [name for growth in grown for piece in growth for name in piece]
-    (folder / "pool.txt").write_text("".join(f"{name}\n" for names in levels for name in names)
-                                     + "".join(f"{name}\n" for name in extra))
+    write_if_changed(folder / "pool.txt", "".join(f"{name}\n" for names in levels for name in names)
+                     + "".join(f"{name}\n" for name in extra))
     for number, problems in enumerate(registered, start=1):
-        (folder / f"piece_{number:02d}.toml").write_text(piece_text(HEADER, number, problems,
-                                                                    pieces=len(registered)))
+        write_if_changed(folder / f"piece_{number:02d}.toml", piece_text(HEADER, number, problems,
+                                                                         pieces=len(registered)))
     number = len(registered)
     for index, growth in enumerate(grown, start=1):
         for problems in growth:
             number += 1
-            (folder / f"piece_{number:02d}.toml").write_text(piece_text(GROWN_HEADER, number, problems,
-                                                                        growth=index))
+            write_if_changed(folder / f"piece_{number:02d}.toml", piece_text(GROWN_HEADER, number, problems,
+                                                                             growth=index))
     print(f"pool: {sum(map(len, levels)) + len(extra)} problems ({', '.join(str(len(n)) for n in levels)} by level"
           f"{f', {len(extra)} grown' if extra else ''}); {number} pieces in {folder}")
 

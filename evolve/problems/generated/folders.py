@@ -112,7 +112,7 @@ def import_generated(count: int, difficulty: int | str, seed: int = 0, out: Path
                      force: bool = False) -> list[ImportedProblem]:
     """Write `out/NAME/` for the first `count` problems of (difficulty, seed), `difficulty` a step count 1-4 or a
     level of generator.LEVELS (2e, 2ee). A folder that exists is an error
-    unless `force`, and then only the files this importer writes are replaced."""
+    unless `force`, and then only the files this importer writes that differ are replaced (write_problem)."""
     problems = generate(count, difficulty, seed)
     existing = [str(out / problem.name) for problem in problems if (out / problem.name).exists()]
     if existing and not force:
