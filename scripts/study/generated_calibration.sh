@@ -9,7 +9,7 @@
 # order`), a finished piece is skipped (`next`: every problem's two cells ended), the pool grows as the README's rule
 # says (`grow`, after each piece), and no piece starts once $EVOLVE_CALIBRATION_IN_BAND (default 200: README's
 # changes) problems are in band. $EVOLVE_CALIBRATION_WORKERS pieces run at once (default: the cores, each piece's
-# engine on one thread: two one-thread engines made 1.19-1.35x the tokens a second of one two-thread engine,
+# engine on one thread: two one-thread engines made 1.15-1.35x the tokens a second of one two-thread engine,
 # scripts/bench/bench_engine_per_core.py, docs/cpu_inference.md); a piece is claimed by a lock, so no two run it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
