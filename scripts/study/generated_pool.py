@@ -16,10 +16,10 @@ rule its README registered (the changes after registration, 2026-12-07).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from random import Random
 
+from evolve.problems.generated.folders import write_if_changed
 from evolve.problems.generated.generator import GeneratedProblem, generate, passing_pairs
 
 FOLDER = Path("experiments/generated/calibration")
@@ -167,16 +167,6 @@ def piece_text(header: str, number: int, problems: list[str], **labels: int) -> 
     return (header.format(number=number, **labels)
             + BODY.format(number=number, count=len(problems), folder=FOLDER, problems=toml_list(problems),
                           seeds=", ".join(map(str, SEEDS))))
-
-
-def write_if_changed(path: Path, text: str) -> None:
-    """Write `path` unless it holds `text` already, swapping the new file in whole: a piece starting beside a growth
-    (the calibration runs pieces at once) never reads a half-written file."""
-    if path.is_file() and path.read_text() == text:
-        return
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(text)
-    os.replace(partial, path)
 
 
 def plan(folder: Path = FOLDER, sizes: list[int] | None = None) -> None:

@@ -87,6 +87,17 @@ def evaluate(program_path: str, sandbox: Sandbox) -> EvaluationResult:
 '''
 
 
+def write_if_changed(path: Path, text: str) -> bool:
+    """Write `path` unless it holds `text` already, the new file swapped in whole (os.replace), so a reader beside
+    the writer never sees a partial file; whether it wrote."""
+    if path.is_file() and path.read_text() == text:
+        return False
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text)
+    os.replace(partial, path)
+    return True
+
+
 def write_problem(problem: GeneratedProblem, folder: Path) -> ImportedProblem:
     """Write the four files of one problem's folder, replacing those present that differ. A file already holding
     its text is left alone and a replaced one is swapped in whole (os.replace), so a run evaluating the problem
@@ -94,16 +105,8 @@ def write_problem(problem: GeneratedProblem, folder: Path) -> ImportedProblem:
     folder.mkdir(parents=True, exist_ok=True)
     files = {"problem.toml": problem_toml(problem), "initial.py": initial_program(problem),
              "evaluator.py": evaluator_source(problem), "check.py": check_source(problem)}
-    changed = False
-    for filename, text in files.items():
-        path = folder / filename
-        if path.is_file() and path.read_text() == text:
-            continue
-        partial = path.with_name(f".{filename}.partial")
-        partial.write_text(text)
-        os.replace(partial, path)
-        changed = True
-    if changed:
+    changed = [write_if_changed(folder / filename, text) for filename, text in files.items()]
+    if any(changed):
         shutil.rmtree(folder / "__pycache__", ignore_errors=True)
     return ImportedProblem(problem.name, problem.function, folder, len(problem.tests))
 
