@@ -111,11 +111,22 @@ class LlamaCppPolicySection(BasePolicySection):
     backend: Literal["llamacpp"] = Field("llamacpp", description="llama.cpp in this process, on CPU")
     slots: StrictInt = Field(16, ge=1, le=256, description="requests generated together; more wait for a free slot")
     context: StrictInt = Field(2048, ge=256, le=32768, description="tokens per slot: a prompt and its answer")
-    threads: StrictInt = Field(0, ge=0, description="CPU threads; 0 = $EVOLVE_THREADS, else chosen as it runs: "
-                               "all cores, or fewer where other work holds some")
+    threads: StrictInt = Field(0, ge=0, description="CPU threads of each engine; 0 = $EVOLVE_THREADS, else for one "
+                               "engine chosen as it runs (all cores, or fewer where other work holds some), for "
+                               "several the cores shared out")
+    engines: StrictInt = Field(1, ge=1, le=64, description="llama.cpp engines sharing the slots and the cores, a "
+                               "problem's requests kept on one (2 on 2 cores: 1.15-1.35x the tokens a second of 1; "
+                               "docs/cpu_inference.md)")
     weights: Literal["f16", "q8_0"] = Field("f16", description="a Hugging Face folder's GGUF: float16, or 8-bit "
                                             "Q8_0 (faster for one request, slower at 16 in flight on an idle "
                                             "CPU; see docs/cpu_inference.md)")
+
+    @model_validator(mode="after")
+    def _slots_for_every_engine(self) -> LlamaCppPolicySection:
+        if self.engines > self.slots:
+            raise ValueError(f"engines = {self.engines} needs at least as many slots (slots = {self.slots}): each "
+                             "engine generates its share of them")
+        return self
 
 
 class VLLMPolicySection(VLLMEngineSettings, BasePolicySection):

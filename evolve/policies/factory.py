@@ -58,7 +58,7 @@ def open_policy(section: PolicySection, seed: int = 0, concurrency: int = 8) -> 
                   f"(cached: {files.gguf})", file=sys.stderr)
         policy = LlamaCppPolicy(name=section.name, files=files, temperature=section.temperature,
                                 top_p=section.top_p, slots=section.slots, context=section.context,
-                                threads=section.threads)
+                                threads=section.threads, engines=section.engines)
         try:
             yield policy
         finally:

@@ -1,4 +1,5 @@
-"""Local llama.cpp policy (the CPU default): every request in flight shares one continuously batched LlamaEngine.
+"""Local llama.cpp policy (the CPU default): every request in flight shares continuously batched LlamaEngines (one,
+or an EnginePool of `engines`, each with its share of the slots and the cores).
 
 Prompts are rendered and tokenised by the model's Hugging Face tokenizer, exactly as the hf backend does, and the
 token ids go to llama.cpp; completions are decoded by the same tokenizer and cut at the prompt's stop strings, so
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evolve.policies.base import PolicyError, call_soon_safely, cut_at_stop, prompt_ids, render_prompt
+from evolve.policies.cpu import cpu_threads, threads_given
+from evolve.policies.engine_pool import EnginePool, engine_slots
 from evolve.policies.llama_engine import EngineError, GenerationRequest, GenerationResult, LlamaEngine
 from evolve.policies.model_files import DEFAULT_MODEL, ModelFileError, offline_hub, resolve_model
 from evolve.records import Completion
@@ -65,7 +68,9 @@ class LlamaCppPolicy:
     """A causal LM run by llama.cpp in this process; safe to call from many asyncio tasks (and threads) at once."""
 
     def __init__(self, name: str, files: ModelFiles, temperature: float = 0.8, top_p: float = 0.95,
-                 slots: int = 16, context: int = 2048, threads: int = 0) -> None:
+                 slots: int = 16, context: int = 2048, threads: int = 0, engines: int = 1) -> None:
+        """threads: each engine's (0: as LlamaEngine chooses for one engine; for several, the cores shared out, at
+        least one each, unless $EVOLVE_THREADS fixes every engine's)."""
         offline_hub()
         from transformers import AutoTokenizer
 
@@ -77,7 +82,18 @@ class LlamaCppPolicy:
             self.tokenizer = AutoTokenizer.from_pretrained(files.tokenizer_folder)
         except Exception as exc:
             raise ModelFileError(f"cannot load the tokenizer from '{files.tokenizer_folder}': {exc}") from exc
-        self.engine = LlamaEngine(files.gguf, slots=slots, context_per_slot=context, threads=threads)
+        shares = engine_slots(slots, engines)
+        if engines > 1 and not threads_given(threads):
+            threads = max(1, cpu_threads() // engines)
+        started: list[LlamaEngine] = []
+        try:
+            for share in shares:
+                started.append(LlamaEngine(files.gguf, slots=share, context_per_slot=context, threads=threads))
+        except BaseException:
+            for engine in started:
+                engine.close()
+            raise
+        self.engine = EnginePool(started)
         self._closed = False
 
     def render(self, prompt: Prompt) -> str:

@@ -1,0 +1,108 @@
+"""Several LlamaEngines behind one policy, each with its share of the slots and the cores: which engine takes a request.
+
+On 2 cores two one-thread engines made 1.15-1.35x the tokens a second of one two-thread engine with the same
+requests (scripts/bench/bench_engine_per_core.py, docs/cpu_inference.md): llama.cpp's threads meet at a barrier after
+every operation of a step, and one engine a core has no barrier to wait at. llama.cpp's calls release the GIL, so
+one process holds them all.
+
+Routing keeps two things: the engines' loads even (a core whose engine has fewer requests decodes fewer rows a
+step) and a problem's prompts on one engine (a free slot prefills only what its cache does not already hold, and a
+problem's prompts share its instructions, statement and often its parent: most of their tokens). So a request goes
+to the engine, among those with at most `slack` more requests in flight than the least loaded one, whose recent
+prompts share the longest prefix with it; ties go to the least loaded, then the first. Identical prompts sent
+together (several answers to one parent) land on one engine and prefill once there.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from evolve.policies.engine_requests import EngineStats, GenerationRequest, GenerationResult, Ticket
+from evolve.policies.engine_slots import common_prefix
+from evolve.policies.llama_engine import LlamaEngine
+
+
+def engine_slots(slots: int, engines: int) -> list[int]:
+    """Each engine's share of `slots`: as even as whole slots allow, the first ones one more."""
+    if engines < 1 or slots < engines:
+        raise ValueError(f"{slots} slots cannot be shared by {engines} engines: each needs at least one")
+    return [slots // engines + (1 if index < slots % engines else 0) for index in range(engines)]
+
+
+@dataclass
+class _Lane:
+    """One engine and what the pool knows of it: requests in flight, and the prompts it took last."""
+
+    engine: LlamaEngine
+    slots: int
+    in_flight: int = 0
+    recent: deque[tuple[int, ...]] = field(default_factory=deque)
+
+    def shared_prefix(self, prompt: Sequence[int]) -> int:
+        return max((common_prefix(earlier, prompt) for earlier in self.recent), default=0)
+
+
+class EnginePool:
+    """LlamaEngines of one model taking one policy's requests; thread-safe `submit`, like one engine's."""
+
+    def __init__(self, engines: Sequence[LlamaEngine], slack: int = 0) -> None:
+        """slack: how many more requests in flight than the least loaded engine one may hold and still take a
+        request for its shared prefix (0: a quarter of an engine's slots, at least 1)."""
+        if not engines:
+            raise ValueError("an engine pool needs at least one engine")
+        self._lanes = [_Lane(engine, engine.slots_count, recent=deque(maxlen=2 * engine.slots_count))
+                       for engine in engines]
+        self.slack = slack or max(1, min(lane.slots for lane in self._lanes) // 4)
+        self._lock = threading.Lock()
+
+    @property
+    def engines(self) -> list[LlamaEngine]:
+        return [lane.engine for lane in self._lanes]
+
+    def route(self, prompt: Sequence[int]) -> int:
+        """The index of the engine the next request with this prompt goes to (what `submit` would choose now)."""
+        with self._lock:
+            return self._lanes.index(self._choose(prompt))
+
+    def _choose(self, prompt: Sequence[int]) -> _Lane:
+        if len(self._lanes) == 1:
+            return self._lanes[0]
+        least = min(lane.in_flight for lane in self._lanes)
+        near = [lane for lane in self._lanes if lane.in_flight <= least + self.slack]
+        return max(near, key=lambda lane: (lane.shared_prefix(prompt), -lane.in_flight,
+                                           -self._lanes.index(lane)))
+
+    def submit(self, request: GenerationRequest,
+               done: Callable[[GenerationResult | Exception], None]) -> Ticket:
+        """Queue a request on the engine routing chooses; `done` gets its result in that engine's thread."""
+        with self._lock:
+            lane = self._choose(request.prompt_ids)
+            lane.in_flight += 1
+            lane.recent.append(request.prompt_ids)
+
+        def finished(outcome: GenerationResult | Exception) -> None:
+            with self._lock:
+                lane.in_flight -= 1
+            done(outcome)
+
+        return lane.engine.submit(request, finished)
+
+    def in_flight(self) -> list[int]:
+        """Requests each engine holds now (waiting or generating), in the engines' order."""
+        with self._lock:
+            return [lane.in_flight for lane in self._lanes]
+
+    def stats(self) -> EngineStats:
+        """The engines' statistics added up (max_active: the sum of each one's most; threads: of one engine)."""
+        every = [lane.engine.stats() for lane in self._lanes]
+        return EngineStats(*(sum(getattr(stats, name) for stats in every) for name in (
+            "steps", "generated_tokens", "prefill_tokens", "cached_tokens", "shared_prefills", "max_active",
+            "drafted_tokens", "accepted_tokens")), threads=every[0].threads)
+
+    def close(self) -> None:
+        """Close every engine (each fails its unfinished requests with an EngineError). Idempotent."""
+        for lane in self._lanes:
+            lane.engine.close()
