@@ -32,6 +32,8 @@ start)
     if pgrep -f "$PATTERN" >/dev/null || pgrep -f "generated_calibration.sh run" >/dev/null; then
         echo "the calibration already runs (logs: ${LOG%.log}-N.log)"; exit 0
     fi
+    mkdir -p "$LOCKS" && [ -w "$LOCKS" ] || { echo "cannot write the lock folder $LOCKS" >&2; exit 1; }
+    exec 8>"$LOCKS/start.lock" && flock 8  # held until the workers are started: a `save` meanwhile waits for them
     [ -x .venv/bin/evolve ] || bash scripts/install.sh
     .venv/bin/python scripts/study/generated_calibration.py plan >/dev/null  # the pieces, grown ones too (same bytes)
     .venv/bin/evolve import generated --count 133 --difficulty 1 --seed 0 --force >/dev/null
@@ -44,11 +46,10 @@ start)
     # a growth check missed by a stop between a piece's end and its check (README's rule), then its problems
     $PY grow --target "$TARGET" || echo "== the growth check failed; going on"
     .venv/bin/evolve import generated --count "$($PY count)" --difficulty 2ee --seed 0 --force >/dev/null
-    mkdir -p "$LOCKS" && [ -w "$LOCKS" ] || { echo "cannot write the lock folder $LOCKS" >&2; exit 1; }
     rm -f "$LOCKS"/*.ended "$LOCKS/stop"  # what an earlier session's workers ran and its save
     for worker in $(seq 1 "$WORKERS"); do
         EVOLVE_THREADS=$THREADS nohup nice -n 5 bash scripts/study/generated_calibration.sh run \
-            >>"${LOG%.log}-$worker.log" 2>&1 &
+            >>"${LOG%.log}-$worker.log" 2>&1 8>&- &  # the start lock is not theirs
         sleep 2  # politeness only: the piece's lock is what keeps two workers off one piece
     done
     echo "started $WORKERS worker(s), logs: ${LOG%.log}-N.log; stop with: bash scripts/study/generated_calibration.sh save"
@@ -112,7 +113,9 @@ status)
     ;;
 save|pack)
     if [ "$1" = save ]; then
-        mkdir -p "$LOCKS" && touch "$LOCKS/stop"  # no worker starts a piece from now on
+        mkdir -p "$LOCKS"
+        flock "$LOCKS/start.lock" true  # a `start` under way launches its workers first (else they would miss this)
+        touch "$LOCKS/stop"  # no worker starts a piece from now on
         pkill -f "generated_calibration.sh run" || true  # the loops first, so no next piece starts
         flock "$LOCKS/grow.lock" true  # a growth check under way ends (its pieces and record written together)
         for _ in $(seq 1 120); do pgrep -f "store_pack.py pack" >/dev/null || break; sleep 1; done  # its pack ends
