@@ -115,8 +115,8 @@ class LlamaCppPolicySection(BasePolicySection):
                                "engine chosen as it runs (all cores, or fewer where other work holds some), for "
                                "several the cores shared out")
     engines: StrictInt = Field(1, ge=1, le=64, description="llama.cpp engines sharing the slots and the cores, a "
-                               "problem's requests kept on one (2 on 2 cores: 1.15-1.35x the tokens a second of 1; "
-                               "docs/cpu_inference.md)")
+                               "problem's requests kept on one (2 on 2 cores: 1.06-1.16x the tokens a second of 1 on "
+                               "an evolution load; docs/cpu_inference.md)")
     weights: Literal["f16", "q8_0"] = Field("f16", description="a Hugging Face folder's GGUF: float16, or 8-bit "
                                             "Q8_0 (faster for one request, slower at 16 in flight on an idle "
                                             "CPU; see docs/cpu_inference.md)")

@@ -24,7 +24,7 @@ def test_slots_are_shared_out_as_evenly_as_whole_slots_allow() -> None:
         engine_slots(1, 2)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def pool() -> Iterator[EnginePool]:
     engines = [LlamaEngine(find_embedded_gguf(), slots=4, context_per_slot=256, threads=1) for _ in range(2)]
     held = EnginePool(engines)  # slack: 4 // 4 = 1
@@ -33,7 +33,9 @@ def pool() -> Iterator[EnginePool]:
 
 
 class Gate:
-    """A stop test that holds its request's engine at its first token until opened: keeps requests in flight."""
+    """A stop test that holds its request's engine at its first token until opened: keeps requests in flight (the
+    prompts are made-up token ids and greedy, so the first token is an ordinary one, never the end of turn: a
+    request that ended there would never reach the gate, and the test would fail at its wait)."""
 
     def __init__(self) -> None:
         self.opened = threading.Event()
@@ -50,21 +52,31 @@ def problem_prompt(problem: int, variant: int) -> tuple[int, ...]:
     return tuple(range(1000 + 100 * problem, 1060 + 100 * problem)) + (5000 + variant,)
 
 
-def wait_until_idle(pool: EnginePool) -> None:
-    for _ in range(2400):
-        if not sum(pool.in_flight()):
-            return
-        threading.Event().wait(0.05)
-    raise AssertionError(f"requests still in flight: {pool.in_flight()}")
+class Outcomes:
+    """Collects results; `wait(n)` returns once n have come (each `done` has run, not only the pool's count)."""
+
+    def __init__(self) -> None:
+        self.results: list[GenerationResult | Exception] = []
+        self._arrived = threading.Semaphore(0)
+
+    def __call__(self, outcome: GenerationResult | Exception) -> None:
+        self.results.append(outcome)
+        self._arrived.release()
+
+    def wait(self, count: int) -> list[GenerationResult | Exception]:
+        for _ in range(count):
+            assert self._arrived.acquire(timeout=300), "the pool did not answer"
+        return self.results
 
 
+@pytest.mark.slow
 def test_a_problems_prompts_stay_on_its_engine_until_the_load_gap_passes_the_slack(pool: EnginePool) -> None:
-    gate, outcomes = Gate(), []
+    gate, outcomes = Gate(), Outcomes()
     routed: list[int] = []
 
     def send(prompt: tuple[int, ...]) -> int:
         routed.append(pool.route(prompt))
-        pool.submit(GenerationRequest(prompt, 4, temperature=0.0, stop=gate), outcomes.append)
+        pool.submit(GenerationRequest(prompt, 4, temperature=0.0, stop=gate), outcomes)
         return routed[-1]
 
     try:
@@ -73,26 +85,54 @@ def test_a_problems_prompts_stay_on_its_engine_until_the_load_gap_passes_the_sla
         assert send(problem_prompt(1, 1)) == first  # 1 and 1 in flight: problem 1's engine, for its prefix
         assert send(problem_prompt(1, 2)) == first  # 2 against 1: within the slack of 1
         assert pool.in_flight()[first] == 3
-        assert send(problem_prompt(1, 3)) != first  # 3 against 1: past the slack, the least loaded takes it
+        assert send(problem_prompt(1, 3)) != first  # 3 against 1: past the slack, the lighter engine takes it
     finally:
         gate.opened.set()
-        for _ in routed:
-            assert gate.reached.acquire(timeout=120), "a held request never generated"
-    wait_until_idle(pool)
-    assert len(outcomes) == 5 and all(isinstance(outcome, GenerationResult) for outcome in outcomes)
+    assert all(isinstance(outcome, GenerationResult) for outcome in outcomes.wait(5))
+    assert pool.in_flight() == [0, 0]
 
 
+@pytest.mark.slow
+def test_an_engine_with_a_free_slot_is_preferred_to_a_full_one_sharing_the_prefix() -> None:
+    engines = [LlamaEngine(find_embedded_gguf(), slots=2, context_per_slot=256, threads=1) for _ in range(2)]
+    pool, gate, outcomes = EnginePool(engines, slack=4), Gate(), Outcomes()
+    try:
+        for variant in range(2):  # problem 1 fills engine 0's two slots (a slack of 4 keeps it there)
+            pool.submit(GenerationRequest(problem_prompt(1, variant), 4, temperature=0.0, stop=gate), outcomes)
+        assert pool.in_flight() == [2, 0]
+        assert pool.route(problem_prompt(1, 2)) == 1  # it shares problem 1's prefix, but engine 1 has a free slot
+    finally:
+        gate.opened.set()
+        outcomes.wait(2)
+        pool.close()
+
+
+@pytest.mark.slow
+def test_a_refused_request_is_counted_out_and_leaves_no_prefix_behind(pool: EnginePool) -> None:
+    outcomes = Outcomes()
+    too_long = GenerationRequest(problem_prompt(1, 0), 1000)  # 61 prompt tokens + 1000 > 256 a slot
+    pool.submit(too_long, outcomes)
+    assert isinstance(outcomes.wait(1)[0], Exception)
+    assert pool.in_flight() == [0, 0]
+    gate = Gate()
+    try:
+        pool.submit(GenerationRequest(problem_prompt(2, 0), 2, temperature=0.0, stop=gate), outcomes)  # engine 0
+        assert pool.in_flight() == [1, 0]
+        assert pool.route(problem_prompt(1, 1)) == 1  # problem 1 left nothing on engine 0: the lighter engine
+    finally:
+        gate.opened.set()
+    outcomes.wait(1)
+
+
+@pytest.mark.slow
 def test_engines_stats_add_up_and_each_engine_took_requests(pool: EnginePool) -> None:
-    before = [engine.stats().generated_tokens for engine in pool.engines]
-    done = threading.Semaphore(0)
+    outcomes = Outcomes()
     for problem in range(8):
-        pool.submit(GenerationRequest(problem_prompt(problem, 0), 3, temperature=0.0), lambda _: done.release())
-    for _ in range(8):
-        assert done.acquire(timeout=120)
-    wait_until_idle(pool)
-    after = [engine.stats().generated_tokens for engine in pool.engines]
-    assert all(now > then for now, then in zip(after, before, strict=True))
-    assert pool.stats().generated_tokens == sum(after)
+        pool.submit(GenerationRequest(problem_prompt(problem, 0), 3, temperature=0.0), outcomes)
+    assert all(isinstance(outcome, GenerationResult) for outcome in outcomes.wait(8))
+    each = [engine.stats().generated_tokens for engine in pool.engines]
+    assert all(tokens > 0 for tokens in each)
+    assert pool.stats().generated_tokens == sum(each) == 8 * 3
 
 
 def counting(start: int) -> Prompt:
@@ -101,6 +141,7 @@ def counting(start: int) -> Prompt:
                   prefill=first, stop=(f" {start + 7}",), max_new_tokens=24)
 
 
+@pytest.mark.slow
 def test_a_policy_of_two_engines_answers_greedy_prompts_as_one_engine_does() -> None:
     from evolve.policies.llamacpp import LlamaCppPolicy, model_files
 

@@ -76,9 +76,11 @@ def test_a_cell_asks_for_its_evaluation_cpus_and_the_gpus_of_a_model_it_hosts(tm
 def test_a_cpu_model_in_a_cell_takes_as_many_threads_as_the_cell_has_cpus(tmp_path: Path) -> None:
     path = experiment_file(tmp_path, "http://127.0.0.1:9/v1", str(tmp_path / "s.db"))
     path.write_text(path.read_text() + '[[policies]]\nname = "cpu"\nbackend = "hf"\n'
-                    + '[[policies]]\nname = "pinned"\nbackend = "hf"\nthreads = 3\n')
+                    + '[[policies]]\nname = "pinned"\nbackend = "hf"\nthreads = 3\n'
+                    + '[[policies]]\nname = "two"\nbackend = "llamacpp"\nengines = 2\n')
     spec = load_experiment(path)
     assert policy_for_cell(spec.policy("cpu"), 2.0).threads == 2  # type: ignore[union-attr]
+    assert policy_for_cell(spec.policy("two"), 4.0).threads == 2  # type: ignore[union-attr]  # each engine's share
     assert policy_for_cell(spec.policy("pinned"), 2.0).threads == 3  # type: ignore[union-attr]
     assert policy_for_cell(spec.policy("fake"), 2.0) == spec.policy("fake")
     assert spec.policy("cpu").threads == 0  # type: ignore[union-attr]  # the stored config keeps the file's value

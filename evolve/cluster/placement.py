@@ -78,5 +78,6 @@ def policy_for_cell(policy: PolicySection, cpus: float) -> PolicySection:
     on_cpu = isinstance(policy, LlamaCppPolicySection) or (isinstance(policy, HFPolicySection)
                                                            and not policy.device.startswith("cuda"))
     if on_cpu and policy.threads == 0:  # type: ignore[union-attr]
-        return policy.model_copy(update={"threads": max(1, int(cpus))})
+        engines = policy.engines if isinstance(policy, LlamaCppPolicySection) else 1  # threads are each engine's
+        return policy.model_copy(update={"threads": max(1, int(cpus) // engines)})
     return policy

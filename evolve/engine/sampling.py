@@ -139,10 +139,10 @@ def sample_config(base: RunConfig, problem: str, problem_name: str, answers: int
     return RunConfig(run=base.run.model_copy(update=run_updates), policy=base.policy, selection=selection)
 
 
-# how many requests run at once, on how many threads, and how long a prompt and its answer may be: a run sampled
-# under other values of these resumes under the new ones (no answer it wrote would have been written differently;
-# a request a smaller context refused stays recorded as refused)
-CAPACITY_KEYS = frozenset({"slots", "context", "threads"})
+# how many requests run at once, on how many threads and engines, and how long a prompt and its answer may be: a run
+# sampled under other values of these resumes under the new ones (no answer it wrote would have been written
+# differently; a request a smaller context refused stays recorded as refused)
+CAPACITY_KEYS = frozenset({"slots", "context", "threads", "engines"})
 
 
 def settings_changed(stored: RunConfig, wanted: RunConfig, seed: int | None = None,

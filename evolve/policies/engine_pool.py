@@ -8,9 +8,10 @@ one process holds them all.
 Routing keeps two things: the engines' loads even (a core whose engine has fewer requests decodes fewer rows a
 step) and a problem's prompts on one engine (a free slot prefills only what its cache does not already hold, and a
 problem's prompts share its instructions, statement and often its parent: most of their tokens). So a request goes
-to the engine, among those with at most `slack` more requests in flight than the least loaded one, whose recent
-prompts share the longest prefix with it; ties go to the least loaded, then the first. Identical prompts sent
-together (several answers to one parent) land on one engine and prefill once there.
+to an engine with a free slot when one has one, and among those (else among all) to one whose load (requests in
+flight less its slots) is at most `slack` above the lightest's, the one whose recent prompts share the longest
+prefix with it; ties go to the lighter, then the first. Identical prompts sent together (several answers to one
+parent) land on one engine, within the slack, and prefill once there.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def engine_slots(slots: int, engines: int) -> list[int]:
     return [slots // engines + (1 if index < slots % engines else 0) for index in range(engines)]
 
 
-@dataclass
+@dataclass(eq=False)
 class _Lane:
     """One engine and what the pool knows of it: requests in flight, and the prompts it took last."""
 
@@ -44,18 +45,24 @@ class _Lane:
     def shared_prefix(self, prompt: Sequence[int]) -> int:
         return max((common_prefix(earlier, prompt) for earlier in self.recent), default=0)
 
+    def load(self) -> int:
+        """Requests beyond its slots (negative: free slots), comparable between engines of unequal shares."""
+        return self.in_flight - self.slots
+
 
 class EnginePool:
     """LlamaEngines of one model taking one policy's requests; thread-safe `submit`, like one engine's."""
 
-    def __init__(self, engines: Sequence[LlamaEngine], slack: int = 0) -> None:
-        """slack: how many more requests in flight than the least loaded engine one may hold and still take a
-        request for its shared prefix (0: a quarter of an engine's slots, at least 1)."""
+    def __init__(self, engines: Sequence[LlamaEngine], slack: int | None = None) -> None:
+        """slack: how much more loaded than the lightest engine one may be and still take a request for its shared
+        prefix (None: a quarter of the smallest engine's slots, at least 1; 0: always the lightest)."""
         if not engines:
             raise ValueError("an engine pool needs at least one engine")
         self._lanes = [_Lane(engine, engine.slots_count, recent=deque(maxlen=2 * engine.slots_count))
                        for engine in engines]
-        self.slack = slack or max(1, min(lane.slots for lane in self._lanes) // 4)
+        self.slack = max(1, min(lane.slots for lane in self._lanes) // 4) if slack is None else slack
+        if self.slack < 0:
+            raise ValueError("an engine pool's slack is a count of requests, at least 0")
         self._lock = threading.Lock()
 
     @property
@@ -65,30 +72,46 @@ class EnginePool:
     def route(self, prompt: Sequence[int]) -> int:
         """The index of the engine the next request with this prompt goes to (what `submit` would choose now)."""
         with self._lock:
-            return self._lanes.index(self._choose(prompt))
+            return self._choose(prompt)
 
-    def _choose(self, prompt: Sequence[int]) -> _Lane:
-        if len(self._lanes) == 1:
-            return self._lanes[0]
-        least = min(lane.in_flight for lane in self._lanes)
-        near = [lane for lane in self._lanes if lane.in_flight <= least + self.slack]
-        return max(near, key=lambda lane: (lane.shared_prefix(prompt), -lane.in_flight,
-                                           -self._lanes.index(lane)))
+    def _choose(self, prompt: Sequence[int]) -> int:
+        lanes = list(enumerate(self._lanes))
+        if len(lanes) == 1:
+            return 0
+        lanes = [(index, lane) for index, lane in lanes if lane.load() < 0] or lanes
+        lightest = min(lane.load() for _, lane in lanes)
+        near = [(index, lane) for index, lane in lanes if lane.load() <= lightest + self.slack]
+        return max(near, key=lambda pair: (pair[1].shared_prefix(prompt), -pair[1].load(), -pair[0]))[0]
 
     def submit(self, request: GenerationRequest,
                done: Callable[[GenerationResult | Exception], None]) -> Ticket:
-        """Queue a request on the engine routing chooses; `done` gets its result in that engine's thread."""
+        """Queue a request on the engine routing chooses; `done` gets its result in that engine's thread (or at
+        once, for a request the engine refuses)."""
         with self._lock:
-            lane = self._choose(request.prompt_ids)
+            lane = self._lanes[self._choose(request.prompt_ids)]
             lane.in_flight += 1
-            lane.recent.append(request.prompt_ids)
+
+        refused = threading.Event()  # failed before submit returned: the engine took nothing in
+        taken = threading.Event()
 
         def finished(outcome: GenerationResult | Exception) -> None:
             with self._lock:
                 lane.in_flight -= 1
+            if isinstance(outcome, Exception) and not taken.is_set():
+                refused.set()
             done(outcome)
 
-        return lane.engine.submit(request, finished)
+        try:
+            ticket = lane.engine.submit(request, finished)
+        except BaseException:
+            with self._lock:
+                lane.in_flight -= 1
+            raise
+        taken.set()
+        if not refused.is_set():  # a refused request leaves nothing cached to steer later prompts by
+            with self._lock:
+                lane.recent.append(request.prompt_ids)
+        return ticket
 
     def in_flight(self) -> list[int]:
         """Requests each engine holds now (waiting or generating), in the engines' order."""
@@ -103,6 +126,18 @@ class EnginePool:
             "drafted_tokens", "accepted_tokens")), threads=every[0].threads)
 
     def close(self) -> None:
-        """Close every engine (each fails its unfinished requests with an EngineError). Idempotent."""
-        for lane in self._lanes:
-            lane.engine.close()
+        """Close every engine (each fails its unfinished requests with an EngineError), all of them even when one
+        raises (the first error is raised after). Idempotent."""
+        close_all(self.engines)
+
+
+def close_all(engines: Sequence[LlamaEngine]) -> None:
+    """Close each engine, the next ones too when one raises; then raise the first error."""
+    first: BaseException | None = None
+    for engine in engines:
+        try:
+            engine.close()
+        except BaseException as exc:  # noqa: BLE001 -- raised once every engine is closed
+            first = first or exc
+    if first is not None:
+        raise first

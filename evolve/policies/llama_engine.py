@@ -1,6 +1,7 @@
 """Continuous batching over llama.cpp: one decode loop in a thread; a request joins at the next step, leaves when done.
 
-Every request of one model in one process goes through one `LlamaEngine`: each step is a single `llama_decode` of
+Every request of one model in one process goes through one `LlamaEngine` (or one of the `engines` of an EnginePool,
+evolve/policies/engine_pool.py, each its share of the requests): each step is a single `llama_decode` of
 one token per generating sequence plus prompt tokens of the newly admitted ones (chunked to `batch_tokens`), so a
 short answer never waits for a long one and a new prompt never waits for a batch to drain. A slot keeps its last
 sequence's cache when it frees: a new request goes to the free slot whose cached tokens share the longest prefix

@@ -10,6 +10,7 @@ the default model, or a GGUF converted once from a Hugging Face folder (a traine
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from evolve.policies.base import PolicyError, call_soon_safely, cut_at_stop, prompt_ids, render_prompt
 from evolve.policies.cpu import cpu_threads, threads_given
-from evolve.policies.engine_pool import EnginePool, engine_slots
+from evolve.policies.engine_pool import EnginePool, close_all, engine_slots
 from evolve.policies.llama_engine import EngineError, GenerationRequest, GenerationResult, LlamaEngine
 from evolve.policies.model_files import DEFAULT_MODEL, ModelFileError, offline_hub, resolve_model
 from evolve.records import Completion
@@ -83,15 +84,18 @@ class LlamaCppPolicy:
         except Exception as exc:
             raise ModelFileError(f"cannot load the tokenizer from '{files.tokenizer_folder}': {exc}") from exc
         shares = engine_slots(slots, engines)
-        if engines > 1 and not threads_given(threads):
-            threads = max(1, cpu_threads() // engines)
+        if engines > 1 and not threads_given(threads):  # the cores shared out, the first engines taking the rest
+            each, rest = divmod(cpu_threads(), engines)
+            threads_of = [max(1, each + (index < rest)) for index in range(engines)]
+        else:
+            threads_of = [threads] * engines
         started: list[LlamaEngine] = []
         try:
-            for share in shares:
-                started.append(LlamaEngine(files.gguf, slots=share, context_per_slot=context, threads=threads))
+            for share, engine_threads in zip(shares, threads_of, strict=True):
+                started.append(LlamaEngine(files.gguf, slots=share, context_per_slot=context, threads=engine_threads))
         except BaseException:
-            for engine in started:
-                engine.close()
+            with contextlib.suppress(Exception):  # the error that stopped the start is the one to see
+                close_all(started)
             raise
         self.engine = EnginePool(started)
         self._closed = False

@@ -29,11 +29,13 @@ packed_answers() { local copy; copy=$(mktemp); xz -dc "$1" >"$copy"; answers "$c
 
 case "${1:-}" in
 start)
+    mkdir -p "$LOCKS" && [ -w "$LOCKS" ] || { echo "cannot write the lock folder $LOCKS" >&2; exit 1; }
+    # held until the workers are started (a `save` meanwhile waits for them); a start or save under way: none
+    exec 8>"$LOCKS/start.lock"
+    flock -n 8 || { echo "a start or a save of the calibration is under way; try again once it has ended"; exit 0; }
     if pgrep -f "$PATTERN" >/dev/null || pgrep -f "generated_calibration.sh run" >/dev/null; then
         echo "the calibration already runs (logs: ${LOG%.log}-N.log)"; exit 0
     fi
-    mkdir -p "$LOCKS" && [ -w "$LOCKS" ] || { echo "cannot write the lock folder $LOCKS" >&2; exit 1; }
-    exec 8>"$LOCKS/start.lock" && flock 8  # held until the workers are started: a `save` meanwhile waits for them
     [ -x .venv/bin/evolve ] || bash scripts/install.sh
     .venv/bin/python scripts/study/generated_calibration.py plan >/dev/null  # the pieces, grown ones too (same bytes)
     .venv/bin/evolve import generated --count 133 --difficulty 1 --seed 0 --force >/dev/null
@@ -101,7 +103,9 @@ run)  # what `start` runs in the background, once per worker: the next piece no 
     if [ ! -e "$LOCKS/stop" ] && ! pgrep -f "$PATTERN" >/dev/null; then $PY select --target "$TARGET"; fi
     ;;
 status)
-    echo "$(pgrep -f "$PATTERN" >/dev/null && echo running || echo 'not running')"
+    if pgrep -f "$PATTERN" >/dev/null; then echo "running: $(pgrep -fc "$PATTERN") piece(s)"
+    elif pgrep -f "generated_calibration.sh run" >/dev/null; then echo "workers waiting (a growth check or import)"
+    else echo "not running"; fi
     for toml in $(pieces); do
         db=${toml%.toml}.db
         if [ -f "$db" ]; then
@@ -114,7 +118,8 @@ status)
 save|pack)
     if [ "$1" = save ]; then
         mkdir -p "$LOCKS"
-        flock "$LOCKS/start.lock" true  # a `start` under way launches its workers first (else they would miss this)
+        exec 8>"$LOCKS/start.lock"  # held to the end: a start under way launches its workers first, none begins
+        flock -n 8 || { echo "waiting for the start under way to launch its workers"; flock 8; }
         touch "$LOCKS/stop"  # no worker starts a piece from now on
         pkill -f "generated_calibration.sh run" || true  # the loops first, so no next piece starts
         flock "$LOCKS/grow.lock" true  # a growth check under way ends (its pieces and record written together)
