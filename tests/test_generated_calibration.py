@@ -268,6 +268,16 @@ def test_pieces_that_ran_at_once_count_their_minutes_of_running_once() -> None:
     assert forecast.running_minutes(one) + forecast.running_minutes(other) == pytest.approx(6.0)
 
 
+def test_the_recent_pace_is_read_over_the_last_hours_of_running_only() -> None:
+    forecast = load_script("generated_forecast")
+    slow = [float(minute) for minute in range(300)]  # 1 answer a minute, then a stop of an hour
+    fast = [360.0 + minute / 2 for minute in range(240)]  # 2 a minute for 2 hours
+    pace, minutes = forecast.recent_pace(slow + fast, hours=3.0)
+    assert minutes == pytest.approx(180.0, abs=1.0)
+    assert pace == pytest.approx((60 + 240) / 180, rel=0.02)  # the slow layout's last hour and the fast two
+    assert forecast.recent_pace([], hours=3.0) == (0.0, 0.0)
+
+
 def test_the_futility_check_counts_the_cells_a_stop_would_end_and_the_cracks_it_would_cut(tmp_path: Path) -> None:
     futility = load_script("generated_futility")
     store = pilot_store(tmp_path / "piece_01.db", {("gl_d1_0001", 100): 70, ("gl_d1_0001", 101): None,

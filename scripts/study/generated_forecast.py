@@ -72,6 +72,21 @@ def running_minutes(times: list[float]) -> float:
     return active_hours(sorted(times)) * 60
 
 
+def recent_pace(times: list[float], hours: float = 3.0) -> tuple[float, float]:
+    """(answers a minute, minutes) over the last `hours` of running (the pieces' layout of late, not the history's
+    mix: one piece at a time, then two at once)."""
+    ordered = sorted(times)
+    low, high = 0, len(ordered)  # the earliest start whose running time to the end is within `hours`
+    while low < high:
+        middle = (low + high) // 2
+        if running_minutes(ordered[middle:]) <= hours * 60:
+            high = middle
+        else:
+            low = middle + 1
+    minutes = running_minutes(ordered[low:])
+    return ((len(ordered) - low - 1) / minutes if minutes else 0.0), minutes
+
+
 def forecast_step(target: int = TEST_SIZE + TRAIN_SIZE) -> None:
     """Print the forecast: how many more hours of running until `target` problems are in band."""
     stores = finished_stores()
@@ -98,3 +113,7 @@ def forecast_step(target: int = TEST_SIZE + TRAIN_SIZE) -> None:
               f"{result.answers_to_target / pace / 60:.1f} hours of running at that pace"
               + (f", the pool grown by about {result.grown_problems} problems of its last level (the registered "
                  "growth rule)" if result.grown_problems else ""))
+        late, late_minutes = recent_pace(times)
+        if late:
+            print(f"at the pace of the last {late_minutes / 60:.1f} hours of running ({late:.0f} answers a minute): "
+                  f"{result.answers_to_target / late / 60:.1f} hours")
