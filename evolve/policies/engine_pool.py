@@ -1,9 +1,10 @@
 """Several LlamaEngines behind one policy, each with its share of the slots and the cores: which engine takes a request.
 
 On 2 cores two one-thread engines made 1.15-1.35x the tokens a second of one two-thread engine with the same
-requests (scripts/bench/bench_engine_per_core.py, docs/cpu_inference.md): llama.cpp's threads meet at a barrier after
-every operation of a step, and one engine a core has no barrier to wait at. llama.cpp's calls release the GIL, so
-one process holds them all.
+fixed-length requests (scripts/bench/bench_engine_per_core.py), and a policy of two 1.06-1.16x one engine on an
+evolution load on a quiet machine (scripts/bench/bench_policy_engines.py; docs/cpu_inference.md): llama.cpp's
+threads meet at a barrier after every operation of a step, and one engine a core has no barrier to wait at.
+llama.cpp's calls release the GIL, so one process holds them all.
 
 Routing keeps two things: the engines' loads even (a core whose engine has fewer requests decodes fewer rows a
 step) and a problem's prompts on one engine (a free slot prefills only what its cache does not already hold, and a
