@@ -87,6 +87,15 @@ def test_the_exported_adapter_makes_llama_cpp_sample_what_the_trained_model_woul
         assert not (tmp_path / "adapters" / "step_1.gguf").exists()  # one adapter file kept
     finally:
         sampler.close()
+    # two engines of one slot each: a group of two takes both, and each samples with the adapter
+    pool = LlamaCppSampler(gguf, tmp_path / "pool", folder, model.config, alpha=8, slots=2, context=256, threads=1,
+                           engines=2)
+    try:
+        pool.sync(model, step=1)
+        group = pool.rollouts.sample([RolloutPrompt(tuple(ids[0].tolist()), 20, (), "")], 2, [0], temperature=0.0)
+        assert [tokens for tokens, _ in group[0]] == [trained, trained]
+    finally:
+        pool.close()
     assert rollout_children() == []
 
 

@@ -78,6 +78,16 @@ def test_full_fine_tuning_with_vllm_rollouts_is_refused_in_one_line() -> None:
         TrainConfig(rollouts="vllm", lora={"enabled": False})
 
 
+def test_more_rollout_engines_than_rollout_slots_is_refused_in_one_line() -> None:
+    from pydantic import ValidationError
+
+    from evolve.rl.trainer import TrainConfig
+
+    with pytest.raises(ValidationError, match="rollout_engines = 3 needs at least as many rollout_slots"):
+        TrainConfig(rollout_engines=3, rollout_slots=2)
+    assert TrainConfig(rollout_engines=2, rollout_slots=2).rollout_engines == 2
+
+
 def test_device_setting_resolves_here_and_a_missing_gpu_is_one_clear_error() -> None:
     from pydantic import ValidationError
 

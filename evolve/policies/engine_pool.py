@@ -17,11 +17,14 @@ parent) land on one engine, within the slack, and prefill once there.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from evolve.policies.cpu import cpu_threads, threads_given
 from evolve.policies.engine_requests import EngineStats, GenerationRequest, GenerationResult, Ticket
 from evolve.policies.engine_slots import common_prefix
 from evolve.policies.llama_engine import LlamaEngine
@@ -32,6 +35,27 @@ def engine_slots(slots: int, engines: int) -> list[int]:
     if engines < 1 or slots < engines:
         raise ValueError(f"{slots} slots cannot be shared by {engines} engines: each needs at least one")
     return [slots // engines + (1 if index < slots % engines else 0) for index in range(engines)]
+
+
+def start_engines(gguf: Path | str, slots: int, context_per_slot: int, threads: int = 0,
+                  engines: int = 1) -> EnginePool:
+    """`engines` engines of the model, the slots and (unless `threads` or $EVOLVE_THREADS fixes every engine's) the
+    cores shared out, the first ones taking the rest; one engine with threads 0 chooses its threads as it runs."""
+    shares = engine_slots(slots, engines)
+    if engines > 1 and not threads_given(threads):
+        each, rest = divmod(cpu_threads(), engines)
+        threads_of = [max(1, each + (index < rest)) for index in range(engines)]
+    else:
+        threads_of = [threads] * engines
+    started: list[LlamaEngine] = []
+    try:
+        for share, engine_threads in zip(shares, threads_of, strict=True):
+            started.append(LlamaEngine(gguf, slots=share, context_per_slot=context_per_slot, threads=engine_threads))
+    except BaseException:
+        with contextlib.suppress(Exception):  # the error that stopped the start is the one to see
+            close_all(started)
+        raise
+    return EnginePool(started)
 
 
 @dataclass(eq=False)
@@ -125,6 +149,11 @@ class EnginePool:
         return EngineStats(*(sum(getattr(stats, name) for stats in every) for name in (
             "steps", "generated_tokens", "prefill_tokens", "cached_tokens", "shared_prefills", "max_active",
             "drafted_tokens", "accepted_tokens")), threads=every[0].threads)
+
+    def set_lora(self, adapter_path: Path | str | None, scale: float = 1.0) -> None:
+        """Every engine's LoRA adapter (LlamaEngine.set_lora), from each one's next step."""
+        for lane in self._lanes:
+            lane.engine.set_lora(adapter_path, scale)
 
     def close(self) -> None:
         """Close every engine (each fails its unfinished requests with an EngineError), all of them even when one

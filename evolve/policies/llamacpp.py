@@ -10,16 +10,14 @@ the default model, or a GGUF converted once from a Hugging Face folder (a traine
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evolve.policies.base import PolicyError, call_soon_safely, cut_at_stop, prompt_ids, render_prompt
-from evolve.policies.cpu import cpu_threads, threads_given
-from evolve.policies.engine_pool import EnginePool, close_all, engine_slots
-from evolve.policies.llama_engine import EngineError, GenerationRequest, GenerationResult, LlamaEngine
+from evolve.policies.engine_pool import start_engines
+from evolve.policies.llama_engine import EngineError, GenerationRequest, GenerationResult
 from evolve.policies.model_files import DEFAULT_MODEL, ModelFileError, offline_hub, resolve_model
 from evolve.records import Completion
 
@@ -83,21 +81,7 @@ class LlamaCppPolicy:
             self.tokenizer = AutoTokenizer.from_pretrained(files.tokenizer_folder)
         except Exception as exc:
             raise ModelFileError(f"cannot load the tokenizer from '{files.tokenizer_folder}': {exc}") from exc
-        shares = engine_slots(slots, engines)
-        if engines > 1 and not threads_given(threads):  # the cores shared out, the first engines taking the rest
-            each, rest = divmod(cpu_threads(), engines)
-            threads_of = [max(1, each + (index < rest)) for index in range(engines)]
-        else:
-            threads_of = [threads] * engines
-        started: list[LlamaEngine] = []
-        try:
-            for share, engine_threads in zip(shares, threads_of, strict=True):
-                started.append(LlamaEngine(files.gguf, slots=share, context_per_slot=context, threads=engine_threads))
-        except BaseException:
-            with contextlib.suppress(Exception):  # the error that stopped the start is the one to see
-                close_all(started)
-            raise
-        self.engine = EnginePool(started)
+        self.engine = start_engines(files.gguf, slots, context, threads, engines)
         self._closed = False
 
     def render(self, prompt: Prompt) -> str:

@@ -81,12 +81,12 @@ class LlamaCppSampler:
     the engine's process (rollout_process.py)."""
 
     def __init__(self, base_gguf: Path, adapters_dir: Path, tokenizer_path: Path, model_config: Any, alpha: float,
-                 slots: int = 16, context: int = 4096, threads: int = 0) -> None:
+                 slots: int = 16, context: int = 4096, threads: int = 0, engines: int = 1) -> None:
         self.adapters_dir = adapters_dir
         self.alpha = alpha
         self.n_head = int(model_config.num_attention_heads)
         self.n_kv_head = int(getattr(model_config, "num_key_value_heads", None) or self.n_head)
-        self.rollouts = RolloutProcess(base_gguf, tokenizer_path, slots, context, threads)
+        self.rollouts = RolloutProcess(base_gguf, tokenizer_path, slots, context, threads, engines)
         self.adapter: Path | None = None
         self.sync_seconds = 0.0
 

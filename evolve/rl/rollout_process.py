@@ -34,7 +34,8 @@ from typing import Any
 from evolve.errors import UserError
 from evolve.interpreters import module_command
 from evolve.policies.base import cut_at_stop
-from evolve.policies.llama_engine import GenerationRequest, GenerationResult, LlamaEngine
+from evolve.policies.engine_pool import start_engines
+from evolve.policies.llama_engine import GenerationRequest, GenerationResult
 from evolve.seeds import ROLLOUT_SAMPLING, derive
 
 _HEADER = struct.Struct("!Q")
@@ -59,11 +60,13 @@ Sampled = list[list[tuple[list[int], str]]]  # per prompt, per row: (token ids, 
 
 
 class EngineRollouts:
-    """llama.cpp on the base GGUF plus the tokenizer that decodes for stop strings: G completions of each prompt."""
+    """llama.cpp on the base GGUF (`engines` engines sharing the slots and cores: evolve/policies/engine_pool.py)
+    plus the tokenizer that decodes for stop strings: G completions of each prompt."""
 
-    def __init__(self, gguf: Path | str, tokenizer: Any, slots: int, context: int, threads: int) -> None:
+    def __init__(self, gguf: Path | str, tokenizer: Any, slots: int, context: int, threads: int,
+                 engines: int = 1) -> None:
         self.tokenizer = tokenizer
-        self.engine = LlamaEngine(gguf, slots=slots, context_per_slot=context, threads=threads)
+        self.engine = start_engines(gguf, slots, context, threads, engines)
 
     def set_lora(self, path: Path | str | None, scale: float = 1.0) -> None:
         self.engine.set_lora(path, scale)
@@ -138,7 +141,8 @@ def _read_exactly(connection: socket.socket, size: int) -> bytes:
 class RolloutProcess:
     """EngineRollouts in a child interpreter: the same calls (set_lora, sample, close), each a round trip."""
 
-    def __init__(self, gguf: Path | str, tokenizer_path: Path | str, slots: int, context: int, threads: int) -> None:
+    def __init__(self, gguf: Path | str, tokenizer_path: Path | str, slots: int, context: int, threads: int,
+                 engines: int = 1) -> None:
         ours, theirs = socket.socketpair()
         self._connection = ours
         self._lock = threading.Lock()  # one call at a time; close() does not wait for it
@@ -149,7 +153,7 @@ class RolloutProcess:
         finally:
             theirs.close()
         try:
-            self._call(("start", str(gguf), str(tokenizer_path), slots, context, threads))
+            self._call(("start", str(gguf), str(tokenizer_path), slots, context, threads, engines))
         except BaseException:
             self.close()
             raise
@@ -241,9 +245,9 @@ def _serve(connection: socket.socket) -> None:
                     from transformers.utils import logging as transformers_logging
 
                     transformers_logging.set_verbosity_error()
-                    gguf, tokenizer_path, slots, context, threads = message[1:]
+                    gguf, tokenizer_path, slots, context, threads, engines = message[1:]
                     rollouts = EngineRollouts(gguf, AutoTokenizer.from_pretrained(tokenizer_path), slots, context,
-                                              threads)
+                                              threads, engines)
                     reply: Any = None
                 elif rollouts is None:
                     raise RolloutEngineError("the rollout process was not started")

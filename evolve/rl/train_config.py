@@ -91,6 +91,8 @@ class TrainConfig(BaseModel):
         "auto", description="who samples the rollouts: llamacpp (the base GGUF plus the adapter being trained), local "
         "(the transformers model), vllm; auto: llamacpp on CPU with LoRA, else local")
     rollout_slots: int = Field(16, ge=1, le=256, description="--rollouts llamacpp: sequences generated together")
+    rollout_engines: int = Field(1, ge=1, le=64, description="--rollouts llamacpp: engines sharing the slots and the "
+                                 "cores (threads is then each engine's; docs/policies.md)")
     vllm_gpu_memory: float = Field(0.3, gt=0, lt=1, description="--rollouts vllm: share of GPU memory vLLM takes")
     vllm_max_model_len: int = Field(4096, ge=256, description="--rollouts vllm: prompt + completion tokens")
     vllm_dtype: str = Field("auto", description="--rollouts vllm: vLLM's weights (auto: bfloat16 on CPUs and most "
@@ -132,6 +134,9 @@ class TrainConfig(BaseModel):
         if self.rollouts in ("vllm", "llamacpp") and not self.lora.enabled:
             raise ValueError(f"rollouts = '{self.rollouts}' needs LoRA (it samples with the trained adapter); "
                              "drop --full or use rollouts = 'local'")
+        if self.rollout_engines > self.rollout_slots:
+            raise ValueError(f"rollout_engines = {self.rollout_engines} needs at least as many rollout_slots "
+                             f"(rollout_slots = {self.rollout_slots}): each engine generates its share of them")
         return self
 
     @property

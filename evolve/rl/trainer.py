@@ -233,7 +233,8 @@ def llamacpp_sampler(config: TrainConfig, out: Path, base_path: Path, model: Any
     files = model_files(config.base)
     longest = max(len(task.prompt_ids) + task.prompt.max_new_tokens for task in tasks)
     return LlamaCppSampler(files.gguf, out / "rollout_adapter", base_path, model.config, config.lora.alpha,
-                           slots=config.rollout_slots, context=max(256, longest + 16), threads=config.threads)
+                           slots=config.rollout_slots, context=max(256, longest + 16), threads=config.threads,
+                           engines=config.rollout_engines)
 
 
 def training_provenance(config: TrainConfig, problem_names: tuple[str, ...],
