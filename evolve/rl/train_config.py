@@ -92,7 +92,8 @@ class TrainConfig(BaseModel):
         "(the transformers model), vllm; auto: llamacpp on CPU with LoRA, else local")
     rollout_slots: int = Field(16, ge=1, le=256, description="--rollouts llamacpp: sequences generated together")
     rollout_engines: int = Field(1, ge=1, le=64, description="--rollouts llamacpp: engines sharing the slots and the "
-                                 "cores (threads is then each engine's; docs/policies.md)")
+                                 "cores (threads is then each engine's); 2 measured 0.96x of 1 on a group of 16 "
+                                 "(docs/training.md)")
     vllm_gpu_memory: float = Field(0.3, gt=0, lt=1, description="--rollouts vllm: share of GPU memory vLLM takes")
     vllm_max_model_len: int = Field(4096, ge=256, description="--rollouts vllm: prompt + completion tokens")
     vllm_dtype: str = Field("auto", description="--rollouts vllm: vLLM's weights (auto: bfloat16 on CPUs and most "

@@ -1,12 +1,15 @@
 """Training rollouts' generation speed after a backward pass: llama.cpp in the trainer's process against in a process
-of its own (evolve/rl/rollout_process.py), alternating, on the embedded model.
+of its own (evolve/rl/rollout_process.py), and one engine there against two (`rollout_engines`), alternating, on the
+embedded model.
 
 Each round does what a training step does before its next rollouts: a forward and backward pass of the LoRA model
 over `--train-tokens` tokens, then `--requests` completions of up to `--tokens` tokens sampled (temperature 1, seeded,
 the same requests every round) by each engine in turn. It prints each round's tokens/s, then the medians and their
-ratio. Run it on a quiet machine:
+ratio to the first layout. Layouts: "trainer" (an engine in this process), "process" (one in a process of its own),
+"process2" (two engines sharing the slots and cores in a process of its own). Run it on a quiet machine:
 
     .venv/bin/python scripts/bench/bench_rollout_process.py --rounds 3
+    .venv/bin/python scripts/bench/bench_rollout_process.py --rounds 3 --layouts process process2
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=384)
     parser.add_argument("--train-tokens", type=int, default=3600)
     parser.add_argument("--threads", type=int, default=0, help="torch's and llama.cpp's threads (0: all cores)")
+    parser.add_argument("--layouts", nargs="+", choices=("trainer", "process", "process2"),
+                        default=["trainer", "process"])
     args = parser.parse_args()
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -61,8 +66,11 @@ def main() -> None:
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     prompt = RolloutPrompt(tuple(ids), args.tokens, (), "")
     context = len(ids) + args.tokens + 16
-    engines = {"in the trainer's process": EngineRollouts(gguf, tokenizer, args.requests, context, threads),
-               "in a process of its own": RolloutProcess(gguf, folder, args.requests, context, threads)}
+    makers = {"trainer": lambda: EngineRollouts(gguf, tokenizer, args.requests, context, threads),
+              "process": lambda: RolloutProcess(gguf, folder, args.requests, context, threads),
+              "process2": lambda: RolloutProcess(gguf, folder, args.requests, context,
+                                                 max(1, threads // 2) if args.threads else 0, engines=2)}
+    engines = {name: makers[name]() for name in args.layouts}
     rates: dict[str, list[float]] = {name: [] for name in engines}
     try:
         for round_ in range(1, args.rounds + 1):
@@ -78,9 +86,11 @@ def main() -> None:
     medians = {name: statistics.median(values) for name, values in rates.items()}
     for name, value in medians.items():
         print(f"median {name}: {value:.1f} tokens/s")
-    inside, outside = medians.values()
-    print(f"own process / trainer's process: {outside / inside:.2f}x ({threads} threads each, {args.requests} "
-          f"requests of up to {args.tokens} tokens after a backward pass over {args.train_tokens} tokens)")
+    first = medians[args.layouts[0]]
+    for name, value in medians.items():
+        print(f"{name} / {args.layouts[0]}: {value / first:.2f}x")
+    print(f"({threads} threads an engine, the cores shared out with two; {args.requests} requests of up to "
+          f"{args.tokens} tokens after a backward pass over {args.train_tokens} tokens)")
 
 
 if __name__ == "__main__":
