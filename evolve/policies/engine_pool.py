@@ -21,7 +21,7 @@ import contextlib
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from evolve.policies.cpu import cpu_threads, threads_given
@@ -146,9 +146,9 @@ class EnginePool:
     def stats(self) -> EngineStats:
         """The engines' statistics added up (max_active: the sum of each one's most; threads: of one engine)."""
         every = [lane.engine.stats() for lane in self._lanes]
-        return EngineStats(*(sum(getattr(stats, name) for stats in every) for name in (
-            "steps", "generated_tokens", "prefill_tokens", "cached_tokens", "shared_prefills", "max_active",
-            "drafted_tokens", "accepted_tokens")), threads=every[0].threads)
+        summed = {name: sum(getattr(stats, name) for stats in every)
+                  for name in (entry.name for entry in fields(EngineStats)) if name != "threads"}
+        return EngineStats(**summed, threads=every[0].threads)
 
     def set_lora(self, adapter_path: Path | str | None, scale: float = 1.0) -> None:
         """Every engine's LoRA adapter (LlamaEngine.set_lora), from each one's next step."""
