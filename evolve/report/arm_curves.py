@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from html import escape
 
-from evolve.report.charts import Series, line_chart, palette
+from evolve.report.charts import line_chart, palette
 from evolve.report.result_types import ExperimentResults
 from evolve.report.results import complete_cell
-from evolve.report.results_curves import AXIS_LABELS, Axis, Curve, policy_curves
+from evolve.report.results_curves import AXIS_LABELS, Axis, Curve, curve_series, policy_curves
 
 ARM_AXES: tuple[Axis, ...] = ("answers", "iterations")
 
@@ -56,10 +56,8 @@ def arm_curves_html(curves: Sequence[Curve], arms: Sequence[str], confidence: fl
     charts = []
     for axis in dict.fromkeys(curve.axis for curve in curves):
         drawn = [curve for arm in arms for curve in curves if curve.policy == arm and curve.axis == axis]
-        series = [Series(c.policy, colours[c.policy], c.x, c.mean, c.low, c.high,
-                         f"n = {c.seeds} run{'s' * (c.seeds != 1)}", steps=True) for c in drawn]
-        svg = line_chart(series, f"Share cracked per arm against {AXIS_LABELS[axis]}", AXIS_LABELS[axis],
-                         "share of test problems cracked", (0.0, 1.0), 540, 280)
+        svg = line_chart(curve_series(drawn, colours, "run"), f"Share cracked per arm against {AXIS_LABELS[axis]}",
+                         AXIS_LABELS[axis], "share of test problems cracked", (0.0, 1.0), 540, 280)
         charts.append(f'<figure class="chart" data-metric="cracked_share" data-by="arm" '
                       f'data-axis="{axis}" data-series="{len(drawn)}">{svg}</figure>')
     missing = [arm for arm in arms if not any(curve.policy == arm for curve in curves)]

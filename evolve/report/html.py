@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from html import escape
 
-from evolve.report.charts import Series, line_chart, palette
+from evolve.report.charts import line_chart, palette
 from evolve.report.html_tables import budgets_html, differences_html, instructions_html, objectives_html
-from evolve.report.results import AXIS_LABELS, CellResult, Curve, ExperimentResults, ProblemPolicyRow
+from evolve.report.results import AXIS_LABELS, CellResult, ExperimentResults, ProblemPolicyRow
+from evolve.report.results_curves import curve_series
 from evolve.report.terminal import first_crack_text
 
 _CSS = """
@@ -220,11 +221,6 @@ def _matrix(results: ExperimentResults, colours: dict[str, str]) -> str:
             f"</tbody></table></section>")
 
 
-def _series(curves: list[Curve], colours: dict[str, str]) -> list[Series]:
-    return [Series(c.policy, colours[c.policy], c.x, c.mean, c.low, c.high,
-                   f"n = {c.seeds} seed{'s' if c.seeds != 1 else ''}", steps=True) for c in curves]
-
-
 def _chart(results: ExperimentResults, colours: dict[str, str], metric: str, problem: str | None, axis: str,
            title: str, y_label: str, y_range: tuple[float, float] | None, width: int, height: int) -> str:
     pool = results.curves if problem is None else results.problem_curves
@@ -232,7 +228,7 @@ def _chart(results: ExperimentResults, colours: dict[str, str], metric: str, pro
               and c.problem == problem and c.axis == axis]
     longest = max([results.iterations, *(iterations for _, iterations in results.arm_budgets.values())])
     x_range = (0, longest) if axis == "iterations" else (0, max((c.x[-1] for c in curves), default=1))
-    svg = line_chart(_series(curves, colours), title, AXIS_LABELS[axis], y_label, y_range, width, height,
+    svg = line_chart(curve_series(curves, colours, "seed"), title, AXIS_LABELS[axis], y_label, y_range, width, height,
                      x_range=x_range)
     drawn = {c.policy for c in curves}
     absent = [p for p in results.policies if p not in drawn]

@@ -23,6 +23,7 @@ from typing import Literal
 
 import numpy as np
 
+from evolve.report.charts import Series
 from evolve.report.stats import curve_bands
 
 Axis = Literal["iterations", "answers", "evaluations", "tokens", "wall_s"]
@@ -65,6 +66,12 @@ class Curve:
     seeds: int  # the band's n
     problems: int  # problems averaged per seed
     out_of_range: int = 0  # values outside the declared score range (the band then does not hold as stated)
+
+
+def curve_series(curves: Sequence[Curve], colours: dict[str, str], unit: str) -> list[Series]:
+    """The curves as step-drawn chart series, each labelled with its band's n in `unit`s (seed, run)."""
+    return [Series(c.policy, colours[c.policy], c.x, c.mean, c.low, c.high,
+                   f"n = {c.seeds} {unit}{'s' * (c.seeds != 1)}", steps=True) for c in curves]
 
 
 def cell_total(steps: Sequence[Step], axis: Axis) -> float | None:
