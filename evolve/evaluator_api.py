@@ -78,10 +78,12 @@ def call_failure(call: str, run: SandboxResult, limit_s: float) -> str | None:
     return None
 
 
-def int_answer_failure(call: str, run: SandboxResult, expected: int, limit_s: float, reveal: bool) -> str | None:
+def int_answer_failure(call: str, run: SandboxResult, expected: int, limit_s: float, *,
+                       reveal: bool = False) -> str | None:
     """Why a timed call that should return the int `expected` failed its test, as one feedback line; None when
-    it passed (a bool is not an int; a numpy integer arrives as one). With reveal=False (a generated test) the
-    line never shows the expected answer."""
+    it passed (a bool is not an int; a numpy integer arrives as one). The line says what the candidate returned
+    and never shows `expected` (the policy could hard-code a hidden test's answer); reveal=True adds it, for
+    tests whose expected answers are public anyway (the shipped evaluators never pass it)."""
     failure = call_failure(call, run, limit_s)
     if failure is not None:
         return failure

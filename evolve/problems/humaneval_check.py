@@ -7,7 +7,9 @@ importing) and returns the answer, so the assert's comparison, tolerance or `is 
 trusted code, on values rebuilt with their Python types. A loop of asserts over generated inputs gives one
 objective per iteration; the test's `random` is a private generator seeded with RANDOM_SEED, so the inputs are
 the same at every evaluation. A call that failed (crash, timeout, a value that cannot be read) fails the next
-assert executed after it, which is the one that uses its answer.
+assert executed after it, which is the one that uses its answer. A failed assert's feedback line names the call and
+what the candidate returned, never the expected value; a boolean answer (the expected one being the other bool) is
+named with neither its inputs nor its value.
 """
 
 from __future__ import annotations
@@ -148,6 +150,10 @@ class _CheckRun:
             self.outcomes.append(TestOutcome(False, f"{label}: {reason} ({result.detail})"))
         elif passed:
             self.outcomes.append(TestOutcome(True))
+        elif calls and type(calls[-1][1].value) is bool:
+            # a wrong bool gives the expected answer away (the other one): the line names neither it nor the inputs
+            what = f"gave a boolean answer that made the test raise {error}" if error else "gave a wrong boolean answer"
+            self.outcomes.append(TestOutcome(False, f"{self.function}(...) {what}"))
         elif calls:
             label, result = calls[-1]
             because = f"made the test raise {error}" if error else "which fails the test"

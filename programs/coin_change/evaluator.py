@@ -80,8 +80,7 @@ def evaluate(program_path: str, sandbox: Sandbox) -> EvaluationResult:
     scores, failures = {}, []
     for number, ((given, limit_s), (coins, amount), run) in enumerate(zip(TESTS, inputs, runs, strict=True)):
         name = f"test_{number:02d}"
-        failure = int_answer_failure(f"{name}: {label(given)}", run, reference_coins(coins, amount), limit_s,
-                                     reveal=not is_generated(given))
+        failure = int_answer_failure(f"{name}: {label(given)}", run, reference_coins(coins, amount), limit_s)
         scores[name] = 0.0 if failure else 1.0
         if failure:
             failures.append(failure)

@@ -1,4 +1,5 @@
-"""Trusted evaluator for fizzbuzz: one objective per test input; expected strings are computed here only."""
+"""Trusted evaluator for fizzbuzz: one objective per test input; expected strings are computed here only, and
+the feedback shows what the candidate returned, never them."""
 
 from pathlib import Path
 
@@ -25,6 +26,7 @@ def evaluate(program_path: str, sandbox: Sandbox) -> EvaluationResult:
         expected = reference(n)
         scores[f"test_{number:02d}"] = 1.0 if output == expected else 0.0
         if output != expected:
-            failures.append(f"fizzbuzz({n}) should be {expected!r} but " + (error or f"got {output!r}"))
+            what = (error or "gave no answer") if output is None else f"got {output!r}, which is wrong"
+            failures.append(f"fizzbuzz({n}) {what}")  # never the expected string: the policy could copy it
     feedback = "all tests pass" if not failures else "; ".join(failures[:3])
     return EvaluationResult(scores=scores, artifacts={"feedback": feedback})

@@ -1,7 +1,7 @@
 """Trusted evaluator for run_length: one objective per test case, expected outputs computed here.
 
 Only the inputs go to the candidate's child; the expected outputs are computed in this trusted
-process by a reference encoder and never leave it.
+process by a reference encoder and never leave it (the feedback shows what the candidate returned).
 """
 
 from itertools import groupby
@@ -42,7 +42,7 @@ def evaluate(program_path: str, sandbox: Sandbox) -> EvaluationResult:
         name = f"test_{number:02d}"
         scores[name] = 1.0 if output == expected else 0.0
         if output != expected:
-            got = error if output is None else f"got {output!r}"
-            failures.append(f"{name}: encode({text!r}) should be {expected!r} but {got}")
+            what = (error or "gave no answer") if output is None else f"got {output!r}, which is wrong"
+            failures.append(f"{name}: encode({text!r}) {what}")  # never the expected output: the policy could copy it
     feedback = "all tests pass" if not failures else "; ".join(failures[:3])
     return EvaluationResult(scores=scores, artifacts={"feedback": feedback})
