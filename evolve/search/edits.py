@@ -351,8 +351,43 @@ def _inside_blocks(code: str, start: int, end: int) -> bool:
     return any(block_start <= first_line and last_line < block_end for block_start, block_end in find_blocks(code))
 
 
+def _indented(text: str, margin: str) -> str:
+    """`text` with `margin` put before each line that is not blank (textwrap.indent, split on newlines only)."""
+    if not margin:
+        return text
+    return "\n".join(margin + line if line.strip() else line for line in lines_of(text))
+
+
+def _apply_to_shown_block(code: str, search: str, replace: str) -> str | None:
+    """`code` with the first whole-line match of `search` in an EVOLVE block, as the prompt shows the block
+    (dedented by its common indentation; line ends ignored), replaced by `replace` indented by that indentation;
+    None when no block holds it. Blocks are tried in order; for an unindented block this is the plain match."""
+    wanted = [line.rstrip() for line in lines_of(search.strip("\n"))]
+    lines = lines_of(code)
+    for start, end in find_blocks(code):
+        body = lines[start:end]
+        shown = lines_of(textwrap.dedent("\n".join(body)))
+        if len(shown) != len(body):  # dedent keeps every line; a guard, not a case
+            continue
+        first_code = next((number for number, line in enumerate(shown) if line.strip()), None)
+        margin = "" if first_code is None else body[first_code][: len(body[first_code]) - len(shown[first_code])]
+        shown = [line.rstrip() for line in shown]
+        for first in range(len(shown) - len(wanted) + 1):
+            if shown[first : first + len(wanted)] == wanted:
+                new = lines_of(_indented(replace.strip("\n"), margin))
+                return "\n".join(lines[: start + first] + new + lines[start + first + len(wanted) :])
+    return None
+
+
 def apply_diff(parent_code: str, answer: str) -> str:
-    """Apply OpenEvolve-style SEARCH/REPLACE blocks; every SEARCH text must lie inside an EVOLVE block."""
+    """Apply OpenEvolve-style SEARCH/REPLACE blocks, in order; every SEARCH text must lie inside an EVOLVE block.
+
+    SEARCH is matched line by line (whitespace at line ends ignored) against each block as the prompt shows it:
+    dedented by the block's common indentation, and the REPLACE text is then indented by it. A SEARCH that
+    carries the block's full indentation instead (matching the lines as written) is applied as written. When
+    the SEARCH text occurs more than once, only its first occurrence is replaced, as in OpenEvolve: the first in
+    the first block that holds it, a match in the dedented view before one in the lines as written.
+    """
     if not find_blocks(parent_code):
         raise EditError("no EVOLVE-BLOCK in the parent")
     edits = _parse_diff(answer)
@@ -362,6 +397,10 @@ def apply_diff(parent_code: str, answer: str) -> str:
     for search, replace in edits:
         if not search.strip():
             raise EditError("empty SEARCH text")
+        edited = _apply_to_shown_block(child, search, replace)
+        if edited is not None:
+            child = edited
+            continue
         spans = _matches(child, search)
         if not spans:
             raise EditError("SEARCH text not found")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from evolve.errors import UserError
 BUILTIN_DIR = Path(__file__).parent / "templates"
 MESSAGES_FILE = "prompt.jinja"
 COMPLETION_FILE = "completion.jinja"
+_MARK = "<|"  # how every role line starts; hidden in the substituted values while the text is split
 _ROLE_LINE = re.compile(r"^<\|(system|user|assistant)\|>[ \t]*$", re.MULTILINE)
 
 
@@ -26,17 +28,26 @@ def builtin_templates() -> list[str]:
     return sorted(path.name for path in BUILTIN_DIR.iterdir() if (path / MESSAGES_FILE).is_file())
 
 
-def split_messages(text: str, source: str) -> list[dict[str, str]]:
-    """Rendered template text -> chat messages; each `<|role|>` line starts one."""
+def split_messages(text: str, source: str, hidden: str = "") -> list[dict[str, str]]:
+    """Rendered template text -> chat messages; each `<|role|>` line starts one.
+
+    `hidden` is the placeholder that stood in for `<|` in the substituted values while the template was rendered
+    (see PromptTemplate.messages); it is turned back into `<|` in each message, after the split, so only the
+    template's own text can start a message."""
+
+    def shown(piece: str) -> str:
+        return piece.replace(hidden, _MARK) if hidden else piece
+
     starts = list(_ROLE_LINE.finditer(text))
     if not starts:
         raise TemplateError(f"{source}: no message; start one with a line <|system|>, <|user|> or <|assistant|>")
     if text[: starts[0].start()].strip():
-        raise TemplateError(f"{source}: text before the first <|role|> line: {text[:starts[0].start()].strip()[:60]!r}")
+        before = shown(text[: starts[0].start()].strip())
+        raise TemplateError(f"{source}: text before the first <|role|> line: {before[:60]!r}")
     messages = []
     for index, start in enumerate(starts):
         end = starts[index + 1].start() if index + 1 < len(starts) else len(text)
-        messages.append({"role": start.group(1), "content": text[start.end():end].strip("\n")})
+        messages.append({"role": start.group(1), "content": shown(text[start.end():end].strip("\n"))})
     if messages[-1]["role"] != "user":
         raise TemplateError(f"{source}: the last message must be the user's request, not {messages[-1]['role']}")
     return messages
@@ -51,12 +62,54 @@ class PromptTemplate:
     completion_template: jinja2.Template
 
     def messages(self, **context: Any) -> list[dict[str, str]]:
+        """The chat messages the template words for `context`. The values (the parent's code, an inspiration, the
+        evaluator's feedback) are rendered with each `<|` in them replaced by a placeholder that none of them holds,
+        which split_messages turns back into `<|` inside each message: a line `<|assistant|>` in a program stays a
+        line of the program, in the message the template put it in. Values without `<|` render as they are."""
         source = str(self.folder / MESSAGES_FILE)
-        return split_messages(_render(self.messages_template, source, context), source)
+        hidden = _placeholder(context)
+        text = _render(self.messages_template, source, {name: _hide(value, hidden) for name, value in context.items()})
+        return split_messages(text, source, hidden)
 
     def completion_text(self, messages: list[dict[str, str]], prefill: str) -> str:
         source = str(self.folder / COMPLETION_FILE)
         return _render(self.completion_template, source, {"messages": messages, "prefill": prefill})
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string in a context value: itself, or the keys and items of the dicts, lists and tuples it nests."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(key)
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
+
+
+def _placeholder(context: dict[str, Any]) -> str:
+    """A stand-in for `<|` that no string of the context holds (it holds no `<|` and no line break itself)."""
+    texts = list(_strings(list(context.values())))
+    number = 0
+    while any(f"\ue000evolve-role-mark-{number}\ue000" in text for text in texts):
+        number += 1
+    return f"\ue000evolve-role-mark-{number}\ue000"
+
+
+def _hide(value: Any, token: str) -> Any:
+    """`value` with every `<|` in its strings (nested in dicts, lists, tuples too) replaced by `token`; other
+    values are passed as they are."""
+    if isinstance(value, str):
+        return value.replace(_MARK, token)
+    if isinstance(value, dict):
+        return {_hide(key, token): _hide(item, token) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_hide(item, token) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_hide(item, token) for item in value)
+    return value
 
 
 def _render(template: jinja2.Template, source: str, context: dict[str, Any]) -> str:

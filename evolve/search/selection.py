@@ -7,8 +7,12 @@ with no inspirations, so each request is the prompt evolution's first iteration 
 Every structure is bounded (island populations, archive, occupied grid cells), so the work of
 `add` and `sample` depends on the population and archive sizes, never on how many programs the
 run has made. The RNG of iteration i is derived from (seed, i) alone and `sample` changes no
-state: given the same programs added in the same order, a run picks the same parents, and a
-resumed run picks as the uninterrupted one would have.
+state: given the same programs added in the same order, iteration i picks the same parent and
+inspirations, and a resume, which adds the stored programs in commit order, holds the state the
+stopped run had. Which programs a run has added when it samples iteration i depends on timing:
+the controller keeps `run.concurrency + run.eval_workers` iterations in flight (at least two), so
+an evolution run does not promise the same parents twice; strategy "seed" does (its parent is
+always the seed).
 """
 
 from __future__ import annotations
