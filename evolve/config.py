@@ -41,10 +41,38 @@ class RunSection(StrictModel):
     answers_per_iteration: StrictInt = Field(0, ge=0, le=256, description="candidate answers asked for per iteration: "
                                        "answers_per_iteration / policy.answers requests on one parent; "
                                        "0: policy.answers (one request)")
-    stop_when_solved: bool = Field(False, description="finish the run as soon as a program solves the problem "
-                                   "(iterations already in flight are committed); a resumed solved run stays done")
+    stop_when_solved: bool = Field(False, description="finish the run as soon as a program solves the problem; "
+                                   "the iterations still in flight are cancelled and what they made is dropped, not "
+                                   "stored; a resumed solved run stays done")
     target_score: float | None = Field(None, allow_inf_nan=False, description="finish the run as soon as a "
                                        "program's scalar (the problem's reduction of its vector) reaches this")
+
+    @field_validator("db")
+    @classmethod
+    def _db_is_kept(cls, db: str) -> str:
+        """A store that outlives the process: no empty path, no in-memory SQLite (the run would be lost at exit,
+        and `evolve run --resume` would find nothing)."""
+        why = memory_store(db)
+        if why:
+            raise ValueError(f"{why}: give a file path (e.g. evolve.db) or a database server's URL")
+        return db
+
+
+def memory_store(db: str) -> str:
+    """Why `db` (run.db: a path, or an SQLAlchemy URL) names no store that outlives the process, or '' when it
+    names one: an empty value, or SQLite in memory (':memory:', 'sqlite://', 'sqlite:///:memory:', a 'file::memory:'
+    or mode=memory URI)."""
+    if not db.strip():
+        return "an empty value names no store"
+    url = db if "://" in db else f"sqlite:///{db}"  # as the store reads a plain path (store.connection.database_url)
+    scheme, _, rest = url.partition("://")
+    if scheme.split("+", 1)[0].strip().lower() != "sqlite":
+        return ""
+    path, _, query = rest.partition("?")
+    database = path[1:] if path.startswith("/") else path
+    memory = not database or database == ":memory:" or database.startswith("file::memory:") or \
+        any(part.strip().lower() == "mode=memory" for part in query.replace(";", "&").split("&"))
+    return "an in-memory SQLite database ends with the process, and every run in it is lost" if memory else ""
 
 
 class MapElitesSection(StrictModel):

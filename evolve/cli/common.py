@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import os
+import secrets
+import stat
 import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from evolve.config import ConfigError, RunConfig
+from evolve.errors import UserError
 
 if TYPE_CHECKING:
     from evolve.store.program_store import ProgramStore
@@ -82,3 +88,87 @@ def read_store(args: argparse.Namespace) -> ProgramStore:
     from evolve.store.program_store import ProgramStore
 
     return ProgramStore(args.db or run_config(args).run.db, mode="read")
+
+
+class OutputError(UserError):
+    """An output file (--out, --hard-out) that cannot be written, as one line naming it and the reason."""
+
+
+def _cannot_write(path: str | Path, reason: str) -> OutputError:
+    return OutputError(f"cannot write {path}: {reason}")
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc) or type(exc).__name__
+
+
+def _target(path: str | Path) -> Path:
+    """The file a write to `path` lands in (a link's target, as writing through the link would), checked to be no
+    folder; OutputError otherwise."""
+    target = Path(os.path.realpath(path))
+    if target.is_dir():
+        raise _cannot_write(path, "it is a folder; name a file")
+    if not target.parent.is_dir():
+        raise _cannot_write(path, f"{target.parent} is not a folder" if target.parent.exists() else
+                            f"no folder {target.parent}")
+    return target
+
+
+def check_output_path(path: str | Path) -> None:
+    """OutputError unless a file can be written at `path` (its folder exists and takes a new file; not a folder
+    itself): what a command checks before long work whose result it writes there. Leaves nothing behind."""
+    target = _target(path)
+    try:
+        handle, partial = _partial_beside(target)
+    except OSError as exc:
+        raise _cannot_write(path, _reason(exc)) from None
+    os.close(handle)
+    os.unlink(partial)
+
+
+def _partial_beside(target: Path) -> tuple[int, Path]:
+    """A new, empty file beside `target` (its descriptor and path), made with the permissions a new file gets
+    (0o666 less the umask) or, when `target` exists, its own."""
+    for _ in range(100):
+        partial = target.with_name(f".{target.name}.{secrets.token_hex(4)}.partial")
+        try:
+            handle = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            continue
+        try:
+            os.fchmod(handle, stat.S_IMODE(target.stat().st_mode))
+        except OSError:  # no such target yet (or not ours to read): the new file's own permissions stay
+            pass
+        return handle, partial
+    raise FileExistsError(f"no free name for a partial file beside {target}")
+
+
+@contextmanager
+def replaced_file(path: str | Path) -> Iterator[TextIO]:
+    """A UTF-8 text file to write `path` through: written beside it and renamed onto it once the block ends without
+    error, so `path` holds either what it held before or the whole new text, never a part; on any error the partial
+    file is removed. A file that cannot be written is one OutputError line naming `path` and why (so is any OSError
+    raised inside the block: the block is meant to write the file, nothing else)."""
+    target = _target(path)
+    try:
+        handle, partial = _partial_beside(target)
+    except OSError as exc:
+        raise _cannot_write(path, _reason(exc)) from None
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            yield out
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(partial, target)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise _cannot_write(path, _reason(exc)) from None
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+
+
+def write_output(path: str | Path, text: str) -> None:
+    """`text` written to `path` whole (see replaced_file); OutputError, one line, when it cannot be."""
+    with replaced_file(path) as out:
+        out.write(text)

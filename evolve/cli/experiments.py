@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import math
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -45,9 +47,15 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
 def cmd_experiment(args: argparse.Namespace, console: Console) -> int:
     from evolve.api import run_experiment
+    from evolve.config import ConfigError, memory_store
     from evolve.report.progress import ExperimentDrawing
+    from evolve.store.program_store import shown_store
 
     spec = _spec(args)
+    lost = memory_store(spec.db)  # refused before any policy loads: every cell's run would be lost at exit
+    if lost:
+        raise ConfigError(f"{'--db' if args.db is not None else args.file}: db {spec.db!r}: {lost}: give a file path "
+                          "(e.g. NAME.db) or a database server's URL")
     console.print(experiment_header(spec), highlight=False)
     drawing = ExperimentDrawing(console, live=False if args.plain else None)
     try:
@@ -58,12 +66,13 @@ def cmd_experiment(args: argparse.Namespace, console: Console) -> int:
         console.print(f"[red]error:[/] {error}", highlight=False)
     done = sum(cell.status == "finished" for cell in outcome.cells.values())
     console.print(f"{done}/{len(outcome.cells)} cells finished", highlight=False)
-    same = (f" --db {args.db}" if args.db else "") + "".join(f" --set {item}" for item in args.set)
+    db = f" --db {shown_store(args.db)}" if args.db else ""  # a database server's password is never printed
+    same = db + "".join(f" --set {item}" for item in args.set)
     same += "".join(f" --piece {piece}" for piece in args.piece or ())
     if not outcome.finished:
         console.print(f"the experiment is saved; continue with: evolve experiment {args.file}{same}", highlight=False)
-    store = f" --db {args.db}" if args.db else ""  # the store keeps the design it ran with, --set included
-    console.print(f"report: evolve report {args.file}{store}", highlight=False)
+    # the store keeps the design it ran with, --set included
+    console.print(f"report: evolve report {args.file}{db}", highlight=False)
     if outcome.interrupted:
         return 130
     return 0 if outcome.finished else 1
@@ -71,10 +80,13 @@ def cmd_experiment(args: argparse.Namespace, console: Console) -> int:
 
 def experiment_header(spec: ExperimentSpec) -> str:
     """The line that opens `evolve experiment`: arms x problems x seeds, the budget and the store."""
+    from evolve.store.program_store import shown_store
+
     ensembles = len(spec.ensembles)
     arms = f"{len(spec.policies)} policies" + (f" + {ensembles} ensemble{'s' * (ensembles != 1)}" if ensembles else "")
     some = " (some arms on some of them)" if spec.arm_seeds else ""
-    store = f"store {spec.db}" if spec.pieces == 1 else f"in {spec.pieces} pieces, stores {spec.db}"
+    db = shown_store(spec.db)  # a database server's URL without its password
+    store = f"store {db}" if spec.pieces == 1 else f"in {spec.pieces} pieces, stores {db}"
     return (f"experiment [bold]{spec.name}[/]: {arms} x {len(spec.problems)} problems x {len(spec.seeds)} seeds"
             f"{some} = {len(spec.cells())} cells of {spec.iterations} iterations, {store}")
 
@@ -84,9 +96,11 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
 
     from evolve.api import experiment_report
     from evolve.config import ConfigError
+    from evolve.report.report_files import check_report_folder
 
     score_range = _score_range(args.score_range, ConfigError)
     design = _report_design(args)
+    check_report_folder(Path(args.out or Path("reports") / design.spec.name))  # before the work, not after it
     if design.note:
         color = "yellow" if design.severity == "warning" else "dim"
         console.print(f"[{color}]{design.severity}:[/] {escape(design.note)}", highlight=False, soft_wrap=True)
@@ -121,11 +135,17 @@ def _spec(args: argparse.Namespace, name: str | None = None) -> ExperimentSpec:
 
 
 def _score_range(text: str, error: type[Exception]) -> tuple[float, float]:
-    """--score-range LOW,HIGH as two numbers with LOW < HIGH, else one error line."""
+    """--score-range LOW,HIGH as two finite numbers with LOW < HIGH (a mean's interval is drawn between them), else
+    one error line."""
     try:
         low, high = (float(part) for part in text.split(","))
     except ValueError:
         raise error(f"--score-range {text!r}: write LOW,HIGH, e.g. --score-range 0,1") from None
+    if not (math.isfinite(low) and math.isfinite(high)):
+        raise error(f"--score-range {text!r}: LOW and HIGH must be finite numbers (not inf or nan), e.g. "
+                    "--score-range 0,1")
     if not low < high:
         raise error(f"--score-range {text!r}: LOW must be below HIGH")
+    if not math.isfinite(high - low):
+        raise error(f"--score-range {text!r}: HIGH - LOW must be a finite number")
     return low, high

@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from evolve.cli.common import read_store
+from evolve.cli.common import read_store, replaced_file, write_output
 from evolve.cli.conventions import add_out_flag, add_set_flag
 
 if TYPE_CHECKING:
@@ -118,7 +117,7 @@ def _show_code(args: argparse.Namespace, store: ProgramStore, run_id: int | None
     if not args.out:
         sys.stdout.write(program.code)
         return 0
-    Path(args.out).write_text(program.code, encoding="utf-8")
+    write_output(args.out, program.code)
     which = f"{program.run_id}:{store.program_number(program.run_id, program.id)}"
     console.print(f"wrote program {which} (scalar {program.scalar:.4f}, iteration {program.iteration}"
                   f"{', solved' if program.solved else ''}) to {args.out}", highlight=False)
@@ -136,7 +135,7 @@ def cmd_lineage(args: argparse.Namespace, console: Console) -> int:
     program_id = args.program_id if args.program is None else store.program_by_number(args.run, args.program).id
     lineage = ancestry(store, args.run, program_id)
     if args.out:  # first: the page is written whatever becomes of the console (`| head` closing it)
-        Path(args.out).write_text(lineage_html(lineage), encoding="utf-8")
+        write_output(args.out, lineage_html(lineage))
     render_lineage(lineage, console)
     if args.out:
         console.print(f"wrote {args.out}", highlight=False)
@@ -148,7 +147,8 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
 
     store = read_store(args)
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as out:
+        store.get_run(args.run)  # no such run: one line, and the file is left as it was
+        with replaced_file(args.out) as out:  # a failure on the way leaves the file as it was too
             count = export_run(store, args.run, out)
         console.print(f"wrote {count} records to {args.out}", highlight=False)
     else:

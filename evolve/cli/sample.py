@@ -46,6 +46,10 @@ def problem_list(args: argparse.Namespace) -> list[str]:
             lines = Path(args.problems_file).read_text(encoding="utf-8").splitlines()
         except OSError as exc:
             raise ConfigError(f"--problems-file {args.problems_file}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"--problems-file {args.problems_file}: not UTF-8 text (byte {exc.start} is "
+                              f"{exc.object[exc.start:exc.start + 1].hex()}); write one problem name per line as "
+                              "UTF-8") from None
         names = [line.split("#", 1)[0].strip() for line in lines]
     else:
         names = [name.strip() for name in args.problems.split(",")]
@@ -56,11 +60,11 @@ def problem_list(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_sample(args: argparse.Namespace, console: Console) -> int:
-    from evolve.cli.common import run_config
+    from evolve.cli.common import check_output_path, run_config, write_output
     from evolve.config import ConfigError
     from evolve.engine.sampling import plan_samples, problem_sample, requests_for, run_samples
     from evolve.stats.passk import EstimatorError, check_k, parse_ks
-    from evolve.store.program_store import ProgramStore
+    from evolve.store.program_store import ProgramStore, shown_store
 
     try:
         ks = parse_ks(args.k)
@@ -71,6 +75,9 @@ def cmd_sample(args: argparse.Namespace, console: Console) -> int:
         raise ConfigError(str(exc)) from None
     if args.parallel < 1:
         raise ConfigError(f"--parallel {args.parallel}: sample at least one problem at a time")
+    for path in (args.out, args.hard_out):  # before the sampling, not after it: written only once it is done
+        if path:
+            check_output_path(path)
     overrides: dict[str, Any] = {"run.db": args.db, "run.seed": args.seed, "run.programs_dir": args.programs_dir}
     base = run_config(args, overrides)
     problems = problem_list(args)
@@ -86,7 +93,7 @@ def cmd_sample(args: argparse.Namespace, console: Console) -> int:
     todo = sum(not plan.finished for plan in plans)
     console.print(f"sample: policy [bold]{base.policy.name}[/] ({base.policy.backend}: {base.policy.model or 'default'}"
                   f"), {per_request}; {len(plans)} problems ({len(plans) - todo} already sampled), store "
-                  f"{base.run.db}", highlight=False, soft_wrap=True)
+                  f"{shown_store(base.run.db)}", highlight=False, soft_wrap=True)
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     progress = Progress(*columns, console=console, transient=True)
@@ -117,12 +124,12 @@ def cmd_sample(args: argparse.Namespace, console: Console) -> int:
         console.print(f"{missing} problem{'s' * (missing != 1)} not sampled to the end; {rerun}", highlight=False)
     hard = hard_problems(samples, ks[-1], args.hard_by)
     if args.hard_out:
-        Path(args.hard_out).write_text("".join(f"{name}\n" for name in hard), encoding="utf-8")
+        write_output(args.hard_out, "".join(f"{name}\n" for name in hard))
         console.print(f"wrote {len(hard)} hard problem{'s' * (len(hard) != 1)} ({args.hard_by}@{ks[-1]} = 0) "
                       f"to {args.hard_out}", highlight=False)
     if args.out:
         document = sample_json(samples, ks, base, args.n, hard, args.hard_by)
-        Path(args.out).write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+        write_output(args.out, json.dumps(document, indent=1) + "\n")
         console.print(f"wrote {args.out}", highlight=False)
     if outcome.interrupted:
         return 130

@@ -14,7 +14,7 @@ from evolve.engine.run_driver import RunOutcome
 from evolve.records import Program
 from evolve.report.progress import ProgressView
 from evolve.report.run_summary import RunSummary, summarize
-from evolve.store.program_store import ProgramStore
+from evolve.store.program_store import ProgramStore, shown_store
 
 
 class RunDrawing:
@@ -43,7 +43,7 @@ class RunDrawing:
             f"({len(problem.objectives)} objectives), "
             + ", ".join(f"policy [bold]{section.name}[/] ({section.backend}: {section.model})"
                         for section in config.ensemble_policies())
-            + f", {config.run.iterations} iterations, seed {config.run.seed}, store {config.run.db}",
+            + f", {config.run.iterations} iterations, seed {config.run.seed}, store {shown_store(config.run.db)}",
             highlight=False)
         self._view = ProgressView(f"evolve run {event.run_id}: {problem.name} x {config.policy.name}",
                                   self.console, self.live).__enter__()
@@ -70,7 +70,7 @@ def draw_run(start: Callable[[Observer], RunOutcome], console: Console | None = 
 
 def draw_outcome(console: Console, outcome: RunOutcome) -> None:
     """The end of a run: its summary when finished, else how to continue it."""
-    resume_hint = f"evolve run --resume {outcome.run_id} --db {outcome.db}"
+    resume_hint = f"evolve run --resume {outcome.run_id} --db {shown_store(outcome.db)}"  # never a password
     if outcome.status == "interrupted":
         console.print(f"interrupted; continue with: {resume_hint}", highlight=False)
     elif outcome.status == "policy_unavailable":

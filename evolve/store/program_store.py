@@ -28,6 +28,7 @@ records so `from evolve.store.program_store import StoreError, ...` keeps workin
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -96,11 +97,24 @@ __all__ = [  # the records and errors live in store/records.py; importers may ke
     "ATTEMPT_KINDS", "FAILURE_KINDS", "RUN_STATUSES", "TERMINAL_KINDS", "AttemptInfo", "AttemptRecord", "AttemptTotals",
     "CellInfo",
     "ChildRecord", "IterationCost", "LeaseHeldError", "LeaseInfo", "LeaseLostError", "OpenMode", "ProgramStore",
-    "RunInfo", "RunStatus", "StoreError", "UnknownIdError", "database_url",
+    "RunInfo", "RunStatus", "StoreError", "UnknownIdError", "database_url", "shown_store",
 ]
 
 
 MAX_REASON = 500  # characters of a stop reason kept: one line, not a traceback
+
+
+def shown_store(url_or_path: str) -> str:
+    """How a message or a header names the store `url_or_path` (a path or an SQLAlchemy URL): a SQLite file by its
+    path, any other database by its URL with the password hidden (connection.store_name), also when the URL does not
+    parse (its password is then cut where SQLAlchemy would read it: between 'user:' and '@'). A plain path is shown
+    as it is given."""
+    if "://" not in url_or_path:
+        return url_or_path
+    try:
+        return store_name(database_url(url_or_path))
+    except (SQLAlchemyError, ValueError):
+        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url_or_path, count=1)
 
 
 class ProgramStore(LeasedRuns, RunReads, StreamedReads):
@@ -113,8 +127,8 @@ class ProgramStore(LeasedRuns, RunReads, StreamedReads):
         mode a store that lacks a table or column is refused, and only a writable open adds what this version
         added to older stores (connection.prepare_schema)."""
         self.url = database_url(url_or_path)
+        self._where = shown_store(url_or_path)  # its password hidden: messages name the store by this
         try:
-            self._where = store_name(self.url)
             if mode != "create":
                 require_sqlite_file(self.url)
             read_only = read_only_sqlite_engine(self.url) if mode == "read" else None
@@ -123,10 +137,10 @@ class ProgramStore(LeasedRuns, RunReads, StreamedReads):
                 event.listen(self.engine, "connect", sqlite_pragmas)
             prepare_schema(self.engine, mode, self._where)
         except (SQLAlchemyError, ValueError) as exc:
-            raise StoreError(f"cannot open the store {url_or_path}: {first_line(exc)}") from exc
+            raise StoreError(f"cannot open the store {self._where}: {first_line(exc)}") from exc
         except ImportError as exc:  # the URL's database driver is not installed
             hint = " (pip install 'evolve[postgres]')" if self.url.startswith("postgres") else ""
-            raise StoreError(f"cannot open the store {url_or_path}: {first_line(exc)}{hint}") from exc
+            raise StoreError(f"cannot open the store {self._where}: {first_line(exc)}{hint}") from exc
         self._sessions = GuardedSessions(sessionmaker(self.engine, expire_on_commit=False), self._where)
         self.holder = new_holder()  # this store's name in the leases it takes
         self._held: set[int] = set()  # runs this store holds the lease of: their writes check it
@@ -343,11 +357,12 @@ class ProgramStore(LeasedRuns, RunReads, StreamedReads):
 
     def program_by_number(self, run_id: int, number: int) -> Program:
         """Program `number` (1..N, see program_number) of the run; UnknownIdError naming the run's range."""
-        with self._sessions() as session:
+        with self._sessions() as session:  # read and converted inside it: a damaged row is one StoreError line
             found = session.execute(with_scores().where(ProgramRow.run_id == run_id).order_by(ProgramRow.id)
                                     .offset(number - 1).limit(1)).first() if 1 <= number <= MAX_ID else None
-        if found is None:
+            program = program_of(*found) if found is not None else None
+        if program is None:
             count = self.count_programs(run_id)
             raise UnknownIdError(f"no program {run_id}:{number} in {self._where}: run {run_id} has "
                                  + (f"programs 1..{count}" if count else "no programs"))
-        return program_of(*found)
+        return program

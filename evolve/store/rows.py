@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import fields
 from types import UnionType
@@ -100,12 +101,24 @@ def program_of(row: ProgramRow, score: ScoreRow) -> Program:
 
 
 def score_vector(text: str, program_id: int) -> dict[str, float]:
-    """A stored score vector (scores.vector_json): a JSON object of numbers, in its stored order."""
+    """A stored score vector (scores.vector_json): a JSON object of finite numbers, in its stored order. The engine
+    stores only finite scores, so a NaN or an infinity (JSON's NaN, Infinity, 1e400, an integer past a float) is
+    damage too: it would make `show --json` invalid JSON and the rankings meaningless."""
     vector = _json_object(text, "vector_json", program_id)
     if not all(isinstance(value, int | float) and not isinstance(value, bool) for value in vector.values()):
         raise DamagedValue(damaged_message("scores.vector_json", f"row program_id={program_id}", text,
                                            "a JSON object of numbers"))
+    if not all(_finite(value) for value in vector.values()):
+        raise DamagedValue(damaged_message("scores.vector_json", f"row program_id={program_id}", text,
+                                           "a JSON object of finite numbers"))
     return {str(name): float(value) for name, value in vector.items()}
+
+
+def _finite(value: float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer past the largest float
+        return False
 
 
 def _artifacts(text: str, program_id: int) -> dict[str, Any]:
