@@ -30,7 +30,9 @@ def run(config: RunConfig | str | Path | None = None, *, overrides: Mapping[str,
     file's folder), or None for the defaults; overrides: {'section.key': value} applied on top of a path or the
     defaults. With `resume`, the config (and an override of run.db) only says where the store is: the other
     overrides apply to the run's stored config, checked against its own policy's backend (run.problem, run.seed,
-    run.iterations and policy.name stay as stored). blame: {'section.key': how the user wrote it} for the error
+    run.iterations and policy.name stay as stored); a new run stores its programs_dir as an absolute path, one
+    stored relative (before) is read from the config file's folder, and a problem folder that now declares other
+    objectives than the run was scored on is refused. blame: {'section.key': how the user wrote it} for the error
     lines. Nothing is printed unless progress=True, which draws the run on the terminal as `evolve run` does (the
     live panel, or plain lines when stdout is no terminal, then the best program); on_event, if given, is called
     with every event of the run (evolve.engine.events: requests, evaluations, committed iterations). A mistake in
@@ -40,6 +42,7 @@ def run(config: RunConfig | str | Path | None = None, *, overrides: Mapping[str,
 
     given = {key: value for key, value in (overrides or {}).items() if value is not None}
     located = {key: value for key, value in given.items() if key == "run.db" or resume is None}
+    config_file = None if isinstance(config, RunConfig) else config  # a resumed run's programs_dir is read beside it
     if isinstance(config, RunConfig):
         if resume is None and given:
             raise ConfigError("evolve.run: overrides apply to a config file or the defaults; "
@@ -52,7 +55,7 @@ def run(config: RunConfig | str | Path | None = None, *, overrides: Mapping[str,
 
     def start(observe: Observer | None) -> RunOutcome:
         return run_evolution(settled, resume=resume, overrides=given if resume is not None else None, blame=blame,
-                             on_event=observe)
+                             on_event=observe, config_file=config_file)
 
     if not progress:
         return start(on_event)

@@ -67,7 +67,7 @@ def reachable(roots: tuple[type[BaseModel], ...]) -> set[type[BaseModel]]:
 def root_models() -> tuple[type[BaseModel], ...]:
     from evolve.config import RunConfig
     from evolve.engine.experiment_spec import ExperimentSpec
-    from evolve.problems.problem import ProblemFile
+    from evolve.problems.problem_file import ProblemFile
     from evolve.rl.train_config import TrainConfig
     from evolve.study.config import StudySpec
 

@@ -121,6 +121,15 @@ def test_resuming_an_ensemble_cell_whose_members_changed_fails_that_cell_in_one_
         changed = first.replace('members = ["climber", "breaker"]', 'members = ["climber", "again"]') + \
             first[first.index("[[policies]]"):first.index("[[policies]]", first.index("[[policies]]") + 1)] \
             .replace('name = "climber"', 'name = "again"')
+        # the store keeps the design it ran with: another one is refused whole, in one line, before any cell
+        with pytest.raises(ConfigError) as refused:
+            ExperimentRunner(load_experiment(experiment_file(tmp_path, changed, climber.url, breaker.url))).run()
+        assert "ran with another design (ran -> now: ensembles.climber+breaker.members ['climber', 'breaker'] -> " \
+               "['climber', 'again'];" in str(refused.value) and "\n" not in str(refused.value)
+        assert store.get_run(cells["climber+breaker"]).status == "interrupted"
+        with sqlite3.connect(spec.db) as connection:  # a store that keeps no design: the cell itself still refuses
+            connection.execute("DELETE FROM experiments")
+        connection.close()
         outcome = ExperimentRunner(load_experiment(experiment_file(tmp_path, changed, climber.url, breaker.url))).run()
     (error,) = outcome.errors
     assert error.startswith("number/climber+breaker/3: its stored run uses policies breaker, climber; ensemble "

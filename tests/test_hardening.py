@@ -167,9 +167,9 @@ def small_store(tmp_path: Path, name: str = "small.db") -> Path:
                                 "policy.backend": "openai", "policy.url": "http://127.0.0.1:9/v1"})
     run = store.create_run("r", "fizzbuzz", config.policy.name, 0, config.model_dump_json(), 2)
     parent = None
-    for iteration in range(3):
+    for iteration in range(3):  # scored on fizzbuzz's own objectives, so a resume of it goes on
         child = ChildRecord(f"def fizzbuzz(n):\n    return str(n)  # {iteration}\n", parent, 0, "p", "edit",
-                            {"test_00": 0.5}, 0.5, False)
+                            {f"test_{n:02d}": 0.5 for n in range(20)}, 0.5, False)
         (program,) = store.record_iteration(run, iteration, [AttemptRecord("policy_call"), child], policy="p")
         parent = program.id
     store.set_run_status(run, "finished")

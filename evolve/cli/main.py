@@ -113,11 +113,11 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_runs(args: argparse.Namespace, console: Console) -> int:
-    from evolve.store.program_store import ProgramStore
+    from evolve.store.program_store import ProgramStore, shown_store
 
     config = run_config(args, _flag_overrides(args))
     store = ProgramStore(config.run.db, mode="read")
-    table = Table(title=f"runs in {config.run.db}")
+    table = Table(title=f"runs in {shown_store(config.run.db)}")
     for column in ("id", "problem", "policy", "seed", "status", "iterations", "programs", "best"):
         table.add_column(column, no_wrap=True)
     table.add_column("name", overflow="fold")
@@ -159,21 +159,39 @@ def _status(store: ProgramStore, run: RunInfo) -> str:
 
 
 def _cmd_problems(args: argparse.Namespace, console: Console) -> int:
+    """The problems of --programs-dir, one row each; a folder that does not load is listed with its one-line reason
+    (`evolve check NAME` tells more), and the command then ends with exit code 1."""
     from rich.markup import escape
 
     from evolve.problems.check import reduction_rule, solved_rule
-    from evolve.problems.problem import list_problems, load_problem
+    from evolve.problems.problem import ProblemError, list_problems, load_problem
 
     programs_dir = Path(args.programs_dir)
+    if not programs_dir.is_dir():
+        raise ProblemError(f"{programs_dir}: " + ("not a folder" if programs_dir.exists() else "no such folder")
+                           + "; --programs-dir names the folder that holds the problem folders")
     table = Table(title=f"problems in {programs_dir}")
     for column in ("problem", "objectives", "scalar", "solved when", "description"):
         table.add_column(column, overflow="fold")
+    broken: list[str] = []
     for name in list_problems(programs_dir):
-        problem = load_problem(name, programs_dir)
+        try:
+            problem = load_problem(name, programs_dir)
+        except ProblemError as exc:
+            broken.append(name)
+            table.add_row(escape(name), "-", "-", "-", f"[red]broken:[/] {escape(str(exc))}")
+            continue
         first = problem.description.split(". ")[0].rstrip(".") + "."
-        table.add_row(name, problem.declared_objectives(), reduction_rule(problem), escape(solved_rule(problem)),
+        table.add_row(escape(name), problem.declared_objectives(), reduction_rule(problem),
+                      escape(solved_rule(problem)),
                       escape(first[:90]))  # a description may hold [brackets], which rich reads as markup
     console.print(table)
+    if broken:
+        named = ", ".join(broken[:5]) + (f" and {len(broken) - 5} more" if len(broken) > 5 else "")
+        console.print(f"[red]error:[/] {len(broken)} problem folder{'s' if len(broken) > 1 else ''} in "
+                      f"{escape(str(programs_dir))} {'do' if len(broken) > 1 else 'does'} not load "
+                      f"({escape(named)}): `evolve check NAME` says what to fix", highlight=False, soft_wrap=True)
+        return 1
     return 0
 
 

@@ -52,6 +52,7 @@ from evolve.engine.experiment_spec import (
     refuse_policies_trained_on_tests,
 )
 from evolve.engine.offspring import SeedProgramError
+from evolve.engine.run_driver import other_objectives
 from evolve.engine.run_setup import check_features
 from evolve.policies.base import Policy, PolicyUnavailable
 from evolve.policies.factory import open_policies, open_policy
@@ -163,6 +164,9 @@ class ExperimentRunner:
         refuse_policies_trained_on_tests(self.design)  # before any model loads, too
         for policy in self.spec.policies:
             load_template(policy.template)
+        refusal = design_refusal(self.design, self.spec.db, self.store.experiment_spec(self.spec.name))
+        if refusal:  # the store's cells ran with the design it keeps: another one would not fit them
+            raise ConfigError(refusal)
         self.store.save_experiment(self.spec.name, self.design.model_dump_json())
         self.load_stored_cells()
         self._reported = {key: cell.status for key, cell in self.cells.items()}
@@ -244,6 +248,10 @@ class ExperimentRunner:
                                           "give the changed ensemble a new name")
                 return
             problem = await resolve_objectives(load_problem(problem_name, Path(config.run.programs_dir)))
+            if cell.run_id is not None and (refusal := other_objectives(self.store, cell.run_id, problem)):
+                self._set(cell, "failed", f"{refusal}; restore the problem folder, or give the changed problem a "
+                                          "new name (or the experiment a new db)")
+                return
             if cell.run_id is None:  # written only now that its problem (and the policy) loaded
                 cell.run_id = self.store.create_run(
                     name=config.run.name, problem=problem_name, policy=policy_name, seed=seed,
@@ -314,20 +322,33 @@ def check_problems(spec: ExperimentSpec, problems: Iterable[str]) -> None:
         check_features(tuple(sorted(features)), load_problem(problem, Path(spec.run.programs_dir)))
 
 
+def design_refusal(spec: ExperimentSpec, db: str, stored: str | None) -> str:
+    """Why store `db`, keeping design `stored` (None: none yet), cannot run design `spec`: '' when they are one
+    design (design_changes compares every setting but the store, the record of the --set flags and the
+    execution-only ones such as parallel_cells), else one line naming each setting that differs. An experiment runs
+    with one design (the same file and --set): its stored cells keep the settings they started with, so another
+    design would mix them under one name."""
+    if stored is None or stored == spec.model_dump_json():
+        return ""
+    try:
+        changes = design_changes(ExperimentSpec.model_validate_json(stored), spec)
+    except ValueError as exc:
+        changes = [f"a design this version cannot read ({str(exc).splitlines()[0]})"]
+    if not changes:
+        return ""
+    every = "every piece" if spec.pieces > 1 else "it"
+    return (f"experiment {spec.name}: {db} ran with another design (ran -> now: {'; '.join(changes)}); run {every} "
+            "with the same file and --set, or give a new design its own name or db")
+
+
 def refuse_another_design(spec: ExperimentSpec) -> None:
     """ConfigError when a begun piece's store keeps another design than `spec`: the pieces of one experiment run with
-    one design (the same file and --set), or the split and the cells would not fit together."""
+    one design (the same file and --set), or the split and the cells would not fit together. (A store of one piece
+    is compared as the runner opens it: ExperimentRunner._run.)"""
     for db, stored in stored_designs(spec):
-        if stored == spec.model_dump_json():
-            continue
-        try:
-            changes = design_changes(ExperimentSpec.model_validate_json(stored), spec)
-        except ValueError as exc:
-            changes = [f"a design this version cannot read ({str(exc).splitlines()[0]})"]
-        if changes:
-            raise ConfigError(f"experiment {spec.name}: {db} ran with another design (ran -> now: "
-                              f"{'; '.join(changes)}); run every piece with the same file and --set, or give a "
-                              "new design its own name or db")
+        refusal = design_refusal(spec, db, stored)
+        if refusal:
+            raise ConfigError(refusal)
 
 
 def run_pieces(spec: ExperimentSpec, pieces: Iterable[int] | None = None, on_event: Observer | None = None,

@@ -348,13 +348,24 @@ def refuse_policies_trained_on_tests(spec: ExperimentSpec) -> None:
 
 
 def design_changes(before: ExperimentSpec, after: ExperimentSpec, shown: int = 8) -> list[str]:
-    """'KEY BEFORE -> AFTER' for each setting that differs between two designs of an experiment (its store and the
-    --set record aside): scalars and lists of scalars whole, tables and [[policies]] entries key by key (an entry by
-    its name where it has one). At most `shown`, then 'and N more'."""
+    """'KEY BEFORE -> AFTER' for each setting that differs between two designs of an experiment (its store, the
+    --set record and the execution-only settings aside: is_execution_only): scalars and lists of scalars whole,
+    tables and [[policies]] entries key by key (an entry by its name where it has one). At most `shown`, then 'and
+    N more'."""
     old, new = _flat(before), _flat(after)
     changes = [f"{key} {_shown(old.get(key))} -> {_shown(new.get(key))}"
-               for key in [*old, *(key for key in new if key not in old)] if old.get(key) != new.get(key)]
+               for key in [*old, *(key for key in new if key not in old)]
+               if old.get(key) != new.get(key) and not is_execution_only(key)]
     return changes[:shown] + ([f"and {len(changes) - shown} more"] if len(changes) > shown else [])
+
+
+def is_execution_only(key: str) -> bool:
+    """Whether a design's flat KEY only says how fast the cells run, not what they ask or see: the cells run at once
+    (parallel_cells) and a llama.cpp policy's threads and engines. Such a key may change between sessions of one
+    experiment (a bigger machine, a busy one). Slots, concurrency and eval_workers are not: they decide how many
+    iterations are in flight, so which parents a cell draws from."""
+    return key == "parallel_cells" or (key.startswith("policies.") and key.rsplit(".", 1)[-1] in ("threads",
+                                                                                                   "engines"))
 
 
 def _flat(spec: ExperimentSpec) -> dict[str, Any]:

@@ -5,6 +5,7 @@ happened; drawing it is the caller's (the CLI's panel, an API caller's callback)
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from evolve.problems.evaluation import resolve_objectives
 from evolve.problems.problem import Problem, load_problem
 from evolve.search.prompt_templates import load_template
 from evolve.stop_signals import cancelled_by_signals
-from evolve.store.program_store import LeaseLostError, ProgramStore, StoreError, UnknownIdError
+from evolve.store.program_store import LeaseLostError, ProgramStore, StoreError, UnknownIdError, shown_store
 
 RunStatus = Literal["finished", "interrupted", "policy_unavailable"]
 
@@ -46,41 +47,92 @@ def problem_for(config: RunConfig) -> Problem:
 
 
 def new_run(store: ProgramStore, config: RunConfig) -> int:
-    """A new run of `config` in the store (called once its problem and policy have loaded)."""
+    """A new run of `config` in the store (called once its problem and policy have loaded). Its stored config names
+    the problems' folder as an absolute path, so a resume finds it from any folder (see resumed_programs_dir)."""
+    absolute = os.path.abspath(config.run.programs_dir)
+    stored = config.model_copy(update={"run": config.run.model_copy(update={"programs_dir": absolute})})
     return store.create_run(
         name=run_name(config, {run.name for run in store.list_runs()}),
         problem=config.run.problem,
         policy="+".join(section.name for section in config.ensemble_policies()),
         seed=config.run.seed,
-        config_json=config.model_dump_json(),
+        config_json=stored.model_dump_json(),
         iterations_target=config.run.iterations,
     )
 
 
 def resumed(store: ProgramStore, config: RunConfig, resume: int, overrides: Mapping[str, Any] | None = None,
-            blame: Mapping[str, str] | None = None) -> RunConfig:
-    """The stored run's own config, found in config.run.db, with `overrides` applied (see resumed_config)."""
+            blame: Mapping[str, str] | None = None, config_file: str | Path | None = None) -> RunConfig:
+    """The stored run's own config, found in config.run.db, with `overrides` applied (see resumed_config), its
+    problems' folder found as resumed_programs_dir says (an override of run.programs_dir is taken as typed)."""
     try:
-        return resumed_config(store, resume, config.run.db, overrides, blame)
+        stored = resumed_config(store, resume, config.run.db, overrides, blame)
     except UnknownIdError as exc:
-        raise RunError(f"no run {resume} in {config.run.db}") from exc
+        raise RunError(f"no run {resume} in {shown_store(config.run.db)}") from exc
+    if (overrides or {}).get("run.programs_dir") is not None:
+        return stored
+    folder = resumed_programs_dir(stored.run.programs_dir, config_file)
+    return stored.model_copy(update={"run": stored.run.model_copy(update={"programs_dir": folder})})
+
+
+def resumed_programs_dir(stored: str, config_file: str | Path | None) -> str:
+    """Where a resumed run's problems are: its stored programs_dir when absolute (as every run stores it now); a
+    relative one (a run stored before) read as a config file's relative paths are, from the folder of the config
+    file the resume was given (none: the working directory), unless only the working directory holds it (a run
+    started with `-c ELSEWHERE/evolve.toml` stored the path it was read from there)."""
+    path = Path(stored)
+    if path.is_absolute() or config_file is None:
+        return stored
+    beside = Path(config_file).parent / path
+    return str(beside) if beside.is_dir() or not path.is_dir() else stored
+
+
+def stored_objectives(store: ProgramStore, run_id: int) -> tuple[str, ...] | None:
+    """The objectives run `run_id` is scored on: its seed program's score vector's names (every program of a run has
+    the same ones); None while the run has no program."""
+    try:
+        seed = store.program_by_number(run_id, 1)
+    except UnknownIdError:
+        return None
+    return tuple(seed.scores)
+
+
+def other_objectives(store: ProgramStore, run_id: int, problem: Problem) -> str:
+    """Why run `run_id` cannot go on with `problem` as its folder now declares it: '' when the run's stored programs
+    are scored on the same objectives (or it has none yet), else one line naming both sets."""
+    stored = stored_objectives(store, run_id)
+    if stored is None or set(stored) == set(problem.objectives):
+        return ""
+    return (f"run {run_id} was scored on {_objective_names(stored)}, but {problem.path / 'problem.toml'} now "
+            f"declares {_objective_names(problem.objectives)}: going on would mix score vectors of both")
+
+
+def _objective_names(names: tuple[str, ...], shown: int = 5) -> str:
+    listed = ", ".join(names[:shown]) + (f", ... ({len(names) - shown} more)" if len(names) > shown else "")
+    return f"{len(names)} objective{'s' if len(names) != 1 else ''} ({listed})"
 
 
 def run_evolution(config: RunConfig, resume: int | None = None, overrides: Mapping[str, Any] | None = None,
-                  blame: Mapping[str, str] | None = None, on_event: Observer | None = None) -> RunOutcome:
+                  blame: Mapping[str, str] | None = None, on_event: Observer | None = None,
+                  config_file: str | Path | None = None) -> RunOutcome:
     """Start a run of `config`, or resume run `resume` with its stored config (plus `overrides`, checked against it:
-    see resumed_config; `blame` names the flag behind each), and drive it to its budget.
+    see resumed_config; `blame` names the flag behind each), and drive it to its budget. `config_file`: the file
+    `config` was read from, whose folder a resumed run's relative programs_dir is read from (resumed_programs_dir).
 
     The process holds the run's lease while it drives it: a resume of a run another live process drives is
-    refused (LeaseHeldError, one line) before the problem or the model loads. A new run is written to the store
-    only once its problem and its policy have loaded, so a failed start leaves no run behind."""
+    refused (LeaseHeldError, one line) before the problem or the model loads, and so is a resume whose problem
+    folder now declares other objectives than the run was scored on (RunError naming both). A new run is written to
+    the store only once its problem and its policy have loaded, so a failed start leaves no run behind."""
     observe = on_event or ignore
     store = ProgramStore(config.run.db, mode="existing") if resume is not None else None
     with ExitStack() as held:
         if store is not None and resume is not None:
-            config = resumed(store, config, resume, overrides, blame)
+            config = resumed(store, config, resume, overrides, blame, config_file)
             held.enter_context(store.driving(resume))
         problem = problem_for(config)
+        if store is not None and resume is not None and (refusal := other_objectives(store, resume, problem)):
+            raise RunError(f"{refusal}; restore the problem folder (or name the one the run used with --set "
+                           "run.programs_dir=DIR), or start a new run")
         check_features(config.selection.map_elites.features, problem)  # one line, before a model loads
         for section in config.ensemble_policies():  # a missing template stops us before a model loads, too
             load_template(section.template)

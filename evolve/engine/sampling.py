@@ -40,7 +40,7 @@ from evolve.records import Program, code_key
 from evolve.search.prompt_templates import load_template
 from evolve.seeds import sample_seed
 from evolve.stats.passk import best_at_k, pass_at_k
-from evolve.store.program_store import LeaseHeldError, LeaseLostError, ProgramStore, RunInfo
+from evolve.store.program_store import LeaseHeldError, LeaseLostError, ProgramStore, RunInfo, shown_store
 from evolve.store.tables import utc_now
 
 
@@ -185,8 +185,8 @@ def plan_samples(store: ProgramStore, base: RunConfig, problems: Sequence[str], 
         stored = stored_config(info.config_json)
         changed = settings_changed(stored, wanted, base.run.seed, info.seed)
         if changed:
-            raise SampleError(f"run {info.id} ({info.name}) in {base.run.db} was sampled with other settings "
-                              f"({'; '.join(changed)}); name this policy differently (--set policy.name=...) "
+            raise SampleError(f"run {info.id} ({info.name}) in {shown_store(base.run.db)} was sampled with other "
+                              f"settings ({'; '.join(changed)}); name this policy differently (--set policy.name=...) "
                               "or use another --db")
         needed = max(stored.run.iterations, wanted.run.iterations)
         config = stored.model_copy(update={"run": stored.run.model_copy(update={"db": base.run.db,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import keyword
 import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -151,7 +152,7 @@ def check_solution(name_or_path: str, programs_dir: Path, solution: Path) -> Che
         return report
     problem = report.problem
     try:
-        code = solution.read_text()
+        code = solution.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         report.add("error", f"{solution}: cannot be read ({exc.strerror if isinstance(exc, OSError) else exc})")
         return report
@@ -196,11 +197,23 @@ def new_problem(name: str, programs_dir: Path, template: str = "default") -> Pat
         raise ProblemError(f"'{name}': a problem name is lower-case letters, digits and underscores, "
                            "starting with a letter")
     folder = programs_dir / name
+    above = next((parent for parent in (programs_dir, *programs_dir.parents) if parent.exists()), None)
+    if above is not None and not above.is_dir():
+        raise ProblemError(f"{above}: not a folder, so {folder} cannot be made in it; give --programs-dir a folder "
+                           "(made if it does not exist)")
     if folder.exists():
         raise ProblemError(f"{folder}: already exists; choose another name or remove it")
-    folder.mkdir(parents=True)
     source, filenames = TEMPLATES[template]
-    for filename in filenames:
-        text = (source / f"{filename}.txt").read_text().replace("{name}", name)
-        (folder / filename).write_text(text)
+    texts = {filename: (source / f"{filename}.txt").read_text(encoding="utf-8").replace("{name}", name)
+             for filename in filenames}
+    try:
+        folder.mkdir(parents=True)
+    except OSError as exc:
+        raise ProblemError(f"{folder}: cannot make the folder ({exc.strerror or exc})") from None
+    try:
+        for filename, text in texts.items():
+            (folder / filename).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        shutil.rmtree(folder, ignore_errors=True)  # ours, made just now: no half-written problem is left
+        raise ProblemError(f"{folder}: cannot write its files ({exc.strerror or exc})") from None
     return folder

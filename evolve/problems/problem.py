@@ -5,9 +5,9 @@ from __future__ import annotations
 import ast
 import difflib
 import fnmatch
-import importlib.util
 import math
 import os
+import sys
 import textwrap
 from collections import Counter
 from collections.abc import Iterable
@@ -15,85 +15,24 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, StrictInt, ValidationError, field_validator
+from pydantic import ValidationError
 
 from evolve.errors import UserError
-from evolve.problems.cascade import CascadeStage, CascadeStageSection, stages_of
+from evolve.problems.cascade import CascadeStage, stages_of
 from evolve.problems.objectives import (
-    ObjectiveCount,
     ObjectivePattern,
-    checked_names,
     objective_order,
-    parse_objectives,
 )
+from evolve.problems.problem_file import ProblemFile
 from evolve.program_format import EVOLVE_END, EVOLVE_START, block_docstring, find_blocks
-from evolve.sandbox.core import ANSWER_PACKAGES, SandboxLimits
-from evolve.toml_files import StrictModel, format_validation_error, read_toml
+from evolve.sandbox.core import SandboxLimits
+from evolve.toml_files import format_validation_error, read_toml
 
 _BUILTIN_FEATURES = ("code_length", "scalar")
 
 
 class ProblemError(UserError):
     """A mistake in a problem folder, worded as one line that names the file and what to fix."""
-
-
-class ScoreSection(StrictModel):
-    reduction: Literal["mean", "weighted"] = Field("mean", description="how the score vector becomes the scalar: "
-                                                   "the mean of the objectives, or their weighted mean (`weights`)")
-    weights: dict[str, float] = Field(default_factory=dict, description="objective -> weight, for 'weighted'")
-
-
-class SolvedSection(StrictModel):
-    all_at_least: float | None = Field(None, description="solved when every objective reaches this")
-    scalar_at_least: float | None = Field(None, description="solved when the scalar reaches this")
-
-
-class LimitsSection(StrictModel):
-    wall_time_s: float = Field(SandboxLimits.wall_time_s, gt=0, description="seconds of wall time a run of the "
-                               "candidate may take; past it the candidate is killed and fails as timeout")
-    cpu_time_s: float = Field(SandboxLimits.cpu_time_s, gt=0, description="seconds of CPU time of each of the "
-                              "candidate's processes, its threads included; past it: timeout")
-    memory_mb: StrictInt = Field(SandboxLimits.memory_mb, ge=32, description="address space of each of the "
-                                 "candidate's processes in MB; an allocation past it fails as memory")
-    max_processes: StrictInt = Field(SandboxLimits.max_processes, ge=1, description="processes and threads the "
-                                     "candidate may have at once; a fork bomb stops there")
-    max_output_bytes: StrictInt = Field(SandboxLimits.max_output_bytes, ge=1024, description="stdout, stderr and the "
-                                        "result together; past it the run fails as bad_output")
-    max_written_mb: StrictInt = Field(SandboxLimits.max_written_mb, ge=1, description="all files the candidate writes")
-    preload: tuple[str, ...] = Field((), description="modules the sandbox's fork server imports once, e.g. numpy")
-    time_scale: float = Field(SandboxLimits.time_scale, gt=0, description=(
-        "multiplies every time limit, the evaluator's per-call limits included: for a slow or loaded machine"))
-
-    @field_validator("preload")
-    @classmethod
-    def _installed_modules(cls, names: tuple[str, ...]) -> tuple[str, ...]:
-        for name in names:
-            top = name.split(".")[0]
-            if not all(part.isidentifier() for part in name.split(".")):
-                raise ValueError(f"{name!r} is not a module name")
-            if top.lower() in ANSWER_PACKAGES:
-                raise ValueError(f"{top} holds a benchmark's answers and cannot be preloaded")
-            if importlib.util.find_spec(top) is None:
-                raise ValueError(f"no module named {top!r} is installed")
-        return names
-
-
-class MapElitesSection(StrictModel):
-    features: tuple[str, ...] = Field((), description="the MAP-Elites grid's axes for this problem (code_length, "
-                                      "scalar or objective names), in place of selection.map_elites.features")
-
-
-class PromptSection(StrictModel):
-    """How the prompt shows this problem; the defaults suit short blocks and a small model."""
-
-    docstrings: bool = Field(False, description="show the EVOLVE block's docstrings (else they are left out)")
-    description: Literal["flattened", "as_written"] = Field(
-        "flattened", description="the description on one line, or with its line breaks and indentation")
-    description_chars: StrictInt = Field(700, ge=0,
-                                         description="cut the description past this many characters; 0: never")
-    context: Literal["none", "used", "all"] = Field(
-        "none", description="show the code outside the block, as written: none; what the block uses (names it "
-                            "mentions, helpers and constants, and what they use in turn); or all of it")
 
 
 @dataclass(frozen=True)
@@ -107,36 +46,6 @@ class ProblemPrompt:
     # the seed's docstring (a stub-seed benchmark's specification), shown in every rewrite prompt in place of the
     # parent's, which a child may have rewritten or dropped; "" for other problems
     specification: str = ""
-
-
-class ProblemFile(StrictModel):
-    """problem.toml as written; checks that need several keys at once are in load_problem."""
-
-    name: str = Field(min_length=1, description="the folder's name, which it must equal")
-    description: str = Field(min_length=1, description="shown to the policy, 1-4 sentences")
-    provenance: str = Field(min_length=1, description="where the problem comes from")
-    objectives: tuple[str, ...] | ObjectiveCount | ObjectivePattern = Field(
-        description="a list of names, {count = N, name = \"test_{i}\"} or {pattern = \"test_*\"}")
-    score: ScoreSection = ScoreSection()
-    solved: SolvedSection = SolvedSection()
-    limits: LimitsSection = LimitsSection()
-    map_elites: MapElitesSection = MapElitesSection()
-    prompt: PromptSection = PromptSection()
-    cascade: tuple[CascadeStageSection, ...] = Field((), description="[[cascade]] stages run before evaluate(), "
-                                                     "cheapest first (problems/cascade.py)")
-    stub_seed: bool = Field(False, description="initial.py is a stub meant to fail every test (a benchmark's prompt "
-                            "with an empty body): `evolve check` expects it to score 0 on every objective")
-
-    @field_validator("objectives", mode="before")
-    @classmethod
-    def _one_form(cls, value: object) -> object:
-        return parse_objectives(value)
-
-    @field_validator("objectives")
-    @classmethod
-    def _distinct_names(cls, names: tuple[str, ...] | ObjectiveCount | ObjectivePattern,
-                        ) -> tuple[str, ...] | ObjectiveCount | ObjectivePattern:
-        return checked_names(names)
 
 
 @dataclass(frozen=True)
@@ -207,12 +116,20 @@ class Problem:
         return [scores[name] for name in names]
 
     def scalar(self, scores: dict[str, float]) -> float:
-        """The ranking scalar: the mean of the objectives, or their weighted mean (weights / total weight)."""
+        """The ranking scalar: the mean of the objectives, or their weighted mean (weights / total weight). Scores
+        are finite, but their sum may not be: a mean past the largest float is computed from the scaled terms
+        instead, and is then finite (at most the largest magnitude of the scores), so a candidate's huge scores are
+        ranked, never an error."""
         values = self._vector(scores)
-        if self.reduction == "weighted":
-            weights = [self.weights[name] for name in self.objectives]
-            return math.fsum(w * v for w, v in zip(weights, values, strict=True)) / math.fsum(weights)
-        return math.fsum(values) / len(values)
+        weights = [self.weights[name] for name in self.objectives] if self.reduction == "weighted" else []
+        try:
+            if weights:
+                scalar = math.fsum(w * v for w, v in zip(weights, values, strict=True)) / math.fsum(weights)
+            else:
+                scalar = math.fsum(values) / len(values)
+        except (OverflowError, ValueError):  # a sum past the largest float; inf - inf of weighted terms past it
+            scalar = math.nan
+        return scalar if math.isfinite(scalar) else _scaled_mean(values, weights)
 
     def is_solved(self, scores: dict[str, float]) -> bool:
         """True when every declared [solved] condition holds; a problem with none is never solved."""
@@ -222,6 +139,25 @@ class Problem:
         if self.solved_all_at_least is not None and min(values) < self.solved_all_at_least:
             return False
         return self.solved_scalar_at_least is None or self.scalar(scores) >= self.solved_scalar_at_least
+
+
+def _scaled_mean(values: list[float], weights: list[float]) -> float:
+    """The (weighted) mean of finite values whose plain sum overflows: each term scaled by its share of the total
+    weight first (the weights by the largest first, so their total is finite too), so that no partial sum passes the
+    largest magnitude of the values; clipped to the finite floats against a last rounding past them."""
+    if weights:
+        top = max(weights)
+        relative = [weight / top for weight in weights]
+        total = math.fsum(relative)
+        shares = [weight / total for weight in relative]
+    else:
+        shares = [1.0 / len(values)] * len(values)
+    try:
+        mean = math.fsum(share * value for share, value in zip(shares, values, strict=True))
+    except OverflowError:  # a sum the terms' rounding put just past the largest float: its half tells the sign
+        mean = math.copysign(math.inf, math.fsum(share * (value / 2)
+                                                  for share, value in zip(shares, values, strict=True)))
+    return max(-sys.float_info.max, min(sys.float_info.max, mean))
 
 
 def _check_consistency(spec: ProblemFile, folder: Path, source: Path) -> None:
@@ -240,7 +176,7 @@ def _check_consistency(spec: ProblemFile, folder: Path, source: Path) -> None:
         if missing:
             raise ProblemError(f"{source}: score.weights needs a weight for every objective; missing: "
                                f"{', '.join(missing)}")
-        if any(w < 0 for w in weights.values()) or math.fsum(weights.values()) <= 0:
+        if any(w < 0 for w in weights.values()) or not any(w > 0 for w in weights.values()):
             raise ProblemError(f"{source}: score.weights must be >= 0 with a positive total")
     elif weights:
         raise ProblemError(f"{source}: score.weights is only used with score.reduction = 'weighted'")
@@ -269,35 +205,54 @@ def _read_spec(source: Path) -> ProblemFile:
         raise ProblemError(format_validation_error(exc, source, ProblemFile)) from None
 
 
-def _read_initial(path: Path) -> str:
-    code = path.read_text()
+def _read_source(path: Path) -> str:
+    """A Python file of a problem folder as text; ProblemError (one line) when it cannot be read or is not UTF-8."""
     try:
-        ast.parse(code, filename=str(path))
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProblemError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8") from None
+    except OSError as exc:
+        raise ProblemError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+
+
+def _parse_source(code: str, path: Path) -> ast.Module:
+    """The file's syntax tree; ProblemError naming the line and what is wrong when it is no Python."""
+    if "\0" in code:  # Python refuses the whole file, naming no line
+        line = code.count("\n", 0, code.index("\0")) + 1
+        raise ProblemError(f"{path}: line {line}: holds a null byte (\\x00), which Python source cannot hold; "
+                           "remove it (was the file saved as UTF-16, or as a binary file?)")
+    try:
+        return ast.parse(code, filename=str(path))
     except SyntaxError as exc:
-        raise ProblemError(f"{path}: line {exc.lineno}: syntax error ({exc.msg})") from None
+        where = f"line {exc.lineno}: " if exc.lineno is not None else ""
+        raise ProblemError(f"{path}: {where}syntax error ({exc.msg})") from None
+    except (ValueError, RecursionError) as exc:  # what the compiler refuses besides syntax errors
+        raise ProblemError(f"{path}: not Python that can be compiled ({type(exc).__name__}: {exc})") from None
+
+
+def _read_initial(path: Path) -> str:
+    code = _read_source(path)
+    _parse_source(code, path)
     if not find_blocks(code):
         raise ProblemError(f"{path}: no EVOLVE block; put the code the policy may change between a "
                            f"'{EVOLVE_START}' line and a '{EVOLVE_END}' line")
     return code
 
 
-def _check_evaluator(path: Path) -> None:
-    try:
-        tree = ast.parse(path.read_text(), filename=str(path))
-    except SyntaxError as exc:
-        raise ProblemError(f"{path}: line {exc.lineno}: syntax error ({exc.msg})") from None
+def _check_evaluator(path: Path) -> ast.Module:
+    tree = _parse_source(_read_source(path), path)
     if not any(isinstance(node, ast.FunctionDef) and node.name == "evaluate" for node in tree.body):
         raise ProblemError(f"{path}: defines no top-level 'def evaluate(program_path, sandbox)'")
+    return tree
 
 
-def _cascade(spec: ProblemFile, evaluator_path: Path, source: Path) -> tuple[CascadeStage, ...]:
-    """The [[cascade]] stages, each naming a distinct top-level function of evaluator.py."""
+def _cascade(spec: ProblemFile, evaluator_path: Path, tree: ast.Module, source: Path) -> tuple[CascadeStage, ...]:
+    """The [[cascade]] stages, each naming a distinct top-level function of evaluator.py (`tree`)."""
     try:
         stages = stages_of(spec.cascade)
     except ValueError as exc:
         raise ProblemError(f"{source}: {exc}") from None
     if stages:
-        tree = ast.parse(evaluator_path.read_text(), filename=str(evaluator_path))
         defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
         missing = [stage.function for stage in stages if stage.function not in defined]
         if missing:
@@ -332,6 +287,9 @@ def problem_folder(name_or_path: str, programs_dir: Path) -> Path:
     if found:
         raise ProblemError(f"problem {name_or_path!r} is in {len(found)} folders under {programs_dir} "
                            f"({', '.join(str(folder) for folder in found)}): give the one you mean as its path")
+    if not programs_dir.is_dir():
+        raise ProblemError(f"{by_name}: no such problem folder ({programs_dir}: "
+                           + ("not a folder" if programs_dir.exists() else "no such folder") + ")")
     names = list_problems(programs_dir)
     close = difflib.get_close_matches(as_path.name, [Path(name).name for name in names], n=3)
     known = ", ".join(names) if len(names) <= KNOWN_LISTED else f"{len(names)} of them, `evolve problems` lists them"
@@ -353,8 +311,8 @@ def load_problem(name_or_path: str, programs_dir: Path | str = "programs") -> Pr
     spec = _read_spec(source)
     _check_consistency(spec, folder, source)
     initial_code = _read_initial(folder / "initial.py")
-    _check_evaluator(folder / "evaluator.py")
-    cascade = _cascade(spec, folder / "evaluator.py", source)
+    evaluator = _check_evaluator(folder / "evaluator.py")
+    cascade = _cascade(spec, folder / "evaluator.py", evaluator, source)
     return Problem(
         name=spec.name,
         path=folder,

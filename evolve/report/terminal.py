@@ -10,6 +10,7 @@ from rich.text import Text
 from evolve.report.results import AXIS_LABELS, METRIC_LABELS, ExperimentResults, ObjectiveReach, ProblemPolicyRow
 from evolve.report.run_summary import choice_table
 from evolve.report.stats import PairedDifference
+from evolve.store.program_store import shown_store
 
 _BLOCKS = " ▁▂▃▄▅▆▇█"
 
@@ -184,7 +185,8 @@ def render_report(results: ExperimentResults, console: Console) -> None:
                     for arm, (answers, iterations) in results.arm_budgets.items())
     console.print(f"{len(results.policies)} policies x {len(results.problems)} problems x {len(results.seeds)} seeds"
                   f"{some}, {results.iterations} iterations per cell, "
-                  f"{results.answers_per_iteration} candidate answers each; store {results.db}", highlight=False)
+                  f"{results.answers_per_iteration} candidate answers each; store {shown_store(results.db)}",
+                  highlight=False)
     console.print(f"intervals ({level}): cracked k/n Clopper-Pearson (exact); means and paired differences "
                   f"betting (Waudby-Smith and Ramdas; at least {level} for any scores in "
                   f"{results.score_range[0]:g}..{results.score_range[1]:g}, n = seeds or problems); first crack "

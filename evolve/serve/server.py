@@ -66,7 +66,7 @@ def serve(settings: ServeSettings, say: Callable[[str], None]) -> None:
     import uvicorn
 
     from evolve.serve.app import create_app
-    from evolve.store.program_store import ProgramStore, StoreError
+    from evolve.store.program_store import ProgramStore, StoreError, shown_store
 
     stores = [ProgramStore(db, mode="read") for db in (settings.db, *settings.more)]
     for db in settings.found:
@@ -82,7 +82,7 @@ def serve(settings: ServeSettings, say: Callable[[str], None]) -> None:
     if token and generated:
         say(f"the token was generated for this start (set --token or ${TOKEN_ENV} to choose one); "
             "opening the address below once keeps it as a cookie")
-    say(f"evolve serve: {settings.db} (read-only) at {address(settings.host, port, token)}")
+    say(f"evolve serve: {shown_store(settings.db)} (read-only) at {address(settings.host, port, token)}")
     for index, store in enumerate(stores[1:], start=1):
         say(f"  and {store.url.removeprefix('sqlite:///')} at {address(settings.host, port, None)}stores/{index}/")
     say("Ctrl-C stops it")

@@ -162,7 +162,8 @@ def file_references() -> tuple[FileReference, ...]:
     """Every file a user writes, with the models that read it (imported here: MkDocs loads this module early)."""
     from evolve import config, policy_config
     from evolve.engine import experiment_spec
-    from evolve.problems import cascade, objectives, problem
+    from evolve.problems import cascade, objectives
+    from evolve.problems import problem_file as problem
     from evolve.rl import train_config
     from evolve.study import config as study_config
 
