@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 
 from evolve.config import MapElitesSection, SelectionConfig
 from evolve.records import Program
+from evolve.search.map_elites import FeatureRange
 from evolve.search.selection import MapElitesGrid, Selector
 
 OBJECTIVES = ("a", "b")
@@ -268,3 +270,9 @@ def test_a_restarted_island_draws_parents_and_inspirations_from_its_own_members_
     other = 1 - restarted
     assert any(parent.id not in selector.islands[other].programs for _, parent, _ in
                (selector.sample(i, island=other) for i in range(300)))  # the other still draws global elites
+
+
+@pytest.mark.parametrize("value", [1.5e308, -1.5e308, float("inf"), float("-inf"), float("nan")])
+def test_a_value_near_the_float_limit_falls_in_an_edge_bin_instead_of_overflowing(value: float) -> None:
+    feature = FeatureRange(-1.0, 1.0)  # value - low overflows to inf for the largest finite values
+    assert feature.bin(value, 8) == (0 if math.isnan(value) or value < 0 else 7)

@@ -60,6 +60,7 @@ class FeatureRange:
         if math.isnan(value):
             return 0
         position = (value - self.low) / (self.high - self.low) if math.isfinite(value) else math.copysign(2, value)
+        position = min(2.0, max(-1.0, position))  # a finite value near the float limit can still overflow to inf
         return min(bins - 1, max(0, int(position * bins)))
 
 
