@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -76,3 +78,13 @@ def test_kaplan_meier_counts_seeds_that_never_cracked_as_censored_not_dropped() 
     early = kaplan_meier([1, 3, 5, 10], [True, False, True, False])
     assert early.cracked_by == pytest.approx((0.25, 1 - 0.75 * 0.5)) and early.median == 5.0
     assert kaplan_meier([0, 0, 7], [True, True, True]).median == 0.0  # the seed program already solved it
+
+
+def test_clopper_pearson_holds_for_thousands_of_cells_where_the_exact_terms_would_overflow() -> None:
+    low, high = clopper_pearson(500, 1100)  # math.comb(1100, i) alone is past the largest float
+    assert 0.42 < low < 500 / 1100 < high < 0.49
+    assert 1 - binomial_cdf(499, 1100, low) == pytest.approx(0.025, rel=1e-6)
+    assert binomial_cdf(500, 1100, high) == pytest.approx(0.025, rel=1e-6)
+    # the log-space terms agree with the exact ones where both can still be computed (n = 1001)
+    exact = math.fsum(math.comb(1001, i) * 0.3 ** i * 0.7 ** (1001 - i) for i in range(301))
+    assert binomial_cdf(300, 1001, 0.3) == pytest.approx(exact, rel=1e-9)

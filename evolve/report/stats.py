@@ -46,13 +46,23 @@ class Interval:
         object.__setattr__(self, "width", self.high - self.low)
 
 
+_EXACT_TERMS_UP_TO = 1000  # past this n, math.comb(n, i) can exceed the largest float
+
+
 def binomial_cdf(k: int, n: int, p: float) -> float:
-    """P(X <= k) for X ~ Binomial(n, p), summed exactly term by term."""
+    """P(X <= k) for X ~ Binomial(n, p), summed term by term: each term exactly up to n = 1000, past it from its
+    logarithm (the binomial coefficient alone would overflow a float)."""
     if k < 0:
         return 0.0
     if k >= n:
         return 1.0
-    return math.fsum(math.comb(n, i) * p ** i * (1.0 - p) ** (n - i) for i in range(k + 1))
+    if n <= _EXACT_TERMS_UP_TO:
+        return math.fsum(math.comb(n, i) * p ** i * (1.0 - p) ** (n - i) for i in range(k + 1))
+    if p <= 0.0 or p >= 1.0:
+        return 1.0 if p <= 0.0 else 0.0
+    log_p, log_q, log_n = math.log(p), math.log1p(-p), math.lgamma(n + 1)
+    return min(1.0, math.fsum(math.exp(log_n - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * log_p
+                                       + (n - i) * log_q) for i in range(k + 1)))
 
 
 def _bisect(increasing: bool, target: float, function, low: float = 0.0, high: float = 1.0) -> float:
