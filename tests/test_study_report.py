@@ -246,9 +246,11 @@ def test_a_registered_pair_with_no_common_problem_is_named_in_a_note_and_the_spl
     runs = [*TRAINING_RUNS, {"policy": "multi-rlvr-t0", "algo": "multi-rlvr", "training_seed": 0}]
     report = arm_report(results, runs, "methods", [0, 1], comparisons=[("vpo", "grpo"), ("multi-rlvr", "grpo")],
                         split=True)
-    assert [(d.policy_a, d.policy_b, d.family) for d in report.differences] == [("vpo", "grpo", 1)]
-    assert any("not in the Holm family (which adjusts over the 1 that remain): multi-rlvr - grpo" in note
-               for note in report.notes)
+    assert [(d.policy_a, d.policy_b, d.family) for d in report.differences] == [("vpo", "grpo", 2)]
+    assert any("not tested; each still counts in the Holm family of 2 with p = 1 (a registered family does not "
+               "shrink): multi-rlvr - grpo" in note for note in report.notes)
+    (tested,) = report.differences  # adjusted as one of 2: Holm's smallest multiplier is 2
+    assert tested.permutation_p_holm == pytest.approx(min(1.0, 2 * tested.permutation_p))
     assert "each checkpoint was evolved on every test problem with its share of the evolution seeds" in \
         claim_text(report)
     assert "every checkpoint was evolved on every test problem x evolution seed" in claim_text(

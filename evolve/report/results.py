@@ -354,8 +354,8 @@ def pooled_differences(results: ExperimentResults, arm_of: Mapping[str, str], sa
     pooled over all its policies (a trained arm's checkpoints, one per training seed); the mean over the problems
     both arms ran with its betting interval, the sign and sign-flip permutation tests, Holm-adjusted together.
     `pairs`: these (a, b) as a - b, in this order (a study's registered comparisons; a pair whose arms ran no
-    common problem is left out); by default every pair of arms, in the order the arms first appear among the
-    policies. The plain experiment report does not call it."""
+    common problem is left out, but still counts in the Holm family, with p = 1); by default every pair of arms,
+    in the order the arms first appear among the policies. The plain experiment report does not call it."""
     arms: dict[str, list[str]] = {}
     for policy in results.policies:
         if policy in arm_of:
@@ -375,4 +375,4 @@ def pooled_differences(results: ExperimentResults, arm_of: Mapping[str, str], sa
         out.append(paired_difference("pooled_cracked_share", a, b, shared, np.array([shares[a][p] for p in shared]),
                                      np.array([shares[b][p] for p in shared]), results.confidence, (0.0, 1.0),
                                      samples))
-    return holm_correct(out)
+    return holm_correct(out, family=len(pairs))

@@ -307,13 +307,17 @@ def holm(p_values: np.ndarray | list[float]) -> np.ndarray:
     return adjusted
 
 
-def holm_correct(differences: tuple[PairedDifference, ...] | list[PairedDifference]) -> tuple[PairedDifference, ...]:
+def holm_correct(differences: tuple[PairedDifference, ...] | list[PairedDifference],
+                 family: int | None = None) -> tuple[PairedDifference, ...]:
     """Every comparison of one report, its sign and permutation p-values Holm-adjusted over all of them (each
-    test's p-values a family of their own), and `significant` set from the adjusted permutation p."""
+    test's p-values a family of their own), and `significant` set from the adjusted permutation p. `family`: the
+    size of a family fixed in advance (a study's registered comparisons), when some of it could not be computed:
+    those count with p = 1, so the family is not smaller for them."""
     differences = tuple(differences)
-    signs = holm([d.sign_p for d in differences])
-    permutations = holm([d.permutation_p for d in differences])
-    return tuple(replace(d, sign_p_holm=float(s), permutation_p_holm=float(q), family=len(differences),
+    missing = [1.0] * max(0, (family or 0) - len(differences))
+    signs = holm([d.sign_p for d in differences] + missing)[:len(differences)]
+    permutations = holm([d.permutation_p for d in differences] + missing)[:len(differences)]
+    return tuple(replace(d, sign_p_holm=float(s), permutation_p_holm=float(q), family=len(differences) + len(missing),
                          significant=bool(q <= d.alpha))
                  for d, s, q in zip(differences, signs, permutations, strict=True))
 

@@ -30,8 +30,9 @@ ARM_DIFFERENCES_METHOD = ("per test problem, arm a's share of cells cracked minu
                           "interval of the per-problem differences; sign_p and permutation_p (sign-flip) raw, "
                           "*_holm Holm-adjusted over the study's registered comparisons (its `comparisons`, the "
                           "primary first) or, where it names none, over every pair of arms (`family`); significant: "
-                          "permutation_p_holm <= alpha. Conditional on these checkpoints: the spread between "
-                          "training seeds is the variation a new training run adds")
+                          "permutation_p_holm <= alpha. Conditional on these checkpoints (the problems are the sample, "
+                          "the training runs are not): the spread between training seeds is the variation a new "
+                          "training run adds, which no interval here holds")
 TRAINED_POLICY = re.compile(r"^(?P<algo>.+)-t(?P<seed>\d+)$")  # a study's checkpoint: ALGO-tSEED
 
 
@@ -197,8 +198,9 @@ def arm_report(results: ExperimentResults, training_runs: Iterable[Mapping[str, 
     compared = {(d.policy_a, d.policy_b) for d in family}
     dropped = [f"{a} - {b}" for a, b in registered if (a, b) not in compared]
     if dropped:
-        notes.append(f"registered comparisons without a test problem both arms ran, so not in the Holm family (which "
-                     f"adjusts over the {len(family)} that remain): {', '.join(dropped)}.")
+        notes.append(f"registered comparisons without a test problem both arms ran, so not tested; each still "
+                     f"counts in the Holm family of {len(registered)} with p = 1 (a registered family does not "
+                     f"shrink): {', '.join(dropped)}.")
     return ArmReport(claim, seeds, results.confidence, results.problems, tuple(out), family, tuple(notes), True,
                      split, pooled_differences(results, arm_of, samples, others))
 
@@ -223,9 +225,13 @@ def claim_text(report: ArmReport) -> str:
                    "every checkpoint was evolved on every test problem x evolution seed")
         return (f"Claim: methods. Each algorithm was trained from {seeds} training seed{'s' * (seeds != 1)} "
                 f"({listed}), one checkpoint each (ALGO-tSEED), and {evolved}. An arm's crack share pools the cells "
-                f"of all its checkpoints, so a "
-                f"difference between arms compares the training methods averaged over their training runs; the "
-                f"spread between training seeds shows how far one training run moves an arm.")
+                f"of all its checkpoints, so a difference between arms compares the training methods averaged "
+                f"over these training runs; the spread between training seeds shows how far one training run moves "
+                f"an arm. The intervals and tests take the test problems as the sample and hold for these "
+                f"checkpoints: a training run's own variation is not in them, so a significant difference says "
+                f"the methods differ only as far as that spread is small beside it (a test over training runs "
+                f"needs more of them: with 2 an arm, swapping training seeds between two arms gives 6 splits, "
+                f"so no p below 1/3).")
     return (f"Claim: checkpoints. Each algorithm was trained from {seeds} training seed{'s' * (seeds != 1)} "
             f"({listed}): a difference between arms compares these checkpoints, not the training methods (another "
             f"training seed might order them otherwise).")
