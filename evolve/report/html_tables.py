@@ -97,8 +97,9 @@ def differences_html(results: ExperimentResults) -> str:
             f"{family} comparisons of this table (every pair of policies, both metrics), which keeps the chance of "
             f"any false &ldquo;significant&rdquo; in the table at most &alpha;; &ldquo;significant&rdquo; is the "
             f"Holm-adjusted permutation p at or below &alpha; = {alpha}. The interval is not adjusted for the "
-            f"{family} comparisons, so it can exclude 0 where the adjusted test does not. n is the number of "
-            f"problems.</p>"
+            f"{family} comparisons, so it can exclude 0 where the adjusted test does not; and it is built "
+            f"differently from the test (a conservative bound that holds whatever the problems' distributions), so "
+            f"a test can also be significant while the interval holds 0. n is the number of problems.</p>"
             f"{differences_table_html(results.differences, results.confidence)}</section>")
 
 

@@ -17,7 +17,9 @@ from evolve.report.stats import mean_interval
 KMetric = Literal["pass", "best"]
 K_METHOD = ("per policy and k, the mean over the test problems of each problem's unbiased pass@k (1 - C(n - c, k) / "
             "C(n, k)) or best@k (the expected best scalar of k of its n answers drawn without replacement), with the "
-            "betting interval over problems (n = problems); k runs to the smallest n of the policy's problems")
+            "betting interval over problems (n = problems); k runs to the smallest n of the policy's problems. The "
+            "k answers are drawn from the n as if exchangeable: for a policy writing m answers a request, k counts "
+            "answers, not k / m whole requests, so answers of one request may be split")
 
 
 @dataclass(frozen=True)
