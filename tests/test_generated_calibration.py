@@ -168,6 +168,19 @@ def test_the_logit_shift_moves_the_mean_rate_by_the_difference_asked(power: Modu
         power.logit_shift(np.array([0.9, 0.95]), 0.2)  # at most 0.075 of room above them
 
 
+def test_an_effect_on_a_share_of_the_problems_moves_only_them_and_keeps_the_mean_difference(
+        power: ModuleType) -> None:
+    rates = np.linspace(0.1, 0.9, 40)
+    shifted = power.shifted_rates(np.random.default_rng(3), rates, 0.12, 0.5)
+    moved = shifted != rates
+    assert moved.sum() == 20 and np.all(shifted[moved] > rates[moved])
+    assert np.mean(shifted - rates) == pytest.approx(0.12, abs=1e-6)
+    assert np.array_equal(power.shifted_rates(np.random.default_rng(3), rates, 0.12, 1.0),
+                          power.expit(power.logit(rates) + power.logit_shift(rates, 0.12)))
+    with pytest.raises(ValueError, match="no shift raises"):
+        power.shifted_rates(np.random.default_rng(3), rates, 0.45, 0.5)  # half the problems cannot carry 0.9 each
+
+
 def test_the_simulated_power_finds_a_large_difference_and_keeps_a_null_one_under_its_level(power: ModuleType) -> None:
     listed = [(1, 2)] * 60 + [(2, 2)] * 20 + [(0, 2)] * 20
     large = power.power(listed, seeds=2, difference=0.3, tau=0.0, families=(3,), studies=40, samples=500)

@@ -1,15 +1,18 @@
 """Issue 60's power check: can a study on the calibrated generated pool detect a 0.12 difference in crack share
 between two arms, at the planned sizes, with Holm across the comparisons? Simulated from the pilot's own rates.
 
-Each test problem's crack rate within the budget is drawn, in every simulated study, from its posterior given its
-pilot cells (Beta(c + 1/2, n - c + 1/2): c of n cells cracked, Jeffreys' prior), so the simulation carries how
-little two cells say about a rate. Arm A takes those rates; arm B the same shifted on the logit scale by the
-amount that makes B - A average `--difference` over the test list (an effect on every problem, smaller near 0 and
-1, as a crack share allows). Each arm has two training seeds (checkpoints) whose own effect is normal on the logit
-scale (sd `tau`), and `seeds` evolution cells per problem split between them (the registered design of the CPU
-study). The test is the report's: per problem the difference of the two arms' crack shares, the sign-flip
-permutation test (evolve.report.permutation.permutation_test), significant with the right sign at 0.05 / K: Holm's
-threshold for the smallest of K p-values, the binding case when the other comparisons show nothing.
+Each test problem's crack rate within the budget is drawn, in every simulated study, from its posterior given its pilot
+cells (Beta(c + 1/2, n - c + 1/2): c of n cells cracked, Jeffreys' prior), so the simulation carries how little two
+cells say about a rate. Arm A takes those rates; arm B the same shifted on the logit scale by the amount that makes
+B - A average `--difference` over the test list (by default an effect on every problem, smaller near 0 and 1, as a crack
+share allows; `--affected 0.5`: on a random half of the problems in each simulated study, shifted further so the average
+is the same, as when a method helps some problems only). Each arm has two training seeds (checkpoints) whose own effect
+is normal on the logit scale (sd `tau`), and `seeds` evolution cells per problem split between them (the registered
+design of the CPU study). The test is the report's: per problem the difference of the two arms' crack shares, the
+sign-flip permutation test (evolve.report.permutation.permutation_test), significant with the right sign at 0.05 / K:
+Holm's threshold for the smallest of K p-values, the binding case when the other comparisons show nothing. The null
+column counts the same right-sign rejections with no difference, so its nominal rate is 0.05 / 2K (a two-sided test at
+0.05 / K rejects with either sign); with `tau` > 0 it shows how far checkpoints alone make the arms differ.
 
 The test list is selection.tsv's (`--selection`, written by calibration_select.py), or while the pilot runs every
 in-band problem of the finished pieces (`--stores`), drawn with replacement up to `--problems` (interim).
@@ -97,8 +100,19 @@ def arm_shares(rng: np.random.Generator, rates: np.ndarray, seeds: int, tau: flo
     return cracked / seeds
 
 
+def shifted_rates(rng: np.random.Generator, rates: np.ndarray, difference: float, affected: float) -> np.ndarray:
+    """Arm B's rates: a random `affected` share of the problems (at least one) shifted on the logit scale so that B - A
+    averages `difference` over all of them; ValueError when no shift of that share reaches it."""
+    if affected >= 1.0:
+        return expit(logit(rates) + logit_shift(rates, difference))
+    chosen = rng.permutation(len(rates))[:max(1, round(affected * len(rates)))]
+    shifted = rates.copy()
+    shifted[chosen] = expit(logit(rates[chosen]) + logit_shift(rates[chosen], difference * len(rates) / len(chosen)))
+    return shifted
+
+
 def power(listed: list[tuple[int, int]], seeds: int, difference: float, tau: float, families: tuple[int, ...],
-          studies: int, samples: int) -> dict[int, float]:
+          studies: int, samples: int, affected: float = 1.0) -> dict[int, float]:
     """Per family size K, the share of simulated studies whose test finds B ahead at 0.05 / K."""
     rng = np.random.default_rng(12345)
     cracked = np.array([c for c, _ in listed], dtype=float)
@@ -106,7 +120,7 @@ def power(listed: list[tuple[int, int]], seeds: int, difference: float, tau: flo
     hits = dict.fromkeys(families, 0)
     for study in range(studies):
         rates = rng.beta(cracked + 0.5, cells - cracked + 0.5)
-        shifted = expit(logit(rates) + logit_shift(rates, difference))
+        shifted = shifted_rates(rng, rates, difference, affected)
         differences = arm_shares(rng, shifted, seeds, tau) - arm_shares(rng, rates, seeds, tau)
         p, _ = permutation_test(differences, samples=samples, seed=study)
         for k in families:
@@ -123,23 +137,33 @@ def main() -> None:
     parser.add_argument("--difference", type=float, default=0.12)
     parser.add_argument("--families", type=int, nargs="+", default=[3, 7], help="comparisons Holm runs over")
     parser.add_argument("--taus", type=float, nargs="+", default=[0.0, 0.5], help="training-seed sd (logit)")
+    parser.add_argument("--affected", type=float, nargs="+", default=[1.0],
+                        help="share of the problems the difference falls on (default 1: every problem)")
     parser.add_argument("--studies", type=int, default=400)
     parser.add_argument("--samples", type=int, default=4000, help="sign patterns per permutation test")
     args = parser.parse_args()
     if not 0 < args.difference < 1:
         raise SystemExit(f"--difference {args.difference}: a difference in crack share, between 0 and 1")
+    if not all(0 < share <= 1 for share in args.affected):
+        raise SystemExit(f"--affected {args.affected}: shares of the problems, each above 0 and at most 1")
     cells = [cell for store in args.stores for cell in read_pilot(store)]
     band = cracks_by_task(cells)
     listed, source = test_list(args.selection, band, args.problems, np.random.default_rng(0))
     print(f"test list: {source}; per problem a rate drawn from Beta(c + 1/2, n - c + 1/2) of its pilot cells; "
           f"B - A = {args.difference} on average (logit shift); {CHECKPOINTS} training seeds per arm; "
           f"{args.studies} studies per row")
-    print("seeds  tau  " + "  ".join(f"power (0.05/{k})" for k in args.families) + f"  null (0.05/{args.families[0]})")
-    for seeds, tau in itertools.product(args.seeds, args.taus):
-        found = power(listed, seeds, args.difference, tau, tuple(args.families), args.studies, args.samples)
-        null = power(listed, seeds, 0.0, tau, (args.families[0],), args.studies, args.samples)
-        print(f"{seeds:5d}  {tau:3.1f}  " + "  ".join(f"{found[k]:15.3f}" for k in args.families)
-              + f"  {null[args.families[0]]:13.3f}")
+    first = args.families[0]
+    print("seeds  tau  affected  " + "  ".join(f"power (0.05/{k})" for k in args.families)
+          + f"  null (B ahead at 0.05/{first}; nominal {ALPHA / (2 * first):.4f})")
+    for seeds, tau, affected in itertools.product(args.seeds, args.taus, args.affected):
+        try:
+            found = power(listed, seeds, args.difference, tau, tuple(args.families), args.studies, args.samples,
+                          affected)
+        except ValueError as exc:
+            raise SystemExit(f"--affected {affected}: {exc}") from None
+        null = power(listed, seeds, 0.0, tau, (first,), args.studies, args.samples)
+        print(f"{seeds:5d}  {tau:3.1f}  {affected:8.2f}  " + "  ".join(f"{found[k]:15.3f}" for k in args.families)
+              + f"  {null[first]:13.3f}")
 
 
 if __name__ == "__main__":
