@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 FIELDS = {"step", "algo", "reward", "reward_objectives", "scored_answers", "diversity", "reward_std", "adv_std",
           "zero_spread_groups", "tokens", "pg_loss", "kl", "clip_frac", "dual_clip_frac", "ppo_kl", "entropy",
           "grad_norm", "gen_s", "rollout_s", "train_s", "seconds", "evaluations", "problem_tokens",
-          "problem_distinct"}
+          "problem_distinct", "reward_objectives_distinct", "problem_set_value", "problem_best_scalar",
+          "set_value_weights"}
 # G and the token cap are small so that the three runs take a few minutes on two shared cores; the seeds give a
 # reward spread (hence a gradient) within 2 steps on this model
 SETTINGS = {"vpo": ("3", "96"), "grpo": ("4", "96"), "multi-rlvr": ("3", "96"), "max-at-k": ("4", "96")}
@@ -52,6 +53,12 @@ def test_two_real_steps_then_evolve_run_loads_the_checkpoint(tmp_path: Path, alg
         # one problem a step: its tokens per answer and distinct share are the step's own
         assert record["problem_tokens"]["fizzbuzz"] == pytest.approx(record["tokens"] / (int(group_size) * m), abs=0.01)
         assert record["problem_distinct"]["fizzbuzz"] == pytest.approx(record["diversity"], abs=1e-4)
+        # one group a step: its mean best scalar is the step's reward; its set value at least the mean reward per
+        # answer (a max over a rollout's answers of w . r is at least their mean; the weights average 1/d)
+        assert record["problem_best_scalar"]["fizzbuzz"] == pytest.approx(record["reward"], abs=1e-4)
+        per_answer = sum(record["reward_objectives"]["fizzbuzz"]) / 20
+        assert per_answer - 1e-3 <= record["problem_set_value"]["fizzbuzz"] <= 1.0
+        assert len(record["reward_objectives_distinct"]["fizzbuzz"]) == 20
         assert record["entropy"] > 0 and record["kl"] >= 0 and record["seconds"] > 0
         assert all(math.isfinite(record[key]) for key in ("pg_loss", "kl", "grad_norm", "adv_std"))
     assert log[0]["kl"] == pytest.approx(0.0, abs=1e-6)  # LoRA's B starts at zero: the policy is the reference

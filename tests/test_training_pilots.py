@@ -132,7 +132,8 @@ def test_judge_reads_committed_and_running_pilots_and_names_the_recipe(pilots: M
     lines = {line.split()[0]: line for line in out.splitlines() if line.startswith(("grpo_a", "vpo_b"))}
     assert lines["grpo_a"].endswith("takes") and "x0.92" in lines["grpo_a"]
     assert "collapsed (running here, not committed)" in lines["vpo_b"]
-    assert out.rstrip().endswith("the recipe (least KL of the committed pilots that take): grpo_a")
+    assert out.rstrip().endswith("the recipe (least KL of the committed pilots that take, p Holm-adjusted over the "
+                                 "1 committed): grpo_a")
 
 
 def test_a_set_asking_for_more_problems_than_its_list_holds_is_refused(pilots: ModuleType, tmp_path: Path) -> None:

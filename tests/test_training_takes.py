@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from evolve.report.reward_change import reward_change
 from evolve.report.training_takes import least_kl_that_takes, quarter_ratio, training_verdict
 
 
@@ -81,3 +82,20 @@ def test_the_recipe_takes_the_pilot_with_least_kl_among_those_that_take() -> Non
     flat = training_verdict("lr1e-6", train_log(kl=0.00001, reward=(0.2, 0.2)))
     assert least_kl_that_takes([far, collapsed, near, flat]) is near
     assert least_kl_that_takes([collapsed, flat]) is None
+
+
+def test_a_pilot_that_takes_only_by_the_grids_many_tests_is_not_the_recipe() -> None:
+    # six problems all up: exact p = 2/64 = 0.031, which takes alone; two such pilots, Holm-adjusted, 0.062 each
+    weak = training_verdict("weak", train_log(problems=6, kl=0.0001))
+    other = training_verdict("other", train_log(problems=6, kl=0.001))
+    assert weak.verdict == "takes" and weak.change.p_value == pytest.approx(2 / 64)
+    assert least_kl_that_takes([weak]) is weak
+    assert least_kl_that_takes([weak, other]) is None
+    strong = training_verdict("strong", train_log(problems=12, kl=0.01))  # p = 2/4096: takes after Holm
+    assert least_kl_that_takes([weak, other, strong]) is strong
+
+
+def test_a_reward_change_of_float_noise_is_a_tie_not_a_loss() -> None:
+    records = [{"step": 1, "reward_objectives": {"p": [0.1 + 0.2]}}, {"step": 2, "reward_objectives": {"p": [0.3]}}]
+    change = reward_change("noise", records)
+    assert (change.up, change.down, change.unchanged) == (0, 0, 1)

@@ -56,7 +56,8 @@ def read_training_log(path: Path) -> list[dict[str, Any]]:
 def training_curves(algo: str, records: list[dict[str, Any]],
                     objectives: dict[str, tuple[str, ...]]) -> TrainingCurves:
     """The curves of one algorithm from its step records; objectives names each train problem's objectives."""
-    columns = {name: tuple(float(record.get(name, float("nan"))) for record in records) for name in CURVE_FIELDS}
+    columns = {name: tuple(float("nan") if record.get(name) is None else float(record[name]) for record in records)
+               for name in CURVE_FIELDS}  # a null (KL not computed at coefficient 0) is no value, as a missing one
     per_objective: dict[str, dict[str, tuple[float, ...]]] = {}
     for problem, names in objectives.items():
         rows = [record.get("reward_objectives", {}).get(problem) for record in records]

@@ -3,11 +3,12 @@
 One step: sample G completions for each of `prompts_per_step` prompts (rollouts.py; vllm_rollouts.py with
 `rollouts = "vllm"`), turn each group's rewards into advantages (estimators.compute_advantages), take `epochs` passes
 of `minibatches` AdamW steps each on the dual-clip PPO loss plus k3 KL to the reference (loss.py), append the step's
-statistics to OUT/train_log.jsonl. Checkpoints OUT/step_N/ and OUT/final/ are full HF folders (LoRA merged) that
-`evolve run --set policy.model=OUT/final` loads; OUT/final/adapter/ holds the LoRA adapter alone (for vLLM's
-`policy.lora`). Every checkpoint folder (and its adapter/) holds its own evolve_training.json: the training problems,
-algorithm, seed, base model, the held-out test problems training was checked against and the hashes of its weights
-(checkpoints.py). OUT/resume/state.pt (checkpoints.py) lets `evolve train --resume OUT` go on after a kill.
+statistics (objective_logs.py) to OUT/train_log.jsonl. Checkpoints OUT/step_N/ and OUT/final/ are full HF folders
+(LoRA merged) that `evolve run --set policy.model=OUT/final` loads; OUT/final/adapter/ holds the LoRA adapter alone
+(for vLLM's `policy.lora`). Every checkpoint folder (and its adapter/) holds its own evolve_training.json: the
+training problems, algorithm, seed, base model, the held-out test problems training was checked against and the
+hashes of its weights (checkpoints.py). OUT/resume/state.pt (checkpoints.py) lets `evolve train --resume OUT` go on
+after a kill.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from evolve.rl.checkpoints import (
 )
 from evolve.rl.estimators import compute_advantages
 from evolve.rl.loss import completion_logprobs, rl_loss
+from evolve.rl.objective_logs import step_stats
 from evolve.rl.rollouts import Group, Task, collect, collect_sampled, make_task, parents_store, stored_parents
 from evolve.rl.train_config import ESTIMATOR_NAMES, TrainConfig
 from evolve.search.prompt_templates import PromptTemplate, load_template
@@ -111,13 +113,14 @@ def minibatch_groups(count: int, minibatches: int) -> list[list[int]]:
 
 
 def optimise(model: Any, reference: Callable[[], contextlib.AbstractContextManager[Any]], batches: list[Batch],
-             advantages: list[np.ndarray], config: TrainConfig, optimizer: torch.optim.Optimizer) -> dict[str, float]:
+             advantages: list[np.ndarray], config: TrainConfig,
+             optimizer: torch.optim.Optimizer) -> dict[str, float | None]:
     """`epochs` passes over the step's groups, each `minibatches` AdamW steps (groups split in order).
 
     The old log-probs of every group are the policy's before the step's first update: the first minibatch's are
     taken from its first forward (nothing has moved yet), every later minibatch's are computed up front without
     gradients. Each update's loss is the token mean over its minibatch; the logged terms are the last pass's,
-    token-weighted over the step.
+    token-weighted over the step. With `kl_coef` 0 the reference is never run, so `kl` is None (not 0: unknown).
     """
     device = config.torch_device
     total = float(sum(mask.sum() for _, _, mask in batches))
@@ -163,41 +166,7 @@ def optimise(model: Any, reference: Callable[[], contextlib.AbstractContextManag
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.grad_clip))
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-    return sums | {"grad_norm": grad_norm}
-
-
-def step_stats(config: TrainConfig, groups: list[Group], advantages: list[np.ndarray]) -> dict[str, Any]:
-    """Rewards, advantage spread and answer diversity of one step's groups."""
-    written = [answer for g in groups for r in g.rollouts for answer in r.answers]
-    kinds = {code if code is not None else "text:" + answer.strip()
-             for g in groups for r in g.rollouts for answer, code in zip(r.answers, r.codes, strict=True)}
-    scored = sum(v is not None for g in groups for r in g.rollouts for v in r.vectors)
-    per_objective: dict[str, list[np.ndarray]] = {}
-    per_tokens: dict[str, list[float]] = {}  # per problem, each group's generated tokens per answer
-    per_distinct: dict[str, list[float]] = {}  # per problem, each group's share of distinct answers
-    for group in groups:
-        name = group.task.problem.name
-        per_objective.setdefault(name, []).append(group.rewards.mean(axis=(0, 1)))
-        answers = [(answer, code) for r in group.rollouts for answer, code in zip(r.answers, r.codes, strict=True)]
-        group_kinds = {code if code is not None else "text:" + answer.strip() for answer, code in answers}
-        tokens = sum(len(r.completion_ids) for r in group.rollouts)
-        per_tokens.setdefault(name, []).append(tokens / (config.group_size * config.m))
-        per_distinct.setdefault(name, []).append(len(group_kinds) / len(answers) if answers else 0.0)
-    all_adv = np.concatenate(advantages)
-    return {
-        "reward": float(np.mean(np.concatenate([g.scalars for g in groups]))),
-        "reward_objectives": {name: np.mean(rows, axis=0).round(4).tolist() for name, rows in per_objective.items()},
-        "scored_answers": scored / (len(groups) * config.group_size * config.m),
-        "diversity": len(kinds) / len(written) if written else 0.0,
-        "reward_std": float(np.mean([g.scalars.std() for g in groups])),  # within a group, mean over groups
-        "adv_std": float(all_adv.std()),  # ~1 (0.87 for GRPO's ddof=1 at G=4) unless groups had no spread
-        "zero_spread_groups": sum(bool(np.all(a == 0)) for a in advantages),
-        "tokens": sum(len(r.completion_ids) for g in groups for r in g.rollouts),
-        # per problem, for a collapse read problem by problem (report/training_takes.py): the policy writing
-        # fewer tokens or fewer distinct answers to the same prompts
-        "problem_tokens": {name: round(float(np.mean(v)), 2) for name, v in per_tokens.items()},
-        "problem_distinct": {name: round(float(np.mean(v)), 4) for name, v in per_distinct.items()},
-    }
+    return sums | {"grad_norm": grad_norm, "kl": sums["kl"] if config.kl_coef > 0 else None}
 
 
 async def training_tasks(config: TrainConfig, tokenizer: Any, options: PromptOptions,
@@ -246,8 +215,26 @@ def training_provenance(config: TrainConfig, problem_names: tuple[str, ...],
 
 def step_line(record: dict[str, Any], steps: int) -> str:
     return (f"step {record['step']}/{steps}: reward {record['reward']:.3f}  scored {record['scored_answers']:.2f}  "
-            f"diversity {record['diversity']:.2f}  adv_std {record['adv_std']:.2f}  kl {record['kl']:.2e}  "
+            f"diversity {record['diversity']:.2f}  adv_std {record['adv_std']:.2f}  "
+            f"kl {'-' if record['kl'] is None else format(record['kl'], '.2e')}  "
             f"entropy {record['entropy']:.2f}  {record['tokens']} tokens  {record['seconds']:.0f}s")
+
+
+def keep_step(config: TrainConfig, out: Path, step: int, model: Any, tokenizer: Any, optimizer: torch.optim.Optimizer,
+              records: list[dict[str, Any]], provenance: TrainingProvenance) -> None:
+    """After step `step`: its periodic checkpoint OUT/step_N (`save_every`), then the resume state, then its log line.
+
+    In this order a kill anywhere leaves the resume state at the last step whose files are all written: a kill before
+    the state is saved makes the resumed run redo step N (same seeds, same samples) and write step_N again. The other
+    way round, a kill between the two left the state at N and no step_N, which the resumed run never wrote. A kill
+    before the log line is harmless: a resumed run writes the log afresh from the state's records.
+    """
+    if config.save_every and step % config.save_every == 0 and step < config.steps:
+        save_checkpoint(model, tokenizer, out / f"step_{step}", config.lora.enabled,
+                        provenance.model_copy(update={"steps": step}))
+    save_state(out, model, optimizer, step, records)
+    with (out / "train_log.jsonl").open("a") as log:
+        log.write(json.dumps(records[-1]) + "\n")
 
 
 async def _train(config: TrainConfig, console: Console, resume: bool, held_out: tuple[str, ...]) -> Path:
@@ -313,14 +300,9 @@ async def _train(config: TrainConfig, console: Console, resume: bool, held_out: 
                           "train_s": seconds - rollout_s, "seconds": seconds, "evaluations": scorer.evaluations,
                           "matmul_dtype": config.matmul_dtype}
                 records.append(record)
-                save_state(out, model, optimizer, step, records)
-                with log_path.open("a") as log:
-                    log.write(json.dumps(record) + "\n")
+                keep_step(config, out, step, model, tokenizer, optimizer, records, provenance)
                 progress.console.print(step_line(record, config.steps), highlight=False, soft_wrap=True)
                 progress.update(bar, advance=1, description=f"{config.algo} reward {record['reward']:.3f}")
-                if config.save_every and step % config.save_every == 0 and step < config.steps:
-                    save_checkpoint(model, tokenizer, out / f"step_{step}", config.lora.enabled,
-                                    provenance.model_copy(update={"steps": step}))
     finally:
         if sampler is not None:
             sampler.close()

@@ -180,7 +180,7 @@ def state(name: str) -> str:
 def judge(grid: Path) -> None:
     verdicts: list[TrainingVerdict] = []
     print(f"method: {METHOD}\n")
-    print(f"{'pilot':34} {'steps':>5} {'reward':>15} {'p':>7} {'tokens':>12} {'distinct':>8} {'KL':>8}  verdict")
+    print(f"{'pilot':34} {'steps':>5} {'objective':>15} {'p':>7} {'tokens':>12} {'distinct':>8} {'KL':>8}  verdict")
     for pilot in grid_pilots(grid)[1]:
         name = pilot["name"]
         kept = PILOTS / name / "train_log.jsonl"
@@ -198,10 +198,12 @@ def judge(grid: Path) -> None:
         kl = "-" if verdict.kl_last is None else f"{verdict.kl_last:.1e}"
         print(f"{name:34} {change.steps:>5} {reward:>15} {p:>7} {tokens:>12} {distinct:>8} {kl:>8}  "
               f"{verdict.verdict}{running}")
+        print(f"{'':34} {verdict.measure}: {verdict.sentence()}")
         if kept.exists():
             verdicts.append(verdict)
     chosen = least_kl_that_takes(verdicts)
-    print("\nthe recipe (least KL of the committed pilots that take): "
+    print(f"\nthe recipe (least KL of the committed pilots that take, p Holm-adjusted over the {len(verdicts)} "
+          "committed): "
           + (chosen.change.run if chosen else "none yet"))
 
 
