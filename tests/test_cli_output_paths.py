@@ -17,11 +17,13 @@ from typing import Any
 import pytest
 from canned_http import ThreadedLoopbackServer, chat_reply, json_handler, models_reply
 from fake_policy_server import BODIES
+from pydantic import ValidationError
 from rich.console import Console
 from test_hardening import PROGRAMS, small_store
 
 from evolve.cli.main import main
 from evolve.config import ConfigError, RunSection, load_config, memory_store
+from evolve.engine.experiment_spec import ExperimentSpec, load_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 DEAD_POLICY = ["--set", "policy.backend='openai'", "--set", "policy.url='http://127.0.0.1:9/v1'"]
@@ -72,9 +74,13 @@ def test_run_into_a_store_that_vanishes_at_exit_is_refused_before_anything_runs(
 @pytest.mark.parametrize("db", [":memory:", "sqlite://"])
 def test_an_experiment_into_a_store_that_vanishes_at_exit_is_refused_before_any_policy_loads(
         db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = load_experiment(ROOT / "experiments" / "default.toml")
+    with pytest.raises(ValidationError, match="in-memory SQLite"):  # from Python too (evolve.run_experiment's spec)
+        ExperimentSpec.model_validate(spec.model_dump(mode="json") | {"db": db})
     monkeypatch.chdir(tmp_path)
     text = one_line(capsys, main(["experiment", str(ROOT / "experiments" / "default.toml"), "--db", db]), 2)
-    assert text.startswith(f"config error: --db: db '{db}': an in-memory SQLite database ends with the process"), text
+    assert text.startswith(f"config error: --db: invalid value for 'db': '{db}' (an in-memory SQLite database ends "
+                           "with the process"), text
     assert list(tmp_path.iterdir()) == []
 
 

@@ -47,15 +47,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
 def cmd_experiment(args: argparse.Namespace, console: Console) -> int:
     from evolve.api import run_experiment
-    from evolve.config import ConfigError, memory_store
     from evolve.report.progress import ExperimentDrawing
     from evolve.store.program_store import shown_store
 
     spec = _spec(args)
-    lost = memory_store(spec.db)  # refused before any policy loads: every cell's run would be lost at exit
-    if lost:
-        raise ConfigError(f"{'--db' if args.db is not None else args.file}: db {spec.db!r}: {lost}: give a file path "
-                          "(e.g. NAME.db) or a database server's URL")
     console.print(experiment_header(spec), highlight=False)
     drawing = ExperimentDrawing(console, live=False if args.plain else None)
     try:

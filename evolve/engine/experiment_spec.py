@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictInt, ValidationError, model_validator
+from pydantic import Field, StrictInt, ValidationError, field_validator, model_validator
 
 from evolve.config import (
     MAX_SEED,
@@ -19,6 +19,7 @@ from evolve.config import (
     SelectionConfig,
     StrictModel,
     describe_error,
+    memory_store,
     read_toml,
 )
 from evolve.policy_config import PolicySection, VLLMEngineSettings
@@ -113,6 +114,15 @@ class ExperimentSpec(StrictModel):
     overrides: dict[str, Any] = Field(default_factory=dict, description="not a key of the file: the --set KEY=VALUE "
                                       "this design was read with, kept in the store with it (`evolve report` reads "
                                       "the design an experiment ran with, and tells a changed file from --set)")
+
+    @field_validator("db")
+    @classmethod
+    def _db_is_kept(cls, db: str) -> str:
+        """A store that outlives the process (as run.db): every cell's run would be lost with an in-memory one."""
+        why = memory_store(db)
+        if why:
+            raise ValueError(f"{why}: give a file path (e.g. NAME.db) or a database server's URL")
+        return db
 
     @model_validator(mode="after")
     def _names_are_unique(self) -> ExperimentSpec:
@@ -325,6 +335,7 @@ def load_experiment(path: str | Path, db: str | None = None, overrides: Mapping[
     data.setdefault("db", str(path.with_name(f"{data['name']}{'_' + PIECE_FIELD if several else ''}.db")))
     if db is not None:
         data["db"] = db
+        blame["db"] = "--db"  # a mistake in it is the flag's, not the file's
     try:
         return ExperimentSpec.model_validate(data)
     except ValidationError as exc:
