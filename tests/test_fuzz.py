@@ -31,12 +31,11 @@ from evolve.policies.openai_api import _parse as parse_server_reply
 from evolve.problems.evaluation import _parse_worker_output
 from evolve.problems.problem import Problem, load_problem
 from evolve.problems.returned import EvaluatorMistake, check_result
+from evolve.program_format import EVOLVE_END, EVOLVE_START
 from evolve.records import Evaluation, FailureKind
 from evolve.sandbox.core import Sandbox, SandboxLimits
 from evolve.sandbox.supervisor import RunningChild, parse_result
 from evolve.search.edits import (
-    EVOLVE_END,
-    EVOLVE_START,
     EditError,
     apply_diff,
     apply_rewrite,
