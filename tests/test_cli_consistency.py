@@ -83,6 +83,8 @@ def test_every_output_path_is_spelled_out(argv: list[str], capsys: pytest.Captur
      "--set run.concurrenc=2: unknown key 'run.concurrenc'"),
     (["experiment", str(ROOT / "experiments/default.toml"), "--set", "policies.9.temperature=1"],
      "--set policies.9.temperature=1: no policies.9"),
+    (["experiment", str(ROOT / "experiments/default.toml"), "--set", "seeds.0=1"],
+     "--set seeds.0=1: 'seeds' is a list of values, set whole: e.g. --set seeds=[0, 1]"),
 ])
 def test_a_bad_set_is_blamed_on_the_flag_not_the_file(
         argv: list[str], blamed: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],

@@ -49,6 +49,8 @@ def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any],
         for part in tables:
             nodes = [found for node, path in nodes for found in _step(node, part, path, label)]
         for node, path in nodes:
+            if isinstance(node, list) and not all(isinstance(entry, dict) for entry in node):
+                raise ConfigError(f"{label}: '{path}' is a list of values, set whole: e.g. --set {path}=[0, 1]")
             if not isinstance(node, dict):
                 raise ConfigError(f"{label}: '{path}' is a list; name one of its entries (an index, a name or *)")
             node[key] = value
