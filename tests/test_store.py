@@ -59,6 +59,9 @@ def test_a_sqlite_store_is_named_by_its_path_in_every_message(tmp_path: Path, mo
     monkeypatch.chdir(tmp_path)
     with pytest.raises(StoreError, match="^no store at evolve.db$"):
         ProgramStore("evolve.db", mode="read")
+    (tmp_path / "runs.db").mkdir()
+    with pytest.raises(StoreError, match="^runs.db is a folder, not a store$"):
+        ProgramStore("runs.db", mode="read")
     new_run(ProgramStore("evolve.db"))
     with pytest.raises(StoreError, match="^no run 999 in evolve.db$"):
         ProgramStore("evolve.db", mode="read").get_run(999)

@@ -50,7 +50,8 @@ def require_sqlite_file(url: str) -> None:
     database = parsed.database or ""
     if parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:") and not database.startswith("file:") \
             and not Path(database).is_file():
-        raise StoreError(f"no store at {database}")
+        raise StoreError(f"{database} is a folder, not a store" if Path(database).is_dir()
+                         else f"no store at {database}")
 
 
 def read_only_sqlite_engine(url: str) -> Engine | None:
