@@ -315,3 +315,22 @@ def test_select_refuses_to_draw_the_lists_before_the_stop(calibration: ModuleTyp
     with pytest.raises(SystemExit, match="fewer than the 250 the lists need"):
         calibration.select(target=250)
     assert not list(tmp_path.glob("*.txt")) and not list(tmp_path.glob("*.tsv"))  # no list written
+
+
+def test_select_refuses_a_lowered_target_and_a_begun_piece_whose_cells_have_not_ended(
+        calibration: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(calibration, "FOLDER", tmp_path)
+    with pytest.raises(SystemExit, match="--target 150: the lists need 200 problems in band"):
+        calibration.select(target=150)  # the lists would be topped up from outside the band
+    monkeypatch.setattr(calibration, "TEST_SIZE", 4)  # lists of 4 + 2, so that 6 in band reach the stop
+    monkeypatch.setattr(calibration, "TRAIN_SIZE", 2)
+    monkeypatch.setattr(calibration, "all_pieces", lambda: PIECES)
+    monkeypatch.setattr(calibration, "ordered_pieces", lambda: [1, 2, 3, 4, 5])
+    # piece 1's first problem has a cell still running; pieces 1 and 2 begun, 3-5 not
+    monkeypatch.setattr(calibration, "judged", lambda: judged_as(PIECES, [None, True, True, True, True, True, True]))
+    for number in (1, 2):
+        calibration.piece_path(number).write_text("")
+        pilot_store(calibration.piece_path(number).with_suffix(".db"), {})
+    with pytest.raises(SystemExit, match="^piece_01.toml: begun, with cells that have not ended"):
+        calibration.select(target=6)
+    assert not list(tmp_path.glob("*.txt")) and not list(tmp_path.glob("*.tsv"))  # no list written

@@ -12,7 +12,9 @@
   `count` the 2ee problems the pool needs imported (400, and 24 more per grown piece).
 - `select` applies calibration_select.py's rule to every finished piece's store with the thresholds registered in
   experiments/generated/calibration/README.md and writes the lists there (`--study TEMPLATE OUT`: also a study
-  file with the lists); it refuses before `--target` (200) problems are in band (the stop); `table`
+  file with the lists); it unpacks every packed store that holds more answers than the local one, and refuses
+  before `--target` (200) problems are in band (the stop), below 200 (the lists would be topped up from outside
+  the band) and while a begun piece has cells that have not ended; `table`
   prints the crack rates by level of the problems whose two cells have finished, as docs/generated_problems.md
   shows them; `enough` exits 0 once 200 are in band; `forecast` the hours of running left until then, from each
   level's answers per problem and in-band share so far and the pace; `spread` the share of train problems whose
@@ -35,6 +37,7 @@ from fractions import Fraction
 from math import comb
 from pathlib import Path
 
+import store_pack
 from calibration_select import Band, PilotCell, cells_by_task, in_band, read_pilot
 from generated_pool import (
     FOLDER,
@@ -64,22 +67,46 @@ def finished_stores() -> list[Path]:
     return [path.with_suffix(".db") for path in sorted(FOLDER.glob("piece_*.toml")) if path.with_suffix(".db").exists()]
 
 
+def unfinished_begun_pieces(verdicts: dict[str, bool]) -> list[str]:
+    """The pieces begun here (a store, or a packed one) with a problem whose two cells have not both ended: the
+    lists wait for them (README: drawn once every begun piece has ended), since one more verdict moves the train
+    list's spacing over the band."""
+    done = finished_pieces(verdicts)
+    return [piece_path(number).name for number in ordered_pieces() if number not in done
+            and (piece_path(number).with_suffix(".db").exists() or piece_path(number).with_suffix(".db.xz").exists())]
+
+
 def select(study: tuple[str, str] | None = None, target: int = TEST_SIZE + TRAIN_SIZE) -> None:
     """The registered rule on the finished pieces: the lists and selection.tsv; with `study` (template, out) also the
-    study file from that template with the lists filled (issue 63's draft: experiments/generated/)."""
+    study file from that template with the lists filled (issue 63's draft: experiments/generated/). Every packed
+    store is first unpacked where it holds more answers than the local one (store_pack.unpack), so the lists rest on
+    every piece as committed; refused below TEST_SIZE + TRAIN_SIZE in band (the lists would be topped up from outside
+    the band) and while a begun piece has cells that have not ended."""
+    if target < TEST_SIZE + TRAIN_SIZE:
+        raise SystemExit(f"--target {target}: the lists need {TEST_SIZE + TRAIN_SIZE} problems in band ({TEST_SIZE} "
+                         f"test, {TRAIN_SIZE} train); fewer would top them up from outside the band")
+    for toml in sorted(FOLDER.glob("piece_*.toml")):
+        if toml.with_suffix(".db.xz").exists():
+            store_pack.unpack(toml.with_suffix(".db.xz"), toml.with_suffix(".db"))
     stores = finished_stores()
     if not stores:
         raise SystemExit(f"no piece store in {FOLDER}: bash scripts/study/generated_calibration.sh start")
-    found = sum(judged().values())
+    verdicts = judged()
+    found = sum(verdicts.values())
     if found < target:  # before the stop the rule would top the lists up from outside the band
         raise SystemExit(f"{found} problems in band, fewer than the {target} the lists need: they "
                          "are drawn at the stop (generated_calibration.sh runs this step itself); `table`, `enough` "
                          "and `forecast` look at the pieces so far and write nothing")
+    unfinished = unfinished_begun_pieces(verdicts)
+    if unfinished:
+        raise SystemExit(f"{', '.join(unfinished)}: begun, with cells that have not ended; the lists are drawn once "
+                         "every begun piece has ended (bash scripts/study/generated_calibration.sh start finishes "
+                         "them)")
     writes = ["--study-template", study[0], "--study", study[1]] if study else ["--no-study"]
     command = [sys.executable, "scripts/study/calibration_select.py", "--pilot-only", "--pilot", *map(str, stores),
                "--out", str(FOLDER / "in_band.txt"), "--band", *BAND, "--late-crack", LATE_CRACK,
                "--near-miss", NEAR_MISS, "--test-size", str(TEST_SIZE), "--train-size", str(TRAIN_SIZE),
-               "--train-spans-band", *writes, "--allow-pending"]
+               "--train-spans-band", *writes]
     raise SystemExit(subprocess.call(command))
 
 
