@@ -50,12 +50,17 @@ class RunSection(StrictModel):
     @field_validator("db")
     @classmethod
     def _db_is_kept(cls, db: str) -> str:
-        """A store that outlives the process: no empty path, no in-memory SQLite (the run would be lost at exit,
-        and `evolve run --resume` would find nothing)."""
-        why = memory_store(db)
-        if why:
-            raise ValueError(f"{why}: give a file path (e.g. evolve.db) or a database server's URL")
-        return db
+        """A store that outlives the process (`evolve run --resume` would find nothing in one that did not)."""
+        return kept_store(db, "evolve.db")
+
+
+def kept_store(db: str, example: str) -> str:
+    """`db` when it names a store that outlives the process, else ValueError saying why (memory_store) and what to
+    give instead (a file path such as `example`, or a server's URL): the check of run.db and an experiment's db."""
+    why = memory_store(db)
+    if why:
+        raise ValueError(f"{why}: give a file path (e.g. {example}) or a database server's URL")
+    return db
 
 
 def memory_store(db: str) -> str:

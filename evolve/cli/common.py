@@ -117,13 +117,19 @@ def _target(path: str | Path) -> Path:
 def check_output_path(path: str | Path) -> None:
     """OutputError unless a file can be written at `path` (its folder exists and takes a new file; not a folder
     itself): what a command checks before long work whose result it writes there. Leaves nothing behind."""
-    target = _target(path)
-    try:
-        handle, partial = _partial_beside(target)
-    except OSError as exc:
-        raise _cannot_write(path, _reason(exc)) from None
+    _, handle, partial = _open_partial(path)
     os.close(handle)
     os.unlink(partial)
+
+
+def _open_partial(path: str | Path) -> tuple[Path, int, Path]:
+    """The file a write to `path` lands in, and a new partial file beside it (descriptor, path); OutputError, one
+    line, when either cannot be."""
+    target = _target(path)
+    try:
+        return (target, *_partial_beside(target))
+    except OSError as exc:
+        raise _cannot_write(path, _reason(exc)) from None
 
 
 def _partial_beside(target: Path) -> tuple[int, Path]:
@@ -149,11 +155,7 @@ def replaced_file(path: str | Path) -> Iterator[TextIO]:
     error, so `path` holds either what it held before or the whole new text, never a part; on any error the partial
     file is removed. A file that cannot be written is one OutputError line naming `path` and why (so is any OSError
     raised inside the block: the block is meant to write the file, nothing else)."""
-    target = _target(path)
-    try:
-        handle, partial = _partial_beside(target)
-    except OSError as exc:
-        raise _cannot_write(path, _reason(exc)) from None
+    target, handle, partial = _open_partial(path)
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as out:
             yield out

@@ -164,12 +164,12 @@ def _cmd_problems(args: argparse.Namespace, console: Console) -> int:
     from rich.markup import escape
 
     from evolve.problems.check import reduction_rule, solved_rule
-    from evolve.problems.problem import ProblemError, list_problems, load_problem
+    from evolve.problems.problem import ProblemError, list_problems, load_problem, not_a_folder
 
     programs_dir = Path(args.programs_dir)
     if not programs_dir.is_dir():
-        raise ProblemError(f"{programs_dir}: " + ("not a folder" if programs_dir.exists() else "no such folder")
-                           + "; --programs-dir names the folder that holds the problem folders")
+        raise ProblemError(f"{programs_dir}: {not_a_folder(programs_dir)}; --programs-dir names the folder that "
+                           "holds the problem folders")
     table = Table(title=f"problems in {programs_dir}")
     for column in ("problem", "objectives", "scalar", "solved when", "description"):
         table.add_column(column, overflow="fold")

@@ -19,7 +19,7 @@ from evolve.config import (
     SelectionConfig,
     StrictModel,
     describe_error,
-    memory_store,
+    kept_store,
     read_toml,
 )
 from evolve.policy_config import PolicySection, VLLMEngineSettings
@@ -119,10 +119,7 @@ class ExperimentSpec(StrictModel):
     @classmethod
     def _db_is_kept(cls, db: str) -> str:
         """A store that outlives the process (as run.db): every cell's run would be lost with an in-memory one."""
-        why = memory_store(db)
-        if why:
-            raise ValueError(f"{why}: give a file path (e.g. NAME.db) or a database server's URL")
-        return db
+        return kept_store(db, "NAME.db")
 
     @model_validator(mode="after")
     def _names_are_unique(self) -> ExperimentSpec:

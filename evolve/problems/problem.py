@@ -288,14 +288,18 @@ def problem_folder(name_or_path: str, programs_dir: Path) -> Path:
         raise ProblemError(f"problem {name_or_path!r} is in {len(found)} folders under {programs_dir} "
                            f"({', '.join(str(folder) for folder in found)}): give the one you mean as its path")
     if not programs_dir.is_dir():
-        raise ProblemError(f"{by_name}: no such problem folder ({programs_dir}: "
-                           + ("not a folder" if programs_dir.exists() else "no such folder") + ")")
+        raise ProblemError(f"{by_name}: no such problem folder ({programs_dir}: {not_a_folder(programs_dir)})")
     names = list_problems(programs_dir)
     close = difflib.get_close_matches(as_path.name, [Path(name).name for name in names], n=3)
     known = ", ".join(names) if len(names) <= KNOWN_LISTED else f"{len(names)} of them, `evolve problems` lists them"
     spelled = " or ".join([", ".join(close[:-1]), close[-1]] if len(close) > 1 else close)
     raise ProblemError(f"{by_name}: no such problem folder" + (f"; did you mean {spelled}?" if close else "")
                        + f" (problems in {programs_dir}: {known or 'none'})")
+
+
+def not_a_folder(path: Path) -> str:
+    """Why `path`, which is no folder, is none: 'not a folder' (a file) or 'no such folder'."""
+    return "not a folder" if path.exists() else "no such folder"
 
 
 def load_problem(name_or_path: str, programs_dir: Path | str = "programs") -> Problem:

@@ -74,23 +74,29 @@ def group_kinds(group: Group) -> tuple[set[str], int]:
     return {answer_kind(answer, code) for answer, code in pairs}, len(pairs)
 
 
+VECTOR_MEASURES = ("reward_objectives", "reward_objectives_distinct")  # per problem: one value per objective
+SCALAR_MEASURES = ("problem_set_value", "problem_best_scalar")  # per problem: one number
+
+
+def group_measures(group: Group, alpha: float) -> dict[str, Any]:
+    """One group's value of each measure (VECTOR_MEASURES, then SCALAR_MEASURES)."""
+    return {"reward_objectives": group.rewards.mean(axis=(0, 1)),
+            "reward_objectives_distinct": distinct_answer_means(group),
+            "problem_set_value": set_value(group, alpha),
+            "problem_best_scalar": float(group.scalars.mean())}
+
+
 def problem_objectives(groups: list[Group], alpha: float) -> dict[str, Any]:
     """Per problem, the mean over its groups of each algorithm's measure (the module docstring's keys)."""
-    rows: dict[str, dict[str, list[Any]]] = {}
+    rows: dict[str, list[dict[str, Any]]] = {}
     for group in groups:
-        measures = rows.setdefault(group.task.problem.name, {"reward_objectives": [], "reward_objectives_distinct": [],
-                                                             "problem_set_value": [], "problem_best_scalar": []})
-        measures["reward_objectives"].append(group.rewards.mean(axis=(0, 1)))
-        measures["reward_objectives_distinct"].append(distinct_answer_means(group))
-        measures["problem_set_value"].append(set_value(group, alpha))
-        measures["problem_best_scalar"].append(float(group.scalars.mean()))
-    out: dict[str, Any] = {key: {} for key in ("reward_objectives", "reward_objectives_distinct",
-                                               "problem_set_value", "problem_best_scalar")}
-    for name, measures in rows.items():
-        for key in ("reward_objectives", "reward_objectives_distinct"):
-            out[key][name] = np.mean(measures[key], axis=0).round(4).tolist()
-        for key in ("problem_set_value", "problem_best_scalar"):
-            out[key][name] = round(float(np.mean(measures[key])), 4)
+        rows.setdefault(group.task.problem.name, []).append(group_measures(group, alpha))
+    out: dict[str, Any] = {key: {} for key in (*VECTOR_MEASURES, *SCALAR_MEASURES)}
+    for name, measured in rows.items():
+        for key in VECTOR_MEASURES:
+            out[key][name] = np.mean([m[key] for m in measured], axis=0).round(4).tolist()
+        for key in SCALAR_MEASURES:
+            out[key][name] = round(float(np.mean([m[key] for m in measured])), 4)
     return out
 
 

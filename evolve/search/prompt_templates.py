@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,22 +76,29 @@ class PromptTemplate:
         return _render(self.completion_template, source, {"messages": messages, "prefill": prefill})
 
 
-def _strings(value: Any) -> Iterator[str]:
-    """Every string in a context value: itself, or the keys and items of the dicts, lists and tuples it nests."""
+def _map_strings(value: Any, change: Callable[[str], str]) -> Any:
+    """`value` with `change` applied to every string in it: itself, or the keys and items of the dicts, lists and
+    tuples it nests; other values are passed as they are."""
     if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _strings(key)
-            yield from _strings(item)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _strings(item)
+        return change(value)
+    if isinstance(value, dict):
+        return {_map_strings(key, change): _map_strings(item, change) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_map_strings(item, change) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_map_strings(item, change) for item in value)
+    return value
 
 
 def _placeholder(context: dict[str, Any]) -> str:
     """A stand-in for `<|` that no string of the context holds (it holds no `<|` and no line break itself)."""
-    texts = list(_strings(list(context.values())))
+    texts: list[str] = []
+
+    def seen(text: str) -> str:
+        texts.append(text)
+        return text
+
+    _map_strings(list(context.values()), seen)
     number = 0
     while any(f"\ue000evolve-role-mark-{number}\ue000" in text for text in texts):
         number += 1
@@ -99,17 +106,8 @@ def _placeholder(context: dict[str, Any]) -> str:
 
 
 def _hide(value: Any, token: str) -> Any:
-    """`value` with every `<|` in its strings (nested in dicts, lists, tuples too) replaced by `token`; other
-    values are passed as they are."""
-    if isinstance(value, str):
-        return value.replace(_MARK, token)
-    if isinstance(value, dict):
-        return {_hide(key, token): _hide(item, token) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_hide(item, token) for item in value]
-    if isinstance(value, tuple):
-        return tuple(_hide(item, token) for item in value)
-    return value
+    """`value` with every `<|` in its strings (nested in dicts, lists, tuples too) replaced by `token`."""
+    return _map_strings(value, lambda text: text.replace(_MARK, token))
 
 
 def _render(template: jinja2.Template, source: str, context: dict[str, Any]) -> str:
